@@ -1,0 +1,46 @@
+"""boto3 clients with botocore's retry modes, created lazily and cached per (service, region).
+
+Never create a client at import time: tests start moto first, and a Lambda cold start should not pay
+for clients a run does not use.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import boto3
+from botocore.config import Config
+
+# "standard" retries throttling and transient errors with exponential backoff and a retry quota;
+# ten attempts ride out a burst of throttling on a 5,000-instance fleet without hand-written loops.
+RETRY_CONFIG = Config(
+    retries={"mode": "standard", "max_attempts": 10},
+    connect_timeout=5,
+    read_timeout=30,
+    user_agent_extra="mlfleet",
+)
+
+
+@functools.lru_cache(maxsize=None)
+def client(service: str, region: str | None = None):
+    """The boto3 client for `service` in `region` (the function's own region when None)."""
+    return boto3.session.Session().client(service, region_name=region, config=RETRY_CONFIG)
+
+
+def reset_clients() -> None:
+    """Forget cached clients (tests call this between moto contexts)."""
+    client.cache_clear()
+
+
+def paginate(service_client, operation: str, result_key: str, **kwargs):
+    """Yield every item of `result_key` across all pages of `operation`."""
+    paginator = service_client.get_paginator(operation)
+    for page in paginator.paginate(**kwargs):
+        yield from page.get(result_key, [])
+
+
+def chunks(items, size: int):
+    """Split a sequence into lists of at most `size` (AWS batch limits: 10, 20, 100, 500...)."""
+    items = list(items)
+    for start in range(0, len(items), size):
+        yield items[start : start + size]

@@ -1,0 +1,124 @@
+"""The GPU instance catalog: what each EC2 GPU type holds and what it costs, per region.
+
+The data lives in `data/instance_catalog.json` (refreshed by `python -m lambdas.common.catalog_refresh`
+from the AWS Pricing and EC2 APIs). Specs are facts of the instance type; prices are a dated snapshot.
+Config validation, the worst-case cost estimate, the scheduler and its benchmark all read this one file.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+CATALOG_PATH = Path(__file__).with_name("data") / "instance_catalog.json"
+
+# Memory the ECS agent, the Docker daemon and the OS keep for themselves; a task can never use it.
+# Matches ECS_RESERVED_MEMORY in the fleet's user data plus the kernel's share (~4% on these types).
+ECS_RESERVED_MEMORY_MIB = 1024
+
+
+class UnknownInstanceType(KeyError):
+    pass
+
+
+class UnknownRegion(KeyError):
+    pass
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    name: str
+    gpus: int
+    gpu_model: str
+    gpu_memory_gib: int
+    vcpus: int
+    memory_mib: int
+    # region -> (on-demand $/h, spot $/h)
+    prices: tuple[tuple[str, float, float], ...]
+
+    @property
+    def family(self) -> str:
+        return self.name.split(".", 1)[0]
+
+    @property
+    def schedulable_memory_mib(self) -> int:
+        """Memory a task can reserve on this type: nominal minus what the OS and ECS agent keep."""
+        return int(self.memory_mib * 0.96) - ECS_RESERVED_MEMORY_MIB
+
+    @property
+    def schedulable_vcpus(self) -> int:
+        return self.vcpus
+
+    def regions(self) -> tuple[str, ...]:
+        return tuple(region for region, _, _ in self.prices)
+
+    def on_demand_price(self, region: str) -> float:
+        return self._price(region)[0]
+
+    def spot_price(self, region: str) -> float:
+        return self._price(region)[1]
+
+    def _price(self, region: str) -> tuple[float, float]:
+        for name, on_demand, spot in self.prices:
+            if name == region:
+                return on_demand, spot
+        raise UnknownRegion(f"{self.name} has no price for region {region!r} in the catalog")
+
+
+@dataclass(frozen=True)
+class Catalog:
+    snapshot_date: str
+    source: str
+    types: tuple[InstanceType, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_name", {t.name: t for t in self.types})
+
+    def get(self, name: str) -> InstanceType:
+        try:
+            return self._by_name[name]  # type: ignore[attr-defined]
+        except KeyError:
+            raise UnknownInstanceType(name) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name  # type: ignore[attr-defined]
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.types)
+
+    def regions(self) -> tuple[str, ...]:
+        seen: dict[str, None] = {}
+        for t in self.types:
+            for region in t.regions():
+                seen.setdefault(region)
+        return tuple(seen)
+
+    def max_gpus(self) -> int:
+        return max(t.gpus for t in self.types)
+
+
+def parse_catalog(document: dict) -> Catalog:
+    types = []
+    for name, spec in sorted(document["instance_types"].items()):
+        prices = tuple(
+            (region, float(p["on_demand"]), float(p["spot"])) for region, p in sorted(spec["prices"].items())
+        )
+        types.append(
+            InstanceType(
+                name=name,
+                gpus=int(spec["gpus"]),
+                gpu_model=spec["gpu_model"],
+                gpu_memory_gib=int(spec["gpu_memory_gib"]),
+                vcpus=int(spec["vcpus"]),
+                memory_mib=int(spec["memory_mib"]),
+                prices=prices,
+            )
+        )
+    return Catalog(snapshot_date=document["snapshot_date"], source=document["source"], types=tuple(types))
+
+
+@functools.lru_cache(maxsize=1)
+def load_catalog(path: str | None = None) -> Catalog:
+    return parse_catalog(json.loads(Path(path or CATALOG_PATH).read_text()))

@@ -1,0 +1,37 @@
+"""One JSON log line per decision, so CloudWatch Logs Insights can filter on any field.
+
+    log_decision("reap", instance_id="i-0abc", reason="idle 95m > window 90m", dry_run=False)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import date, datetime
+from typing import Any
+
+_LOGGER = logging.getLogger("mlfleet")
+if not _LOGGER.handlers:
+    _handler = logging.StreamHandler(sys.stdout)
+    _handler.setFormatter(logging.Formatter("%(message)s"))
+    _LOGGER.addHandler(_handler)
+    _LOGGER.setLevel(logging.INFO)
+    _LOGGER.propagate = False
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, (set, frozenset, tuple)):
+        return sorted(value) if isinstance(value, (set, frozenset)) else list(value)
+    if hasattr(value, "__dict__"):
+        return vars(value)
+    return str(value)
+
+
+def log_decision(decision: str, **fields: Any) -> dict[str, Any]:
+    """Write one structured line `{"decision": ..., **fields}` and return it (tests assert on it)."""
+    record = {"decision": decision, **fields}
+    _LOGGER.info(json.dumps(record, default=_default, sort_keys=True))
+    return record
