@@ -1,0 +1,1 @@
+"""Pulumi components of mlfleet, one folder per concept. `program.deploy` composes them."""

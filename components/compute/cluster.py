@@ -1,0 +1,139 @@
+"""A region's ECS cluster for GPU jobs, with its log group, roles and the job task-definition family.
+
+Capacity is the plain Auto Scaling groups of GpuSpotFleet, not an ECS capacity provider: the scheduler
+places each job on a chosen container instance (StartTask), so ECS managed scaling would be a second
+owner of the groups' desired capacity, and capacity-provider associations are what makes ECS
+teardowns hang. See docs/architecture.md, "Who owns desired capacity".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from components.resources import assume_role_policy, child, managed_policy
+
+JOB_CONTAINER_NAME = "job"
+# Spot instances get a two-minute notice; the job gets SIGTERM and 110 s to checkpoint (the ECS
+# maximum for stopTimeout on EC2 is 120 s).
+JOB_STOP_TIMEOUT_SECONDS = 110
+
+
+def job_task_family(environment: str) -> str:
+    return f"mlfleet-{environment}-gpu-job"
+
+
+def cluster_name(environment: str) -> str:
+    return f"mlfleet-{environment}"
+
+
+@dataclass(frozen=True)
+class EcsGpuClusterArgs:
+    region: str
+    environment: str
+    job_image: str
+    log_retention_days: int
+    tags: Mapping[str, str]
+
+
+class EcsGpuCluster(pulumi.ComponentResource):
+    cluster_name: pulumi.Output[str]
+    cluster_arn: pulumi.Output[str]
+    log_group_name: pulumi.Output[str]
+    task_definition_family: pulumi.Output[str]
+    task_definition_arn: pulumi.Output[str]
+    execution_role_arn: pulumi.Output[str]
+    job_role_arn: pulumi.Output[str]
+
+    def __init__(self, name: str, args: EcsGpuClusterArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("mlfleet:compute:EcsGpuCluster", name, None, opts)
+        tags = dict(args.tags)
+
+        cluster = aws.ecs.Cluster(
+            f"{name}-cluster",
+            name=cluster_name(args.environment),
+            settings=[{"name": "containerInsights", "value": "enabled"}],
+            tags=tags,
+            opts=child(self),
+        )
+        log_group = aws.cloudwatch.LogGroup(
+            f"{name}-jobs-logs",
+            name=f"/mlfleet/{args.environment}/jobs",
+            retention_in_days=args.log_retention_days,
+            tags=tags,
+            opts=child(self),
+        )
+        execution_role = aws.iam.Role(
+            f"{name}-task-execution",
+            assume_role_policy=assume_role_policy("ecs-tasks.amazonaws.com"),
+            description="Lets ECS pull job images and write job logs",
+            tags=tags,
+            opts=child(self),
+        )
+        aws.iam.RolePolicyAttachment(
+            f"{name}-task-execution-policy",
+            role=execution_role.name,
+            policy_arn=managed_policy("service-role/AmazonECSTaskExecutionRolePolicy"),
+            opts=child(self),
+        )
+        # The identity job containers run as. No permissions by default: attach what jobs need
+        # (an S3 prefix, a model registry) to this role outside mlfleet or in a later change.
+        job_role = aws.iam.Role(
+            f"{name}-job",
+            assume_role_policy=assume_role_policy("ecs-tasks.amazonaws.com"),
+            description="Identity of mlfleet job containers",
+            tags=tags,
+            opts=child(self),
+        )
+
+        container = {
+            "name": JOB_CONTAINER_NAME,
+            "image": args.job_image,
+            "essential": True,
+            # The scheduler overrides GPU count, vCPUs, memory, command and environment per job.
+            "resourceRequirements": [{"type": "GPU", "value": "1"}],
+            "cpu": 1024,
+            "memoryReservation": 4096,
+            "stopTimeout": JOB_STOP_TIMEOUT_SECONDS,
+            # Data loaders open many files and share tensors through /dev/shm (64 MiB by default).
+            "ulimits": [{"name": "nofile", "softLimit": 1048576, "hardLimit": 1048576}],
+            "linuxParameters": {"sharedMemorySize": 8192},
+            "environment": [{"name": "AWS_REGION", "value": args.region}, {"name": "AWS_DEFAULT_REGION", "value": args.region}],
+            "logConfiguration": {
+                "logDriver": "awslogs",
+                "options": {
+                    "awslogs-group": log_group.name,
+                    "awslogs-region": args.region,
+                    "awslogs-stream-prefix": "job",
+                },
+            },
+        }
+        task_definition = aws.ecs.TaskDefinition(
+            f"{name}-gpu-job",
+            family=job_task_family(args.environment),
+            network_mode="bridge",
+            requires_compatibilities=["EC2"],
+            execution_role_arn=execution_role.arn,
+            task_role_arn=job_role.arn,
+            container_definitions=pulumi.Output.json_dumps([container]),
+            tags=tags,
+            opts=child(self),
+        )
+
+        self.cluster_name = cluster.name
+        self.cluster_arn = cluster.arn
+        self.log_group_name = log_group.name
+        self.task_definition_family = task_definition.family
+        self.task_definition_arn = task_definition.arn
+        self.execution_role_arn = execution_role.arn
+        self.job_role_arn = job_role.arn
+        self.register_outputs(
+            {
+                "cluster_name": self.cluster_name,
+                "cluster_arn": self.cluster_arn,
+                "task_definition_family": self.task_definition_family,
+            }
+        )

@@ -1,0 +1,198 @@
+"""A GPU spot fleet: an Auto Scaling group over diversified GPU instance types, joined to an ECS cluster.
+
+Who owns the group's desired capacity (DESIGN.md asks for exactly one owner per number):
+- the scheduler Lambda is the only writer of DesiredCapacity, and only ever raises it, capped by
+  `max_size` (a hard cap AWS enforces) and the environment's dollars-per-hour cap;
+- the reaper never writes DesiredCapacity: it removes one chosen instance at a time with
+  TerminateInstanceInAutoScalingGroup(ShouldDecrementDesiredCapacity=True), an atomic decrement;
+- Pulumi sets min and max but ignores desired capacity after creation, so `pulumi up` never resets
+  what the scheduler asked for; no ECS capacity provider, so ECS managed scaling never joins in.
+Instances are protected from scale-in so that nothing but the reaper's targeted termination (after
+draining) removes a machine that runs a job.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pulumi
+import pulumi_aws as aws
+
+from components.config import FleetConfig
+from components.resources import asg_tags, assume_role_policy, child, managed_policy
+from lambdas.common import tags as tag_keys
+from lambdas.common.catalog import ECS_RESERVED_MEMORY_MIB
+
+USER_DATA_TEMPLATE = Path(__file__).with_name("user_data.sh")
+ROOT_DEVICE = "/dev/xvda"  # root device of the Amazon Linux 2023 ECS GPU AMI
+INSTANCE_POLICIES = (
+    "service-role/AmazonEC2ContainerServiceforEC2Role",  # the ECS agent
+    "CloudWatchAgentServerPolicy",  # CPU, memory, disk and nvidia_gpu metrics
+    "AmazonSSMManagedInstanceCore",  # Session Manager instead of SSH
+)
+# Group metrics are free at one-minute granularity; the dashboard charts them.
+GROUP_METRICS = (
+    "GroupDesiredCapacity",
+    "GroupInServiceInstances",
+    "GroupPendingInstances",
+    "GroupTerminatingInstances",
+    "GroupTotalInstances",
+    "GroupInServiceCapacity",
+)
+
+
+def fleet_group_name(environment: str, fleet: str) -> str:
+    return f"mlfleet-{environment}-{fleet}"
+
+
+def render_user_data(cluster_name: str, environment: str, fleet: str) -> str:
+    script = USER_DATA_TEMPLATE.read_text()
+    for marker, value in {
+        "CLUSTER_NAME": cluster_name,
+        "ENVIRONMENT": environment,
+        "FLEET": fleet,
+        "RESERVED_MEMORY_MIB": str(ECS_RESERVED_MEMORY_MIB),
+    }.items():
+        script = script.replace(f"@@{marker}@@", value)
+    return script
+
+
+@dataclass(frozen=True)
+class GpuSpotFleetArgs:
+    region: str
+    environment: str
+    fleet_name: str
+    fleet: FleetConfig
+    cluster_name: str
+    vpc_id: pulumi.Input[str]
+    subnet_ids: pulumi.Input[Sequence[str]]
+    image_id: pulumi.Input[str]
+    root_volume_gib: int
+    tags: Mapping[str, str]
+
+
+class GpuSpotFleet(pulumi.ComponentResource):
+    asg_name: pulumi.Output[str]
+    asg_arn: pulumi.Output[str]
+    launch_template_id: pulumi.Output[str]
+    launch_template_version: pulumi.Output[int]
+    instance_role_name: pulumi.Output[str]
+
+    def __init__(self, name: str, args: GpuSpotFleetArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("mlfleet:compute:GpuSpotFleet", name, None, opts)
+        fleet = args.fleet
+        tags = {**args.tags, tag_keys.FLEET: args.fleet_name}
+
+        role = aws.iam.Role(
+            f"{name}-instance",
+            assume_role_policy=assume_role_policy("ec2.amazonaws.com"),
+            description=f"GPU instances of fleet {args.fleet_name} in {args.region}",
+            tags=tags,
+            opts=child(self),
+        )
+        for policy in INSTANCE_POLICIES:
+            aws.iam.RolePolicyAttachment(
+                f"{name}-instance-{policy.rsplit('/', 1)[-1]}",
+                role=role.name,
+                policy_arn=managed_policy(policy),
+                opts=child(self),
+            )
+        profile = aws.iam.InstanceProfile(f"{name}-instance", role=role.name, tags=tags, opts=child(self))
+
+        security_group = aws.ec2.SecurityGroup(
+            f"{name}-instances",
+            vpc_id=args.vpc_id,
+            description=f"mlfleet {args.environment} GPU fleet {args.fleet_name}: no inbound, outbound to AWS and egress",
+            ingress=[],
+            egress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": ["0.0.0.0/0"],
+                     "description": "ECR, ECS, CloudWatch, SSM, S3 and (with NAT) package mirrors"}],
+            tags=tags,
+            opts=child(self),
+        )
+
+        launch_template = aws.ec2.LaunchTemplate(
+            f"{name}-lt",
+            description=f"mlfleet {args.environment} {args.fleet_name} GPU instances",
+            image_id=args.image_id,
+            iam_instance_profile={"arn": profile.arn},
+            user_data=base64.b64encode(
+                render_user_data(args.cluster_name, args.environment, args.fleet_name).encode()
+            ).decode(),
+            metadata_options={
+                "http_endpoint": "enabled",
+                "http_tokens": "required",  # IMDSv2 only
+                # Two hops so that host-networked agents in containers reach IMDS; bridge-mode job
+                # containers are cut off from it by the user data's iptables rule.
+                "http_put_response_hop_limit": 2,
+                "instance_metadata_tags": "enabled",
+            },
+            block_device_mappings=[
+                {
+                    "device_name": ROOT_DEVICE,
+                    "ebs": {
+                        "volume_size": args.root_volume_gib,
+                        "volume_type": "gp3",
+                        "encrypted": "true",
+                        "delete_on_termination": "true",
+                    },
+                }
+            ],
+            network_interfaces=[
+                {
+                    "device_index": 0,
+                    "associate_public_ip_address": "false",
+                    "delete_on_termination": "true",
+                    "security_groups": [security_group.id],
+                }
+            ],
+            tag_specifications=[
+                {"resource_type": kind, "tags": tags} for kind in ("instance", "volume", "network-interface")
+            ],
+            update_default_version=True,
+            tags=tags,
+            opts=child(self),
+        )
+
+        group = aws.autoscaling.Group(
+            f"{name}-asg",
+            name=fleet_group_name(args.environment, args.fleet_name),
+            min_size=fleet.min_instances,
+            max_size=fleet.max_instances,
+            vpc_zone_identifiers=args.subnet_ids,
+            capacity_rebalance=True,
+            protect_from_scale_in=True,
+            # Teardown: delete the group with its (scale-in protected) instances in one pass.
+            force_delete=True,
+            health_check_type="EC2",
+            health_check_grace_period=300,
+            enabled_metrics=list(GROUP_METRICS),
+            metrics_granularity="1Minute",
+            mixed_instances_policy={
+                "instances_distribution": {
+                    "on_demand_base_capacity": fleet.on_demand_base_capacity,
+                    "on_demand_percentage_above_base_capacity": fleet.on_demand_percentage_above_base,
+                    "on_demand_allocation_strategy": "lowest-price",
+                    "spot_allocation_strategy": "price-capacity-optimized",
+                },
+                "launch_template": {
+                    "launch_template_specification": {
+                        "launch_template_id": launch_template.id,
+                        # The number, not "$Latest": a new template version shows in the preview diff.
+                        "version": launch_template.latest_version.apply(str),
+                    },
+                    "overrides": [{"instance_type": t} for t in fleet.instance_types],
+                },
+            },
+            tags=asg_tags({**tags, "Name": f"mlfleet-{args.environment}-{args.fleet_name}"}),
+            opts=child(self, ignore_changes=["desired_capacity"]),
+        )
+
+        self.asg_name = group.name
+        self.asg_arn = group.arn
+        self.launch_template_id = launch_template.id
+        self.launch_template_version = launch_template.latest_version
+        self.instance_role_name = role.name
+        self.register_outputs({"asg_name": self.asg_name, "asg_arn": self.asg_arn})

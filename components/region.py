@@ -1,0 +1,92 @@
+"""Everything mlfleet declares in one fleet region: network, AMI, ECS cluster and its GPU fleets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+
+from components.ami import GpuAmi, GpuAmiArgs
+from components.compute import EcsGpuCluster, EcsGpuClusterArgs, GpuSpotFleet, GpuSpotFleetArgs, cluster_name
+from components.config import StackConfig
+from components.network import Network, NetworkArgs
+from components.resources import child
+
+
+@dataclass(frozen=True)
+class FleetRegionArgs:
+    region: str
+    config: StackConfig
+
+
+class FleetRegion(pulumi.ComponentResource):
+    """Receives the region's provider in `opts.providers`; every child reaches it through the parent."""
+
+    def __init__(self, name: str, args: FleetRegionArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("mlfleet:region:FleetRegion", name, None, opts)
+        cfg, region = args.config, args.region
+        tags = cfg.base_tags()
+        fleets = cfg.fleets_in(region)
+        existing = cfg.networks.get(region)
+
+        self.network = Network(
+            f"{name}-net",
+            NetworkArgs(
+                region=region,
+                instance_types=sorted({t for fleet in fleets.values() for t in fleet.instance_types}),
+                tags=tags,
+                vpc_cidr=cfg.vpc_cidr,
+                availability_zone_count=cfg.availability_zone_count,
+                nat_gateway=cfg.nat_gateway,
+                existing_vpc_id=existing.vpc_id if existing else None,
+                existing_subnet_ids=existing.subnet_ids if existing else (),
+            ),
+            opts=child(self),
+        )
+        self.ami = GpuAmi(
+            f"{name}-ami",
+            GpuAmiArgs(region=region, environment=cfg.environment, pinned_ami_id=cfg.ami_ids.get(region)),
+            opts=child(self),
+        )
+        self.cluster = EcsGpuCluster(
+            f"{name}-ecs",
+            EcsGpuClusterArgs(
+                region=region,
+                environment=cfg.environment,
+                job_image=cfg.job_image,
+                log_retention_days=cfg.log_retention_days,
+                tags=tags,
+            ),
+            opts=child(self),
+        )
+        self.fleets: dict[str, GpuSpotFleet] = {}
+        for fleet_name, fleet in fleets.items():
+            self.fleets[fleet_name] = GpuSpotFleet(
+                f"{name}-{fleet_name}",
+                GpuSpotFleetArgs(
+                    region=region,
+                    environment=cfg.environment,
+                    fleet_name=fleet_name,
+                    fleet=fleet,
+                    cluster_name=cluster_name(cfg.environment),
+                    vpc_id=self.network.vpc_id,
+                    subnet_ids=self.network.private_subnet_ids,
+                    image_id=self.ami.image_id,
+                    root_volume_gib=cfg.root_volume_gib,
+                    tags=tags,
+                ),
+                # The instances join the cluster by name: create the cluster first, delete it last.
+                opts=child(self, depends_on=[self.cluster]),
+            )
+        self.register_outputs(self.outputs())
+
+    def outputs(self) -> dict:
+        return {
+            "clusterName": self.cluster.cluster_name,
+            "clusterArn": self.cluster.cluster_arn,
+            "taskDefinitionFamily": self.cluster.task_definition_family,
+            "amiId": self.ami.image_id,
+            "amiSource": self.ami.source,
+            "vpcId": self.network.vpc_id,
+            "fleets": {name: {"asgName": fleet.asg_name} for name, fleet in self.fleets.items()},
+        }

@@ -1,0 +1,185 @@
+"""The stack configuration model: committed stacks parse, every bad value fails with its key and value."""
+
+from __future__ import annotations
+
+import json
+import typing
+
+import pytest
+import yaml
+
+from components.config import ConfigError, StackConfig, parse_stack_config, stack_keys
+from components.config.model import DEFAULT_INSTANCE_TYPES
+from pulumi_harness import ROOT, STACKS, RecordingMocks, render_config, stack_file_config
+
+MINIMAL = {
+    "aws:region": "us-east-1",
+    "mlfleet:regions": json.dumps(["us-east-1"]),
+    "mlfleet:fleets": json.dumps({"gpu1": {"maxInstances": 2}}),
+    "mlfleet:alertEmails": json.dumps(["ml@example.com"]),
+    "mlfleet:maxHourlyUsd": "10",
+}
+
+
+def with_values(**changes) -> dict:
+    values = dict(MINIMAL)
+    for key, value in changes.items():
+        full = key if ":" in key else f"mlfleet:{key}"
+        if value is None:
+            values.pop(full, None)
+        else:
+            values[full] = value if isinstance(value, str) else json.dumps(value)
+    return values
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_committed_stacks_are_valid(stack):
+    cfg = parse_stack_config(stack_file_config(stack), stack)
+    assert cfg.environment == stack
+    assert cfg.fleets
+
+
+def test_dev_is_one_region_with_a_small_spot_only_cap_and_prod_has_three_regions():
+    dev = parse_stack_config(stack_file_config("dev"), "dev")
+    prod = parse_stack_config(stack_file_config("prod"), "prod")
+    assert len(dev.regions) == 1
+    assert all(f.max_instances <= 4 and f.on_demand_base_capacity == 0 and f.on_demand_percentage_above_base == 0
+               for f in dev.fleets.values())
+    assert len(prod.regions) >= 3
+
+
+def test_defaults_live_in_the_model():
+    cfg = parse_stack_config(MINIMAL, "dev")
+    fleet = cfg.fleets["gpu1"]
+    assert fleet.instance_types == DEFAULT_INSTANCE_TYPES and len(DEFAULT_INSTANCE_TYPES) >= 3
+    assert (fleet.min_instances, fleet.on_demand_base_capacity, fleet.on_demand_percentage_above_base) == (0, 0, 0)
+    assert cfg.budget_alert_percents == (25, 50, 75, 100)
+    assert cfg.nat_gateway is False  # VPC endpoints, no internet egress, unless asked
+
+
+def test_model_is_immutable():
+    cfg = parse_stack_config(MINIMAL, "dev")
+    with pytest.raises(Exception):
+        cfg.regions = ("us-west-2",)  # type: ignore[misc]
+    with pytest.raises(Exception):
+        cfg.fleets["gpu1"].max_instances = 99  # type: ignore[misc]
+
+
+BAD_CASES = [
+    pytest.param({"regions": ["us-east-9"]}, ["mlfleet:regions[0]", "'us-east-9'", "not an AWS region"], id="unknown-region"),
+    pytest.param({"regions": []}, ["mlfleet:regions", "at least 1"], id="empty-region-list"),
+    pytest.param({"regions": ["us-east-1", "us-west-2", "us-east-1"]}, ["mlfleet:regions", "us-east-1 more than once"], id="duplicate-regions"),
+    pytest.param({"fleets": {"gpu1": {"maxInstances": 2, "instanceTypes": ["m5.xlarge"]}}},
+                 ["mlfleet:fleets.gpu1.instanceTypes[0]", "'m5.xlarge'", "not a GPU instance type"], id="type-without-gpu"),
+    pytest.param({"fleets": {"gpu1": {"maxInstances": 2, "instanceTypes": ["g5.2xlarg"]}}},
+                 ["'g5.2xlarg'", "did you mean g5.2xlarge"], id="misspelt-type"),
+    pytest.param({"fleets": {"gpu1": {"maxInstances": 2, "minInstances": 3}}},
+                 ["mlfleet:fleets.gpu1", "minInstances (3) is above maxInstances (2)"], id="min-above-max"),
+    pytest.param({"fleets": {"gpu1": {"maxInstances": 0}}}, ["mlfleet:fleets.gpu1.maxInstances", "greater than 0", "got 0"], id="zero-cap"),
+    pytest.param({"fleets": {"gpu1": {"maxInstances": -3}}}, ["mlfleet:fleets.gpu1.maxInstances", "got -3"], id="negative-cap"),
+    pytest.param({"maxHourlyUsd": "0"}, ["mlfleet:maxHourlyUsd", "greater than 0", "got '0'"], id="zero-dollar-cap"),
+    pytest.param({"maxHourlyUsd": "-5"}, ["mlfleet:maxHourlyUsd", "got '-5'"], id="negative-dollar-cap"),
+    pytest.param({"maxHourlyUsd": None}, ["mlfleet:maxHourlyUsd: required key is not set"], id="missing-dollar-cap"),
+    pytest.param({"regionz": ["us-east-1"]}, ["mlfleet:regionz: unknown key (did you mean mlfleet:regions?)"], id="misspelt-key"),
+    pytest.param({"colour": "blue"}, ["mlfleet:colour: unknown key"], id="unknown-key"),
+    pytest.param({"fleets": {"gpu1": {"maxInstances": 2, "maxInstance": 3}}},
+                 ["mlfleet:fleets.gpu1.maxInstance: unknown key"], id="misspelt-nested-key"),
+    pytest.param({"fleets": {"gpu1": {"maxInstances": 2, "instanceTypes": ["g5.2xlarge", "g5.12xlarge"]}}},
+                 ["mlfleet:fleets.gpu1.instanceTypes", "mixes GPU counts"], id="mixed-gpu-counts"),
+    pytest.param({"fleets": {"gpu1": {"maxInstances": 2, "regions": ["us-west-2"]}}},
+                 ["mlfleet:fleets.gpu1.regions", "'us-west-2' is not in regions"], id="fleet-region-outside-stack"),
+    pytest.param({"fleets": {}}, ["mlfleet:fleets", "at least 1"], id="no-fleet"),
+    pytest.param({"fleets": {"GPU-1": {"maxInstances": 1}}}, ["mlfleet:fleets.GPU-1", "pattern"], id="bad-fleet-name"),
+    pytest.param({"alertEmails": []}, ["mlfleet:alertEmails", "at least 1"], id="no-email"),
+    pytest.param({"alertEmails": ["not-an-address"]}, ["mlfleet:alertEmails[0]", "not-an-address"], id="bad-email"),
+    pytest.param({"monthlyBudgetUsd": "0"}, ["mlfleet:monthlyBudgetUsd", "greater than 0"], id="zero-budget"),
+    pytest.param({"monthlyBudgetUsd": "-100"}, ["mlfleet:monthlyBudgetUsd", "got '-100'"], id="negative-budget"),
+    pytest.param({"budgetAlertPercents": [50, 25, 75]}, ["mlfleet:budgetAlertPercents", "strictly increasing", "[50, 25, 75]"], id="thresholds-out-of-order"),
+    pytest.param({"budgetAlertPercents": [10, 20, 30, 40, 50, 60, 70, 80, 90, 100]},
+                 ["mlfleet:budgetAlertPercents", "11 notifications", "10 AWS Budgets allows"], id="too-many-notifications"),
+    pytest.param({"logRetentionDays": "45"}, ["mlfleet:logRetentionDays", "45 is not a CloudWatch Logs retention period"], id="bad-retention"),
+    pytest.param({"rootVolumeGiB": "20"}, ["mlfleet:rootVolumeGiB", "greater than or equal to 100"], id="root-volume-too-small"),
+    pytest.param({"networks": {"us-east-1": {"vpcId": "vpc-1", "subnetIds": ["subnet-12345678"]}}},
+                 ["mlfleet:networks.us-east-1.vpcId", "'vpc-1'"], id="bad-vpc-id"),
+    pytest.param({"networks": {"eu-west-1": {"vpcId": "vpc-12345678", "subnetIds": ["subnet-12345678"]}}},
+                 ["mlfleet:networks: 'eu-west-1' is not in regions"], id="network-for-unlisted-region"),
+    pytest.param({"amiIds": {"us-east-1": "ami-xyz"}}, ["mlfleet:amiIds.us-east-1", "'ami-xyz'"], id="bad-ami-id"),
+    pytest.param({"slackChannelId": "C01"}, ["slackWorkspaceId and mlfleet:slackChannelId must be set together"], id="half-slack"),
+    pytest.param({"reaperScheduleMinutes": "5"}, ["mlfleet:reaperScheduleMinutes", "greater than or equal to 10"], id="reaper-too-often"),
+    pytest.param({"costAllocationTags": {"aws:team": "x"}}, ["mlfleet:costAllocationTags", "reserved prefix"], id="reserved-tag"),
+    pytest.param({"natGateway": "maybe"}, ["mlfleet:natGateway", "'maybe'"], id="not-a-boolean"),
+    pytest.param({"aws:region": None}, ["aws:region: required key is not set"], id="no-home-region"),
+    pytest.param({"aws:region": "mars-1"}, ["aws:region", "'mars-1' is not an AWS region"], id="bad-home-region"),
+]
+
+
+@pytest.mark.parametrize("changes, expected", BAD_CASES)
+def test_bad_values_fail_with_one_message_naming_key_and_value(changes, expected):
+    with pytest.raises(ConfigError) as error:
+        parse_stack_config(with_values(**changes), "dev")
+    message = str(error.value)
+    for fragment in expected:
+        assert fragment in message, f"{fragment!r} missing from:\n{message}"
+
+
+def test_bad_stack_name_is_reported():
+    with pytest.raises(ConfigError, match="stack name 'Prod_EU'"):
+        parse_stack_config(MINIMAL, "Prod_EU")
+
+
+def test_every_problem_is_listed_at_once():
+    with pytest.raises(ConfigError) as error:
+        parse_stack_config(with_values(regions=["us-east-9"], maxHourlyUsd="0", colour="x"), "dev")
+    assert "3 configuration error(s)" in str(error.value)
+
+
+def test_bad_config_fails_before_any_resource_is_declared():
+    mocks = RecordingMocks()
+    with pytest.raises(Exception) as error:
+        render_config(with_values(fleets={"gpu1": {"maxInstances": 2, "minInstances": 5}}), "dev", mocks)
+    assert "minInstances (5) is above maxInstances (2)" in str(error.value)
+    assert [r.type for r in mocks.resources if r.type != "pulumi:pulumi:Stack"] == []
+
+
+# --- Pulumi.yaml declares exactly the model's keys, typed, described, without defaults ------------
+
+OBJECT_KEYS = {"fleets", "networks", "amiIds", "costAllocationTags"}
+
+
+def _pulumi_type(annotation) -> str:
+    origin = typing.get_origin(annotation)
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)) and len(args) == 1:
+        return _pulumi_type(args[0])
+    if origin is typing.Annotated:
+        return _pulumi_type(args[0])
+    if origin is tuple:
+        return "array"
+    if origin is dict:
+        return "object"
+    return {bool: "boolean", int: "integer", str: "string"}[annotation]
+
+
+def test_pulumi_yaml_schema_matches_the_model():
+    project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
+    assert project["name"] == "mlfleet"
+    assert project["stackConfigDir"] == "stacks"
+    assert project["runtime"]["name"] == "python" and project["runtime"]["options"]["virtualenv"] == "venv"
+    declared = project["config"]
+    fields = {f.alias: f for f in StackConfig.model_fields.values() if f.alias in stack_keys()}
+    assert set(declared) | OBJECT_KEYS == set(fields), "Pulumi.yaml and components/config/model.py disagree"
+    for key, declaration in declared.items():
+        assert "default" not in declaration, f"{key}: defaults live in the model only"
+        assert declaration.get("description"), f"{key} has no description"
+        assert declaration["type"] == _pulumi_type(fields[key].annotation), key
+        if declaration["type"] == "array":
+            assert declaration["items"]["type"] in ("string", "integer")
+    for key in OBJECT_KEYS:
+        assert _pulumi_type(fields[key].annotation) == "object"
+        assert f"mlfleet:{key}" in (ROOT / "Pulumi.yaml").read_text(), f"{key} is not documented in Pulumi.yaml"
+
+
+def test_stacks_disable_the_default_aws_provider():
+    for stack in STACKS:
+        values = stack_file_config(stack)
+        assert json.loads(values["pulumi:disable-default-providers"]) == ["aws"]

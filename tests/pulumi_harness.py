@@ -1,0 +1,178 @@
+"""Render the mlfleet program under Pulumi mocks (no cloud, no CLI) and record every resource.
+
+    rendering = render_stack("dev")            # stacks/Pulumi.dev.yaml
+    rendering = render_config({...}, "dev")   # any raw config
+    rendering.of_type("aws:autoscaling/group:Group")
+
+Mocks do not validate what the AWS provider would reject: tests that matter assert property names and
+values checked against the pulumi_aws API docs (see tests/test_provider_schema.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+STACKS = ("dev", "staging", "prod")
+ACCOUNT_ID = "123456789012"
+STOCK_AMI = "ami-0123456789abcdef0"
+
+
+def stack_file_config(stack: str) -> dict[str, Any]:
+    """A stack file's config as Pulumi hands it to the program: strings, objects as JSON text."""
+    document = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())
+    return {key: value if isinstance(value, str) else json.dumps(value) for key, value in document["config"].items()}
+
+
+@dataclass
+class Recorded:
+    type: str
+    name: str
+    inputs: dict[str, Any]
+    provider: str | None
+
+
+@dataclass
+class Rendering:
+    stack: str
+    resources: list[Recorded]
+    outputs: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+    def of_type(self, type_token: str) -> list[Recorded]:
+        return [r for r in self.resources if r.type == type_token]
+
+    def named(self, name: str) -> Recorded:
+        matches = [r for r in self.resources if r.name == name]
+        assert len(matches) == 1, f"{len(matches)} resources named {name!r}"
+        return matches[0]
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """Type, name and inputs of every resource, stable and readable (user data decoded)."""
+        rows = []
+        for r in sorted(self.resources, key=lambda r: (r.type, r.name)):
+            rows.append({"type": r.type, "name": r.name, "inputs": _readable(r.inputs)})
+        return rows
+
+
+def _readable(value: Any) -> Any:
+    if isinstance(value, dict):
+        out = {}
+        for key, item in sorted(value.items()):
+            if key == "userData" and isinstance(item, str):
+                out[key] = base64.b64decode(item).decode().splitlines()
+            elif isinstance(item, str) and item[:1] in "[{":
+                try:  # policies and container definitions are JSON strings: show them as JSON
+                    out[key] = _readable(json.loads(item))
+                except json.JSONDecodeError:
+                    out[key] = item
+            else:
+                out[key] = _readable(item)
+        return out
+    if isinstance(value, list):
+        return [_readable(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)  # the Pulumi wire format carries every number as a float
+    return value
+
+
+class RecordingMocks(pulumi.runtime.Mocks):
+    """Answers like AWS would, enough for the program to run, and records every resource."""
+
+    def __init__(self) -> None:
+        self.resources: list[Recorded] = []
+        self.calls: list[tuple[str, dict]] = []
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        inputs = dict(args.inputs)
+        self.resources.append(Recorded(args.typ, args.name, inputs, args.provider))
+        region = _region_of(args.provider) or inputs.get("region", "us-east-1")
+        state = dict(inputs)
+        physical = inputs.get("name") or f"{args.name}-mock"
+        state.setdefault("name", physical)
+        state.setdefault("arn", f"arn:aws:{args.typ.split(':')[1].split('/')[0]}:{region}:{ACCOUNT_ID}:{physical}")
+        if args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
+            state["latestVersion"] = 1
+        if args.typ == "aws:sqs/queue:Queue":
+            state["url"] = f"https://sqs.{region}.amazonaws.com/{ACCOUNT_ID}/{physical}"
+        return [f"{args.name}-id", state]
+
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        self.calls.append((args.token, dict(args.args)))
+        region = _region_of(args.provider) or args.args.get("region") or "us-east-1"
+        zones = [f"{region}{suffix}" for suffix in "abcd"]
+        if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
+            return {"names": zones, "zoneIds": [f"use1-az{i}" for i in range(1, 5)], "id": region}
+        if args.token == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings":
+            types = args.args["filters"][0]["values"]
+            # Zone "d" offers only the first type, so zone ranking has something to rank.
+            locations = [z for z in zones[:3] for _ in types] + [zones[3]]
+            return {"locations": locations, "instanceTypes": [*types * 3, types[0]], "locationTypes": [], "id": region}
+        if args.token == "aws:ssm/getParameter:getParameter":
+            return {"name": args.args["name"], "value": STOCK_AMI, "type": "String", "id": args.args["name"]}
+        if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
+            return {"accountId": ACCOUNT_ID, "arn": f"arn:aws:iam::{ACCOUNT_ID}:user/ci", "userId": "AIDA", "id": ACCOUNT_ID}
+        if args.token == "aws:index/getPartition:getPartition":
+            return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}
+        if args.token == "aws:ec2/getAmiIds:getAmiIds":
+            return {"ids": [], "id": region}
+        raise NotImplementedError(f"the test mocks do not answer {args.token}")
+
+
+def _region_of(provider_ref: str | None) -> str | None:
+    """Provider references look like 'urn:...::aws-us-west-2::<id>'; our providers are named by region."""
+    if not provider_ref:
+        return None
+    urn = provider_ref.split("::")
+    for part in urn:
+        if part.startswith("aws-"):
+            return part.removeprefix("aws-")
+    return None
+
+
+class _WarningCollector(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def render_config(values: dict[str, Any], stack: str, mocks: RecordingMocks | None = None) -> Rendering:
+    """Run the program for `stack` with raw config `values` under fresh mocks."""
+    from components.config import load_stack_config
+    from components.program import deploy
+
+    mocks = mocks or RecordingMocks()
+    logger = logging.getLogger(f"pulumi-mocks-{stack}")
+    collector = _WarningCollector()
+    logger.handlers = [collector]
+    logger.propagate = False
+    pulumi.runtime.set_mocks(mocks, project="mlfleet", stack=stack, preview=False, logger=logger)
+    pulumi.runtime.set_all_config(dict(values))
+    captured: dict[str, Any] = {}
+
+    @pulumi.runtime.test
+    def run():
+        outputs = deploy(load_stack_config())
+        return pulumi.Output.from_input(outputs).apply(captured.update)
+
+    run()
+    return Rendering(stack=stack, resources=mocks.resources, outputs=captured, warnings=collector.messages)
+
+
+def render_stack(stack: str, **overrides: Any) -> Rendering:
+    """Render a committed stack file, optionally with some `mlfleet:` keys changed."""
+    values = stack_file_config(stack)
+    for key, value in overrides.items():
+        values[f"mlfleet:{key}"] = value if isinstance(value, str) else json.dumps(value)
+    return render_config(values, stack)
