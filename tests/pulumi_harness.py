@@ -147,27 +147,34 @@ class _WarningCollector(logging.Handler):
         self.messages.append(record.getMessage())
 
 
-def render_config(values: dict[str, Any], stack: str, mocks: RecordingMocks | None = None) -> Rendering:
-    """Run the program for `stack` with raw config `values` under fresh mocks."""
-    from components.config import load_stack_config
-    from components.program import deploy
-
+def render_program(program, stack: str = "test", config: dict[str, Any] | None = None,
+                   mocks: RecordingMocks | None = None) -> Rendering:
+    """Run `program()` (which declares resources and may return outputs) under fresh mocks."""
     mocks = mocks or RecordingMocks()
     logger = logging.getLogger(f"pulumi-mocks-{stack}")
     collector = _WarningCollector()
     logger.handlers = [collector]
     logger.propagate = False
     pulumi.runtime.set_mocks(mocks, project="mlfleet", stack=stack, preview=False, logger=logger)
-    pulumi.runtime.set_all_config(dict(values))
+    pulumi.runtime.set_all_config(dict(config or {}))
     captured: dict[str, Any] = {}
 
     @pulumi.runtime.test
     def run():
-        outputs = deploy(load_stack_config())
+        outputs = program()
+        outputs = outputs if isinstance(outputs, dict) else {}
         return pulumi.Output.from_input(outputs).apply(captured.update)
 
     run()
     return Rendering(stack=stack, resources=mocks.resources, outputs=captured, warnings=collector.messages)
+
+
+def render_config(values: dict[str, Any], stack: str, mocks: RecordingMocks | None = None) -> Rendering:
+    """Run the whole program for `stack` with raw config `values`, as `pulumi up` would."""
+    from components.config import load_stack_config
+    from components.program import deploy
+
+    return render_program(lambda: deploy(load_stack_config()), stack, values, mocks)
 
 
 def render_stack(stack: str, **overrides: Any) -> Rendering:

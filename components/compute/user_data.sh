@@ -1,6 +1,6 @@
 #!/bin/bash
 # Boot script of an mlfleet GPU instance: join the ECS cluster with GPU support and spot draining.
-# The @@...@@ markers are filled in by components/compute/fleet.py; everything else is literal.
+# Placeholders between double at-signs are filled in by components/compute/fleet.py.
 set -euo pipefail
 
 cat >> /etc/ecs/ecs.config <<'ECSCONFIG'

@@ -183,3 +183,9 @@ def test_stacks_disable_the_default_aws_provider():
     for stack in STACKS:
         values = stack_file_config(stack)
         assert json.loads(values["pulumi:disable-default-providers"]) == ["aws"]
+
+
+def test_configuration_reference_lists_every_key():
+    reference = (ROOT / "docs" / "configuration.md").read_text()
+    missing = [key for key in stack_keys() if f"`mlfleet:{key}`" not in reference]
+    assert not missing, f"docs/configuration.md does not describe {missing}"

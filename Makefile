@@ -1,0 +1,57 @@
+# mlfleet: the two commands users need are `make up STACK=<env>` and `make test`.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := venv
+BIN := $(VENV)/bin
+STACK ?=
+# State lives in the local file backend unless you point PULUMI_BACKEND_URL elsewhere
+# (s3://bucket/prefix, https://api.pulumi.com, ...).
+PULUMI_BACKEND_URL ?= file://$(CURDIR)/.pulumi-state
+export PULUMI_BACKEND_URL
+
+.PHONY: help venv test snapshots preview up destroy lint shellcheck
+
+help:
+	@echo "make up STACK=dev        deploy a stack (pulumi up; local file backend unless PULUMI_BACKEND_URL is set)"
+	@echo "make preview STACK=dev   show what would change"
+	@echo "make test                install test dependencies and run the whole test suite"
+	@echo "make snapshots           rewrite tests/snapshots after an intended infrastructure change"
+	@grep -hE '^## ' mk/*.mk 2>/dev/null | sed 's/^## //' || true
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+venv: $(BIN)/python
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements-dev.txt
+
+test: venv shellcheck
+	$(BIN)/python -m pytest
+
+snapshots: venv
+	$(BIN)/python -m pytest tests/program/test_stacks.py --update-snapshots
+
+shellcheck:
+	@command -v shellcheck >/dev/null || { echo "shellcheck is missing: apt-get install shellcheck"; exit 1; }
+	shellcheck components/compute/user_data.sh $(wildcard packer/scripts/*.sh) $(wildcard scripts/*.sh)
+
+lint: shellcheck
+
+define require_stack
+	@test -n "$(STACK)" || { echo "usage: make $@ STACK=dev|staging|prod"; exit 2; }
+	@test -f stacks/Pulumi.$(STACK).yaml || { echo "no stacks/Pulumi.$(STACK).yaml"; exit 2; }
+	@case "$(PULUMI_BACKEND_URL)" in file://*) mkdir -p "$(patsubst file://%,%,$(PULUMI_BACKEND_URL))";; esac
+	pulumi stack select --create $(STACK)
+endef
+
+preview:
+	$(require_stack)
+	pulumi preview --stack $(STACK) --diff
+
+up:
+	$(require_stack)
+	pulumi up --stack $(STACK)
+
+-include mk/*.mk

@@ -1,0 +1,204 @@
+"""Each component under Pulumi mocks: what it declares and the properties that keep it safe and cheap."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pulumi
+import pytest
+
+from components.ami import STOCK_GPU_AMI_PARAMETER, GpuAmi, GpuAmiArgs
+from components.compute import EcsGpuCluster, EcsGpuClusterArgs, GpuSpotFleet, GpuSpotFleetArgs, render_user_data
+from components.config import FleetConfig
+from components.network import INTERFACE_ENDPOINT_SERVICES, Network, NetworkArgs
+from components.network.network import plan_subnets, rank_zones
+from components.providers import regional_provider, with_provider
+from pulumi_harness import STOCK_AMI, render_program
+
+TAGS = {"mlfleet:environment": "test", "mlfleet:managed-by": "pulumi"}
+ASG = "aws:autoscaling/group:Group"
+LT = "aws:ec2/launchTemplate:LaunchTemplate"
+
+
+def _in_region(build, region="us-west-2"):
+    """Declare a component the way FleetRegion does: under a component that carries the provider."""
+
+    def program():
+        provider = regional_provider(region, TAGS)
+        holder = pulumi.ComponentResource("mlfleet:test:Holder", "holder", None, with_provider(provider))
+        return build(pulumi.ResourceOptions(parent=holder))
+
+    return render_program(program)
+
+
+# --- Network ------------------------------------------------------------------------------------
+
+def test_plan_subnets_fits_the_vpc_and_never_overlaps():
+    private, public = plan_subnets("10.80.0.0/16", 3)
+    assert private == ["10.80.0.0/19", "10.80.32.0/19", "10.80.64.0/19"]
+    assert public == ["10.80.224.0/22", "10.80.228.0/22", "10.80.232.0/22"]
+
+
+def test_rank_zones_prefers_zones_offering_more_fleet_types():
+    locations = ["z-a", "z-b", "z-b", "z-c", "z-c", "z-c"]
+    assert rank_zones(["z-a", "z-b", "z-c", "z-d"], locations, 2) == ["z-c", "z-b"]
+    assert rank_zones(["z-d"], locations, 2) == []
+
+
+@pytest.mark.parametrize("nat", [False, True])
+def test_created_network_has_private_subnets_only_and_a_way_to_aws(nat):
+    rendering = _in_region(lambda opts: Network("net", NetworkArgs(
+        region="us-west-2", instance_types=["g5.xlarge", "g6.xlarge"], tags=TAGS, availability_zone_count=3,
+        nat_gateway=nat), opts=opts))
+    subnets = rendering.of_type("aws:ec2/subnet:Subnet")
+    private = [s for s in subnets if s.inputs["tags"]["mlfleet:tier"] == "private"]
+    assert sorted(s.inputs["availabilityZone"] for s in private) == ["us-west-2a", "us-west-2b", "us-west-2c"]
+    assert all(s.inputs["mapPublicIpOnLaunch"] is False for s in subnets)
+    endpoints = {e.inputs["serviceName"]: e.inputs for e in rendering.of_type("aws:ec2/vpcEndpoint:VpcEndpoint")}
+    assert endpoints["com.amazonaws.us-west-2.s3"]["vpcEndpointType"] == "Gateway"
+    nats = rendering.of_type("aws:ec2/natGateway:NatGateway")
+    if nat:
+        assert len(nats) == 1 and len(endpoints) == 1
+        default_routes = [r.inputs for r in rendering.of_type("aws:ec2/route:Route") if "natGatewayId" in r.inputs]
+        assert len(default_routes) == 1 and default_routes[0]["destinationCidrBlock"] == "0.0.0.0/0"
+    else:
+        assert nats == [] and rendering.of_type("aws:ec2/internetGateway:InternetGateway") == []
+        interface = {name for name, e in endpoints.items() if e["vpcEndpointType"] == "Interface"}
+        assert interface == {f"com.amazonaws.us-west-2.{s}" for s in INTERFACE_ENDPOINT_SERVICES}
+        assert all(endpoints[name]["privateDnsEnabled"] for name in interface)
+        endpoint_sg = rendering.named("net-endpoints-sg").inputs
+        assert endpoint_sg["ingress"][0]["fromPort"] == 443 and endpoint_sg["ingress"][0]["cidrBlocks"] == ["10.80.0.0/16"]
+
+
+def test_existing_network_is_used_as_is():
+    rendering = _in_region(lambda opts: Network("net", NetworkArgs(
+        region="us-west-2", instance_types=["g5.xlarge"], tags=TAGS,
+        existing_vpc_id="vpc-0abc1234", existing_subnet_ids=("subnet-0aaa1111", "subnet-0bbb2222")), opts=opts))
+    assert [r for r in rendering.resources if r.type.startswith("aws:")] == []
+
+
+def test_region_without_the_instance_types_fails_clearly():
+    with pytest.raises(Exception, match="no availability zone of us-west-2 offers any of"):
+        _in_region(lambda opts: Network("net", NetworkArgs(
+            region="us-west-2", instance_types=["g5.xlarge"], tags=TAGS, availability_zone_count=0), opts=opts))
+
+
+# --- AMI ----------------------------------------------------------------------------------------
+
+def test_stock_ami_comes_from_the_public_ssm_parameter_with_a_warning():
+    rendering = _in_region(lambda opts: {"id": GpuAmi("ami", GpuAmiArgs(region="us-west-2", environment="test"), opts=opts).image_id})
+    assert rendering.outputs["id"] == STOCK_AMI
+    assert STOCK_GPU_AMI_PARAMETER == "/aws/service/ecs/optimized-ami/amazon-linux-2023/gpu/recommended/image_id"
+    assert any("stock ECS GPU AMI" in w for w in rendering.warnings)
+
+
+def test_pinned_ami_wins_without_a_warning():
+    rendering = _in_region(lambda opts: {"id": GpuAmi("ami", GpuAmiArgs(
+        region="us-west-2", environment="test", pinned_ami_id="ami-0fedcba9876543210"), opts=opts).image_id})
+    assert rendering.outputs["id"] == "ami-0fedcba9876543210"
+    assert rendering.warnings == []
+
+
+# --- ECS cluster ----------------------------------------------------------------------------------
+
+def test_cluster_has_container_insights_logs_with_retention_and_a_gpu_job_family():
+    rendering = _in_region(lambda opts: {"family": EcsGpuCluster("ecs", EcsGpuClusterArgs(
+        region="us-west-2", environment="test", job_image="nvidia/cuda:12.6.3-base-ubuntu24.04",
+        log_retention_days=14, tags=TAGS), opts=opts).task_definition_family})
+    cluster = rendering.of_type("aws:ecs/cluster:Cluster")[0].inputs
+    assert cluster["name"] == "mlfleet-test"
+    assert {"name": "containerInsights", "value": "enabled"} in cluster["settings"]
+    assert rendering.of_type("aws:cloudwatch/logGroup:LogGroup")[0].inputs["retentionInDays"] == 14
+    task = rendering.of_type("aws:ecs/taskDefinition:TaskDefinition")[0].inputs
+    assert rendering.outputs["family"] == task["family"] == "mlfleet-test-gpu-job"
+    assert task["requiresCompatibilities"] == ["EC2"]
+    (container,) = json.loads(task["containerDefinitions"])
+    assert container["resourceRequirements"] == [{"type": "GPU", "value": "1"}]
+    assert container["logConfiguration"]["logDriver"] == "awslogs"
+    assert container["logConfiguration"]["options"]["awslogs-group"] == "/mlfleet/test/jobs"
+    assert container["stopTimeout"] <= 120
+    execution_policies = [a.inputs["policyArn"] for a in rendering.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")]
+    assert execution_policies == ["arn:aws:iam::aws:policy/service-role/AmazonECSTaskExecutionRolePolicy"]
+    assert rendering.of_type("aws:ecs/capacityProvider:CapacityProvider") == []
+
+
+# --- GPU spot fleet --------------------------------------------------------------------------------
+
+def _fleet(**fleet_overrides):
+    fleet = FleetConfig.model_validate({"maxInstances": 6, **fleet_overrides})
+    return _in_region(lambda opts: {"asg": GpuSpotFleet("gpu1", GpuSpotFleetArgs(
+        region="us-west-2", environment="test", fleet_name="gpu1", fleet=fleet, cluster_name="mlfleet-test",
+        vpc_id="vpc-0abc1234", subnet_ids=["subnet-0aaa1111", "subnet-0bbb2222"], image_id="ami-0fedcba9876543210",
+        root_volume_gib=250, tags=TAGS), opts=opts).asg_name})
+
+
+def test_launch_template_is_imdsv2_encrypted_gp3_without_public_ip():
+    lt = _fleet().of_type(LT)[0].inputs
+    assert lt["metadataOptions"] == {"httpEndpoint": "enabled", "httpTokens": "required",
+                                     "httpPutResponseHopLimit": 2, "instanceMetadataTags": "enabled"}
+    (root,) = lt["blockDeviceMappings"]
+    assert root["deviceName"] == "/dev/xvda"
+    assert root["ebs"] == {"volumeSize": 250, "volumeType": "gp3", "encrypted": "true", "deleteOnTermination": "true"}
+    (nic,) = lt["networkInterfaces"]
+    assert nic["associatePublicIpAddress"] == "false"
+    assert lt["imageId"] == "ami-0fedcba9876543210"
+    assert "iamInstanceProfile" in lt
+    assert {spec["resourceType"] for spec in lt["tagSpecifications"]} == {"instance", "volume", "network-interface"}
+
+
+def test_user_data_joins_the_cluster_with_gpu_support_and_spot_draining():
+    lt = _fleet().of_type(LT)[0].inputs
+    script = base64.b64decode(lt["userData"]).decode()
+    assert script == render_user_data("mlfleet-test", "test", "gpu1")
+    for line in ("ECS_CLUSTER=mlfleet-test", "ECS_ENABLE_GPU_SUPPORT=true", "ECS_ENABLE_SPOT_INSTANCE_DRAINING=true"):
+        assert f"\n{line}\n" in script
+    assert "@@" not in script
+    assert "-d 169.254.169.254/32 -j DROP" in script
+
+
+def test_instance_role_has_ecs_agent_cloudwatch_agent_and_ssm():
+    attached = {a.inputs["policyArn"] for a in _fleet().of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")}
+    assert attached == {
+        "arn:aws:iam::aws:policy/service-role/AmazonEC2ContainerServiceforEC2Role",
+        "arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy",
+        "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",
+    }
+
+
+def test_instances_accept_no_inbound_traffic():
+    (sg,) = _fleet().of_type("aws:ec2/securityGroup:SecurityGroup")
+    assert sg.inputs["ingress"] == []
+
+
+def test_asg_is_a_capped_spot_first_mixed_fleet_owned_by_the_scheduler():
+    rendering = _fleet(instanceTypes=["g6.2xlarge", "g5.2xlarge", "g4dn.2xlarge"], onDemandBaseCapacity=1)
+    (asg,) = rendering.of_type(ASG)
+    group = asg.inputs
+    assert rendering.outputs["asg"] == group["name"] == "mlfleet-test-gpu1"
+    assert (group["minSize"], group["maxSize"]) == (0, 6)
+    assert "desiredCapacity" not in group
+    assert group["protectFromScaleIn"] is True and group["capacityRebalance"] is True
+    assert group["vpcZoneIdentifiers"] == ["subnet-0aaa1111", "subnet-0bbb2222"]
+    policy = group["mixedInstancesPolicy"]
+    assert policy["instancesDistribution"] == {
+        "onDemandBaseCapacity": 1, "onDemandPercentageAboveBaseCapacity": 0,
+        "onDemandAllocationStrategy": "lowest-price", "spotAllocationStrategy": "price-capacity-optimized"}
+    assert [o["instanceType"] for o in policy["launchTemplate"]["overrides"]] == ["g6.2xlarge", "g5.2xlarge", "g4dn.2xlarge"]
+    spec = policy["launchTemplate"]["launchTemplateSpecification"]
+    assert spec["version"] == "1" and "$Latest" not in json.dumps(group)
+    tags = {t["key"]: t for t in group["tags"]}
+    assert tags["mlfleet:environment"]["value"] == "test" and tags["mlfleet:fleet"]["value"] == "gpu1"
+    assert all(t["propagateAtLaunch"] for t in tags.values())
+
+
+def test_default_fleet_diversifies_over_at_least_three_types():
+    (asg,) = _fleet().of_type(ASG)
+    assert len(asg.inputs["mixedInstancesPolicy"]["launchTemplate"]["overrides"]) >= 3
+
+
+def test_regional_provider_carries_default_tags():
+    rendering = render_program(lambda: regional_provider("eu-west-1", TAGS) and None)
+    (provider,) = rendering.of_type("pulumi:providers:aws")
+    assert provider.inputs["region"] == "eu-west-1"
+    assert json.loads(provider.inputs["defaultTags"])["tags"] == TAGS

@@ -1,0 +1,86 @@
+"""The whole program per committed stack, and the committed snapshot of what each stack declares.
+
+The snapshot (tests/snapshots/<stack>.json: type, name and inputs of every resource) is what a pull
+request reviewer reads to see what a change does to the infrastructure without cloud credentials.
+Update it after an intended change with `make snapshots` (pytest --update-snapshots).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+
+import pytest
+
+from components.config import parse_stack_config
+from pulumi_harness import ROOT, STACKS, render_stack, stack_file_config
+
+SNAPSHOTS = ROOT / "tests" / "snapshots"
+
+
+@pytest.fixture(scope="module", params=STACKS)
+def rendering(request):
+    return render_stack(request.param)
+
+
+def test_every_fleet_region_gets_a_cluster_and_its_fleets(rendering):
+    cfg = parse_stack_config(stack_file_config(rendering.stack), rendering.stack)
+    clusters = rendering.of_type("aws:ecs/cluster:Cluster")
+    assert len(clusters) == len(cfg.regions)
+    expected_groups = sorted(f"{cfg.environment}-{region}-{fleet}-asg" for region in cfg.regions for fleet in cfg.fleets_in(region))
+    assert sorted(r.name for r in rendering.of_type("aws:autoscaling/group:Group")) == expected_groups
+
+
+def test_outputs_name_cluster_asg_and_task_family_per_region(rendering):
+    cfg = parse_stack_config(stack_file_config(rendering.stack), rendering.stack)
+    regions = rendering.outputs["regions"]
+    assert set(regions) == set(cfg.regions)
+    for region, out in regions.items():
+        assert out["clusterName"] == f"mlfleet-{cfg.environment}"
+        assert out["clusterArn"].startswith(f"arn:aws:ecs:{region}:")
+        assert out["taskDefinitionFamily"] == f"mlfleet-{cfg.environment}-gpu-job"
+        assert set(out["fleets"]) == set(cfg.fleets_in(region))
+        assert all(f["asgName"] for f in out["fleets"].values())
+
+
+def test_every_resource_uses_the_provider_of_its_own_region(rendering):
+    for resource in rendering.resources:
+        if not resource.type.startswith("aws:"):
+            continue
+        assert resource.provider, f"{resource.name} would use the default provider"
+        region = resource.provider.split("::")[-2].removeprefix("aws-")
+        assert f"-{region}-" in f"-{resource.name}-", f"{resource.name} is declared through the {region} provider"
+
+
+def test_every_taggable_resource_carries_the_environment_tag(rendering):
+    for resource in rendering.resources:
+        tags = resource.inputs.get("tags")
+        if tags is None:
+            continue
+        if isinstance(tags, list):  # ASG tag blocks
+            tags = {t["key"]: t["value"] for t in tags}
+        assert tags.get("mlfleet:environment") == rendering.stack, resource.name
+        assert tags.get("mlfleet:managed-by") == "pulumi", resource.name
+
+
+def test_no_instance_can_get_a_public_ip(rendering):
+    for lt in rendering.of_type("aws:ec2/launchTemplate:LaunchTemplate"):
+        assert all(nic["associatePublicIpAddress"] == "false" for nic in lt.inputs["networkInterfaces"])
+    for subnet in rendering.of_type("aws:ec2/subnet:Subnet"):
+        assert subnet.inputs["mapPublicIpOnLaunch"] is False
+
+
+def test_snapshot_matches(rendering, update_snapshots):
+    path = SNAPSHOTS / f"{rendering.stack}.json"
+    current = json.dumps(rendering.snapshot(), indent=1, sort_keys=True) + "\n"
+    if update_snapshots or not path.exists():
+        path.write_text(current)
+        if not update_snapshots:
+            pytest.fail(f"{path.name} did not exist; it has been written: review and commit it")
+        return
+    committed = path.read_text()
+    if committed != current:
+        diff = "".join(difflib.unified_diff(committed.splitlines(True), current.splitlines(True),
+                                            f"committed {path.name}", "rendered now", n=2))
+        pytest.fail(f"stack {rendering.stack!r} renders differently from its snapshot "
+                    f"(run `make snapshots` if intended):\n{diff[:20000]}")
