@@ -4,25 +4,57 @@ from __future__ import annotations
 
 import pulumi
 
+from components.alerts import SlackChannel, SlackChannelArgs
+from components.billing import estimate, monthly_budget, over_budget_warning
 from components.config import StackConfig
+from components.config.regions import BILLING_METRICS_REGION
+from components.home import HomeRegion, HomeRegionArgs
 from components.providers import regional_providers, with_provider
 from components.region import FleetRegion, FleetRegionArgs
 
 
 def deploy(cfg: StackConfig) -> dict:
     """Declare every resource of the stack and export what users need. Returns the outputs."""
-    providers = regional_providers([cfg.home_region, *cfg.regions], cfg.base_tags())
+    cost = estimate(cfg)
+    warning = over_budget_warning(cfg, cost)
+    if warning:
+        pulumi.log.warn(warning)
+
+    providers = regional_providers([cfg.home_region, *cfg.regions, BILLING_METRICS_REGION], cfg.base_tags())
+    home = HomeRegion(
+        f"{cfg.environment}-home",
+        HomeRegionArgs(config=cfg, cost=cost, billing_provider=providers[BILLING_METRICS_REGION]),
+        opts=with_provider(providers[cfg.home_region]),
+    )
     regions = {
         region: FleetRegion(
             f"{cfg.environment}-{region}",
-            FleetRegionArgs(region=region, config=cfg),
+            FleetRegionArgs(
+                region=region,
+                config=cfg,
+                alert_topic_arn=home.alert_topic_arn if region == cfg.home_region else None,
+            ),
             opts=with_provider(providers[region]),
         )
         for region in cfg.regions
     }
+    if cfg.slack_workspace_id and cfg.slack_channel_id:
+        topics = [home.alert_topic_arn, home.billing_topic_arn]
+        topics += [r.alert_topic_arn for name, r in regions.items() if name != cfg.home_region]
+        SlackChannel(
+            f"{cfg.environment}-slack",
+            SlackChannelArgs(environment=cfg.environment, workspace_id=cfg.slack_workspace_id,
+                             channel_id=cfg.slack_channel_id, topic_arns=topics, tags=cfg.base_tags()),
+            opts=with_provider(providers[cfg.home_region]),
+        )
+
     outputs = {
         "environment": cfg.environment,
         "homeRegion": cfg.home_region,
+        "alertTopicArn": home.alert_topic_arn,
+        "admissionParameter": home.admission_parameter,
+        "budget": {"name": home.billing.budget_name, "monthlyUsd": monthly_budget(cfg, cost)},
+        "cost": cost.outputs(),
         "regions": {region: component.outputs() for region, component in regions.items()},
     }
     for key, value in outputs.items():

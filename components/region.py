@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import pulumi
 
+from components.alerts import AlertTopic, AlertTopicArgs
 from components.ami import GpuAmi, GpuAmiArgs
 from components.compute import EcsGpuCluster, EcsGpuClusterArgs, GpuSpotFleet, GpuSpotFleetArgs, cluster_name
 from components.config import StackConfig
@@ -17,6 +18,9 @@ from components.resources import child
 class FleetRegionArgs:
     region: str
     config: StackConfig
+    # The home region's alert topic when this is the home region; otherwise None, and the region gets
+    # its own (CloudWatch alarms can only notify a topic in their region).
+    alert_topic_arn: pulumi.Input[str] | None = None
 
 
 class FleetRegion(pulumi.ComponentResource):
@@ -28,6 +32,15 @@ class FleetRegion(pulumi.ComponentResource):
         tags = cfg.base_tags()
         fleets = cfg.fleets_in(region)
         existing = cfg.networks.get(region)
+
+        if args.alert_topic_arn is None:
+            self.alert_topic_arn = AlertTopic(
+                f"{name}-alerts",
+                AlertTopicArgs(topic_name=f"mlfleet-{cfg.environment}-alerts-{region}", emails=cfg.alert_emails, tags=tags),
+                opts=child(self),
+            ).topic_arn
+        else:
+            self.alert_topic_arn = pulumi.Output.from_input(args.alert_topic_arn)
 
         self.network = Network(
             f"{name}-net",
@@ -88,5 +101,6 @@ class FleetRegion(pulumi.ComponentResource):
             "amiId": self.ami.image_id,
             "amiSource": self.ami.source,
             "vpcId": self.network.vpc_id,
+            "alertTopicArn": self.alert_topic_arn,
             "fleets": {name: {"asgName": fleet.asg_name} for name, fleet in self.fleets.items()},
         }

@@ -64,6 +64,10 @@ class Rendering:
 
 
 def _readable(value: Any) -> Any:
+    if isinstance(value, pulumi.AssetArchive):
+        return {"archive": sorted(value.assets)}  # the file list, not contents: code edits stay out of snapshots
+    if isinstance(value, (pulumi.FileAsset, pulumi.FileArchive)):
+        return {"path": value.path}
     if isinstance(value, dict):
         out = {}
         for key, item in sorted(value.items()):

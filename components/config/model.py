@@ -140,7 +140,8 @@ class StackConfig(_Model):
     log_retention_days: int = 30
 
     cost_allocation_tags: dict[TagKey, TagValue] = Field(default_factory=dict)
-    alert_emails: tuple[Annotated[str, StringConstraints(pattern=EMAIL.pattern)], ...] = Field(min_length=1)
+    # AWS Budgets takes at most ten e-mail subscribers per notification.
+    alert_emails: tuple[Annotated[str, StringConstraints(pattern=EMAIL.pattern)], ...] = Field(min_length=1, max_length=10)
     slack_workspace_id: str | None = None
     slack_channel_id: str | None = None
 
@@ -148,6 +149,8 @@ class StackConfig(_Model):
     monthly_budget_usd: int | None = Field(default=None, gt=0)
     budget_alert_percents: tuple[int, ...] = (25, 50, 75, 100)
     budget_forecast_percent: int | None = Field(default=100, gt=0, le=1000)
+    # Activating needs the tag to have appeared in billing data once (up to a day after first use).
+    activate_cost_allocation_tag: bool = False
     max_hourly_usd: int = Field(gt=0)
 
     # Idleness (DESIGN.md "Idle").
@@ -197,6 +200,8 @@ class StackConfig(_Model):
             raise ValueError(f"thresholds must be between 1 and 1000 percent, got {list(percents)}")
         if list(percents) != sorted(set(percents)):
             raise ValueError(f"thresholds must be strictly increasing, got {list(percents)}")
+        if 100 not in percents:
+            raise ValueError(f"must include 100 (the alert that stops job admission), got {list(percents)}")
         return percents
 
     @field_validator("cost_allocation_tags")

@@ -11,7 +11,8 @@ instances and Auto Scaling groups are always tag-scoped).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,9 @@ class Permission:
     resources: tuple[str, ...] = ("*",)
     tag_scoped: bool = False
     why: str = ""
+    # An IAM Condition block, with the same placeholders as resources, e.g.
+    # {"StringLike": {"kms:ViaService": "sns.*.amazonaws.com"}}.
+    condition: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for action in self.actions:
@@ -28,5 +32,17 @@ class Permission:
                 raise ValueError(f"IAM action {action!r} is not of the form service:Action")
 
 
-def needs(*actions: str, resources: tuple[str, ...] = ("*",), tag_scoped: bool = False, why: str = "") -> Permission:
-    return Permission(actions=tuple(actions), resources=resources, tag_scoped=tag_scoped, why=why)
+def needs(*actions: str, resources: tuple[str, ...] = ("*",), tag_scoped: bool = False, why: str = "",
+          condition: Mapping[str, Mapping[str, str]] | None = None) -> Permission:
+    return Permission(actions=tuple(actions), resources=resources, tag_scoped=tag_scoped, why=why,
+                      condition=dict(condition or {}))
+
+
+# mlfleet's topics are encrypted with customer-managed keys (components/alerts): publishing needs the
+# key too, but only when SNS uses it on the function's behalf.
+PUBLISH_TO_ENCRYPTED_TOPICS = needs(
+    "kms:GenerateDataKey*", "kms:Decrypt",
+    resources=("arn:{partition}:kms:*:{account}:key/*",),
+    condition={"StringLike": {"kms:ViaService": "sns.*.amazonaws.com"}},
+    why="publish to mlfleet's KMS-encrypted SNS topics",
+)

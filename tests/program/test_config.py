@@ -95,6 +95,8 @@ BAD_CASES = [
     pytest.param({"monthlyBudgetUsd": "0"}, ["mlfleet:monthlyBudgetUsd", "greater than 0"], id="zero-budget"),
     pytest.param({"monthlyBudgetUsd": "-100"}, ["mlfleet:monthlyBudgetUsd", "got '-100'"], id="negative-budget"),
     pytest.param({"budgetAlertPercents": [50, 25, 75]}, ["mlfleet:budgetAlertPercents", "strictly increasing", "[50, 25, 75]"], id="thresholds-out-of-order"),
+    pytest.param({"budgetAlertPercents": [25, 50, 75]}, ["mlfleet:budgetAlertPercents", "must include 100"], id="no-100-percent-alert"),
+    pytest.param({"alertEmails": [f"a{i}@example.com" for i in range(11)]}, ["mlfleet:alertEmails", "at most 10"], id="too-many-emails"),
     pytest.param({"budgetAlertPercents": [10, 20, 30, 40, 50, 60, 70, 80, 90, 100]},
                  ["mlfleet:budgetAlertPercents", "11 notifications", "10 AWS Budgets allows"], id="too-many-notifications"),
     pytest.param({"logRetentionDays": "45"}, ["mlfleet:logRetentionDays", "45 is not a CloudWatch Logs retention period"], id="bad-retention"),
@@ -185,7 +187,10 @@ def test_stacks_disable_the_default_aws_provider():
         assert json.loads(values["pulumi:disable-default-providers"]) == ["aws"]
 
 
-def test_configuration_reference_lists_every_key():
-    reference = (ROOT / "docs" / "configuration.md").read_text()
-    missing = [key for key in stack_keys() if f"`mlfleet:{key}`" not in reference]
-    assert not missing, f"docs/configuration.md does not describe {missing}"
+def test_configuration_reference_is_generated_from_the_model():
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "scripts/render_config_reference.py", "--check"], cwd=ROOT,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -43,13 +43,25 @@ def test_outputs_name_cluster_asg_and_task_family_per_region(rendering):
         assert all(f["asgName"] for f in out["fleets"].values())
 
 
+def _expected_region(name: str, cfg) -> str:
+    """Fleet-region resources are named <env>-<region>-...; home resources <env>-home-..., except the
+    billing alarms and their topic, which live in us-east-1 with the billing metrics."""
+    for region in cfg.regions:
+        if name.startswith(f"{cfg.environment}-{region}-"):
+            return region
+    if "estimated-charges" in name or name.startswith(f"{cfg.environment}-home-billing-alerts"):
+        return "us-east-1"
+    return cfg.home_region
+
+
 def test_every_resource_uses_the_provider_of_its_own_region(rendering):
+    cfg = parse_stack_config(stack_file_config(rendering.stack), rendering.stack)
     for resource in rendering.resources:
         if not resource.type.startswith("aws:"):
             continue
         assert resource.provider, f"{resource.name} would use the default provider"
         region = resource.provider.split("::")[-2].removeprefix("aws-")
-        assert f"-{region}-" in f"-{resource.name}-", f"{resource.name} is declared through the {region} provider"
+        assert region == _expected_region(resource.name, cfg), f"{resource.name} is declared through the {region} provider"
 
 
 def test_every_taggable_resource_carries_the_environment_tag(rendering):

@@ -1,0 +1,154 @@
+"""A Python Lambda function packaged from its own folder, with a role derived from its declared needs.
+
+The archive holds `lambdas/__init__.py`, `lambdas/common/` and `lambdas/<function>/`, nothing else of
+the repository, listed file by file (no __pycache__) so the same source always gives the same archive
+and an unchanged function shows no diff. The role's policy is generated from the `PERMISSIONS` the
+function's modules declare next to their AWS calls (lambdas/common/permissions.py), plus writing to
+its own log group; tag-scoped permissions get the environment's tag condition.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pulumi
+import pulumi_aws as aws
+
+from components.resources import assume_role_policy, child, invoke
+from lambdas.common import tags as tag_keys
+from lambdas.common.permissions import Permission
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+RUNTIME = "python3.13"
+ARCHITECTURE = "arm64"  # Graviton: cheaper per GB-second, and nothing here needs x86 wheels
+PACKAGED_SUFFIXES = (".py", ".json")
+
+
+def function_name(environment: str, function: str) -> str:
+    return f"mlfleet-{environment}-{function}"
+
+
+def package_files(function: str) -> list[str]:
+    """Project-relative paths of every file the function's archive holds, sorted."""
+    lambdas = PROJECT_ROOT / "lambdas"
+    if not (lambdas / function / "handler.py").is_file():
+        raise ValueError(f"lambdas/{function}/handler.py does not exist")
+    files = [lambdas / "__init__.py"]
+    for folder in ("common", function):
+        files += [
+            p for p in (lambdas / folder).rglob("*")
+            if p.is_file() and p.suffix in PACKAGED_SUFFIXES and "__pycache__" not in p.parts
+        ]
+    return sorted(str(p.relative_to(PROJECT_ROOT)) for p in files)
+
+
+def code_archive(function: str) -> pulumi.AssetArchive:
+    # Paths are relative to the project root, where Pulumi runs the program.
+    return pulumi.AssetArchive({path: pulumi.FileAsset(path) for path in package_files(function)})
+
+
+def policy_document(permissions: Sequence[Permission], *, account: str, region: str, environment: str,
+                    log_group_arn: str) -> str:
+    """The role policy: one statement per declared permission, plus the function's own logs."""
+    values = {"partition": "aws", "account": account, "region": region, "environment": environment}
+    statements = [
+        {
+            "Sid": "OwnLogs",
+            "Effect": "Allow",
+            "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
+            "Resource": [f"{log_group_arn}:*"],
+        }
+    ]
+    for index, permission in enumerate(permissions):
+        statement: dict = {
+            "Sid": f"Needs{index}",
+            "Effect": "Allow",
+            "Action": sorted(permission.actions),
+            "Resource": [resource.format(**values) for resource in permission.resources],
+        }
+        condition = {op: {key: value.format(**values) for key, value in tests.items()}
+                     for op, tests in permission.condition.items()}
+        if permission.tag_scoped:
+            condition.setdefault("StringEquals", {})[f"aws:ResourceTag/{tag_keys.ENVIRONMENT}"] = environment
+        if condition:
+            statement["Condition"] = condition
+        statements.append(statement)
+    return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class PythonFunctionArgs:
+    function: str  # folder under lambdas/
+    description: str
+    region: str
+    environment: str
+    permissions: Sequence[Permission]
+    log_retention_days: int
+    tags: Mapping[str, str]
+    variables: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
+    timeout_seconds: int = 300
+    memory_mib: int = 512
+    # None: no reservation. 1: at most one run at a time (the scheduler).
+    reserved_concurrency: int | None = None
+
+
+class PythonFunction(pulumi.ComponentResource):
+    function_name: pulumi.Output[str]
+    arn: pulumi.Output[str]
+    role_name: pulumi.Output[str]
+
+    def __init__(self, name: str, args: PythonFunctionArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("mlfleet:functions:PythonFunction", name, None, opts)
+        tags = dict(args.tags)
+        physical_name = function_name(args.environment, args.function)
+
+        log_group = aws.cloudwatch.LogGroup(
+            f"{name}-logs",
+            name=f"/aws/lambda/{physical_name}",
+            retention_in_days=args.log_retention_days,
+            tags=tags,
+            opts=child(self),
+        )
+        role = aws.iam.Role(
+            f"{name}-role",
+            assume_role_policy=assume_role_policy("lambda.amazonaws.com"),
+            description=f"mlfleet {args.function} function in {args.environment}/{args.region}",
+            tags=tags,
+            opts=child(self),
+        )
+        caller = aws.get_caller_identity_output(opts=invoke(self))
+        policy = aws.iam.RolePolicy(
+            f"{name}-policy",
+            role=role.id,
+            policy=pulumi.Output.all(caller.account_id, log_group.arn).apply(
+                lambda values: policy_document(
+                    args.permissions, account=values[0], region=args.region,
+                    environment=args.environment, log_group_arn=values[1],
+                )
+            ),
+            opts=child(self),
+        )
+        function = aws.lambda_.Function(
+            f"{name}-function",
+            name=physical_name,
+            description=args.description,
+            runtime=RUNTIME,
+            architectures=[ARCHITECTURE],
+            handler=f"lambdas.{args.function}.handler.handler",
+            code=code_archive(args.function),
+            role=role.arn,
+            timeout=args.timeout_seconds,
+            memory_size=args.memory_mib,
+            reserved_concurrent_executions=args.reserved_concurrency,
+            environment={"variables": {"ENVIRONMENT": args.environment, **args.variables}},
+            tags=tags,
+            # The log group and the policy exist before the first invocation can need them.
+            opts=child(self, depends_on=[log_group, policy]),
+        )
+        self.function_name = function.name
+        self.arn = function.arn
+        self.role_name = role.name
+        self.register_outputs({"function_name": self.function_name, "arn": self.arn})

@@ -1,0 +1,1 @@
+"""Closes job admission when actual spend crosses the monthly budget, and says so."""
