@@ -11,13 +11,15 @@ STACK ?=
 PULUMI_BACKEND_URL ?= file://$(CURDIR)/.pulumi-state
 export PULUMI_BACKEND_URL
 
-.PHONY: help venv test snapshots preview up destroy lint shellcheck
+.PHONY: help venv test snapshots preview up destroy lint shellcheck admission-status admission-open
 
 help:
 	@echo "make up STACK=dev        deploy a stack (pulumi up; local file backend unless PULUMI_BACKEND_URL is set)"
 	@echo "make preview STACK=dev   show what would change"
 	@echo "make test                install test dependencies and run the whole test suite"
 	@echo "make snapshots           rewrite tests/snapshots after an intended infrastructure change"
+	@echo "make admission-open STACK=dev     admit jobs again after the budget guard closed admission"
+	@echo "make admission-status STACK=dev   show whether the environment admits new jobs"
 	@grep -hE '^## ' mk/*.mk 2>/dev/null | sed 's/^## //' || true
 
 $(BIN)/python:
@@ -53,5 +55,14 @@ preview:
 up:
 	$(require_stack)
 	pulumi up --stack $(STACK)
+
+# Tools run with the project's venv when it exists (make venv), else the system Python (needs boto3, PyYAML).
+PY = $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
+HOME_REGION = $(shell $(PY) scripts/stack_value.py $(STACK) aws:region)
+
+admission-status admission-open:
+	@test -n "$(STACK)" || { echo "usage: make $@ STACK=dev|staging|prod"; exit 2; }
+	$(PY) -m lambdas.common.admission $(patsubst admission-%,%,$@) --environment $(STACK) --region $(HOME_REGION) \
+		$(if $(REASON),--reason "$(REASON)",)
 
 -include mk/*.mk

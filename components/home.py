@@ -66,9 +66,9 @@ class HomeRegion(pulumi.ComponentResource):
             name=admission.parameter_name(cfg.environment),
             type="String",
             description="May the scheduler admit new jobs? Closed by the budget guard; reopen with make admission-open",
-            value=admission.Admission(admission.OPEN, "created by pulumi", "").encode(),
+            insecure_value=admission.Admission(admission.OPEN, "created by pulumi", "").encode(),
             tags=tags,
-            opts=child(self, ignore_changes=["value"]),
+            opts=child(self, ignore_changes=["insecure_value"]),
         )
 
         guard_topic = AlertTopic(

@@ -1,0 +1,112 @@
+"""The budget guard against moto: an over-budget notification closes admission; the scheduler side reads it."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+
+from lambdas.budget_guard.budget_message import parse_budget_message
+from lambdas.budget_guard.handler import Settings, handler
+from lambdas.common import admission
+
+BUDGETS_TEXT = """AWS Budget Notification November 22, 2026
+AWS Account 123456789012
+
+Dear AWS Customer,
+
+You requested that we alert you when the ACTUAL Cost associated with your mlfleet-dev budget is greater than $1,500.00 for the current month. The ACTUAL Cost associated with this budget is $1,523.41. You can find additional details below and by accessing the AWS Budgets dashboard.
+
+Budget Name: mlfleet-dev
+Budget Type: Cost
+Budgeted Amount: $1,500.00
+Alert Type: ACTUAL
+Alert Threshold: > $1,500.00
+ACTUAL Amount: $1,523.41
+"""
+
+
+def sns_event(message: str) -> dict:
+    return {"Records": [{"EventSource": "aws:sns", "EventVersion": "1.0",
+                         "Sns": {"Type": "Notification", "TopicArn": "arn:aws:sns:us-east-1:123456789012:mlfleet-dev-budget-exceeded",
+                                 "Subject": "AWS Budgets: mlfleet-dev has exceeded your alert threshold", "Message": message}}]}
+
+
+@pytest.fixture
+def environment(aws):
+    ssm = boto3.client("ssm", region_name="us-east-1")
+    # As Pulumi creates it (components/home.py).
+    ssm.put_parameter(Name="/mlfleet/dev/admission", Type="String",
+                      Value=admission.Admission(admission.OPEN, "created by pulumi", "").encode())
+    sns = boto3.client("sns", region_name="us-east-1")
+    topic = sns.create_topic(Name="mlfleet-dev-alerts")["TopicArn"]
+    sqs = boto3.client("sqs", region_name="us-east-1")
+    inbox = sqs.create_queue(QueueName="inbox")["QueueUrl"]
+    inbox_arn = sqs.get_queue_attributes(QueueUrl=inbox, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=inbox_arn)
+    return Settings(environment="dev", home_region="us-east-1", alert_topic_arn=topic), ssm, sqs, inbox
+
+
+def messages(sqs, inbox) -> list[str]:
+    received = sqs.receive_message(QueueUrl=inbox, MaxNumberOfMessages=10).get("Messages", [])
+    return [json.loads(m["Body"])["Message"] for m in received]
+
+
+def test_parse_budget_message():
+    notice = parse_budget_message(BUDGETS_TEXT)
+    assert (notice.budget_name, notice.alert_type, notice.amount, notice.budgeted) == ("mlfleet-dev", "ACTUAL", "$1,523.41", "$1,500.00")
+    assert parse_budget_message("something AWS changed").budget_name is None
+
+
+def test_over_budget_notification_closes_admission_and_tells_the_team(environment):
+    settings, ssm, sqs, inbox = environment
+    assert admission.read_admission(ssm, "dev").is_open
+
+    result = handler(sns_event(BUDGETS_TEXT), settings=settings)
+
+    assert result["closed"] and result["newly_closed"]
+    flag = admission.read_admission(ssm, "dev")
+    assert not flag.is_open and "$1,523.41" in flag.reason and flag.changed_at
+    (text,) = messages(sqs, inbox)
+    assert "STOPPED ADMITTING NEW JOBS" in text and "make admission-open STACK=dev" in text and "Running jobs continue" in text
+
+
+def test_a_second_delivery_changes_nothing_and_sends_nothing(environment):
+    settings, ssm, sqs, inbox = environment
+    handler(sns_event(BUDGETS_TEXT), settings=settings)
+    first = admission.read_admission(ssm, "dev")
+    messages(sqs, inbox)
+    result = handler(sns_event(BUDGETS_TEXT), settings=settings)
+    assert result["newly_closed"] is False
+    assert admission.read_admission(ssm, "dev") == first
+    assert messages(sqs, inbox) == []
+
+
+def test_an_unreadable_message_still_closes_admission(environment):
+    settings, ssm, _, _ = environment
+    handler(sns_event("AWS changed the wording"), settings=settings)
+    assert not admission.read_admission(ssm, "dev").is_open
+
+
+def test_the_documented_command_reopens_admission(environment, capsys):
+    settings, ssm, _, _ = environment
+    handler(sns_event(BUDGETS_TEXT), settings=settings)
+    assert admission.main(["open", "--environment", "dev", "--region", "us-east-1", "--reason", "budget raised"]) == 0
+    assert json.loads(capsys.readouterr().out)["state"] == "open"
+    flag = admission.read_admission(ssm, "dev")
+    assert flag.is_open and flag.reason == "budget raised"
+
+
+def test_missing_or_garbled_flag_reads_as_closed(aws):
+    ssm = boto3.client("ssm", region_name="us-east-1")
+    assert not admission.read_admission(ssm, "dev").is_open
+    ssm.put_parameter(Name="/mlfleet/dev/admission", Type="String", Value="yes please")
+    flag = admission.read_admission(ssm, "dev")
+    assert not flag.is_open and "unreadable" in flag.reason
+
+
+def test_an_event_without_sns_records_is_ignored(environment):
+    settings, ssm, _, _ = environment
+    assert handler({"source": "aws.events"}, settings=settings) == {"closed": False}
+    assert admission.read_admission(ssm, "dev").is_open
