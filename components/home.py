@@ -19,7 +19,6 @@ from components.config import StackConfig
 from components.config.regions import BILLING_METRICS_REGION
 from components.functions import PythonFunction, PythonFunctionArgs
 from components.resources import child
-from lambdas.budget_guard.handler import PERMISSIONS as BUDGET_GUARD_PERMISSIONS
 from lambdas.common import admission
 
 
@@ -83,7 +82,6 @@ class HomeRegion(pulumi.ComponentResource):
                 description="Closes job admission when actual spend crosses the monthly budget",
                 region=cfg.home_region,
                 environment=cfg.environment,
-                permissions=BUDGET_GUARD_PERMISSIONS,
                 log_retention_days=cfg.log_retention_days,
                 tags=tags,
                 variables={"HOME_REGION": cfg.home_region, "ALERT_TOPIC_ARN": alerts.topic_arn},

@@ -87,6 +87,7 @@ class FleetRegion(pulumi.ComponentResource):
                     image_id=self.ami.image_id,
                     root_volume_gib=cfg.root_volume_gib,
                     tags=tags,
+                    refresh_min_healthy_percent=cfg.ami_refresh_min_healthy_percent,
                 ),
                 # The instances join the cluster by name: create the cluster first, delete it last.
                 opts=child(self, depends_on=[self.cluster]),

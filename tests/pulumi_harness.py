@@ -91,9 +91,11 @@ def _readable(value: Any) -> Any:
 class RecordingMocks(pulumi.runtime.Mocks):
     """Answers like AWS would, enough for the program to run, and records every resource."""
 
-    def __init__(self) -> None:
+    def __init__(self, account_images: dict[str, list[str]] | None = None) -> None:
         self.resources: list[Recorded] = []
         self.calls: list[tuple[str, dict]] = []
+        # region -> AMI ids this account built (newest first), answered to aws.ec2.get_ami_ids.
+        self.account_images = account_images or {}
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         inputs = dict(args.inputs)
@@ -127,7 +129,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
         if args.token == "aws:index/getPartition:getPartition":
             return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}
         if args.token == "aws:ec2/getAmiIds:getAmiIds":
-            return {"ids": [], "id": region}
+            return {"ids": list(self.account_images.get(region, [])), "id": region}
         raise NotImplementedError(f"the test mocks do not answer {args.token}")
 
 

@@ -1,8 +1,16 @@
 """Which AMI a region's GPU fleets boot.
 
 The choice is made once per region, at preview time, so a new image shows up in `pulumi preview` as a
-launch-template change. Resolution order: an AMI pinned for the region in the stack config, then the
-stock Amazon ECS GPU-optimized Amazon Linux 2023 AMI from its public SSM parameter (with a warning).
+launch-template change (and the ASG's instance refresh rolls it out). Resolution order, first match wins:
+
+1. `pinned`: the AMI the stack config pins for the region (`mlfleet:amiIds`);
+2. `manifest`: the AMI the last Packer build recorded for the region in `packer/manifest.json`
+   (the program reads it with packer.manifest, which fails on a malformed file: never a silent stale image);
+3. `account`: the newest available image this account built for the environment with mlfleet's Packer
+   template, found by its tags;
+4. `stock`: the Amazon ECS GPU-optimized Amazon Linux 2023 AMI from its public SSM parameter, with a
+   warning in the preview (no tuned limits, no pinned driver, no GPU metrics: the reaper then sees the
+   fleet as busy, never idle).
 """
 
 from __future__ import annotations
@@ -13,8 +21,20 @@ import pulumi
 import pulumi_aws as aws
 
 from components.resources import invoke
+from lambdas.common import tags as tag_keys
 
 STOCK_GPU_AMI_PARAMETER = "/aws/service/ecs/optimized-ami/amazon-linux-2023/gpu/recommended/image_id"
+# Tags mlfleet's Packer build puts on every image (packer/gpu.pkr.hcl).
+PACKER_MANAGED_BY = "packer"
+SOURCES = ("pinned", "manifest", "account", "stock")
+
+
+def account_image_filters(environment: str) -> list[dict]:
+    return [
+        {"name": f"tag:{tag_keys.ENVIRONMENT}", "values": [environment]},
+        {"name": f"tag:{tag_keys.MANAGED_BY}", "values": [PACKER_MANAGED_BY]},
+        {"name": "state", "values": ["available"]},
+    ]
 
 
 @dataclass(frozen=True)
@@ -22,24 +42,37 @@ class GpuAmiArgs:
     region: str
     environment: str
     pinned_ami_id: str | None = None
+    manifest_ami_id: str | None = None
 
 
 class GpuAmi(pulumi.ComponentResource):
     image_id: pulumi.Output[str]
-    source: str
+    source: str  # one of SOURCES
 
     def __init__(self, name: str, args: GpuAmiArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("mlfleet:ami:GpuAmi", name, None, opts)
         if args.pinned_ami_id:
-            self.source = "pinned"
-            self.image_id = pulumi.Output.from_input(args.pinned_ami_id)
+            self.source, image_id = "pinned", args.pinned_ami_id
+        elif args.manifest_ami_id:
+            self.source, image_id = "manifest", args.manifest_ami_id
         else:
-            self.source = "stock"
+            # Newest first (get_ami_ids sorts by creation date, descending, by default).
+            built = aws.ec2.get_ami_ids(
+                owners=["self"], filters=account_image_filters(args.environment), opts=invoke(self)
+            ).ids
+            if built:
+                self.source, image_id = "account", built[0]
+            else:
+                self.source, image_id = "stock", None
+        if image_id:
+            self.image_id = pulumi.Output.from_input(image_id)
+        else:
             pulumi.log.warn(
-                f"{args.region}: fleets boot the stock ECS GPU AMI ({STOCK_GPU_AMI_PARAMETER}); "
-                "build mlfleet's image with `make ami` for tuned limits, pinned drivers and GPU metrics",
+                f"{args.region}: no mlfleet image pinned, in packer/manifest.json or built by this account for "
+                f"{args.environment!r}; fleets boot the stock ECS GPU AMI ({STOCK_GPU_AMI_PARAMETER}) without "
+                "GPU metrics, so the reaper treats them as busy. Build mlfleet's image with `make ami ENV=...`",
                 resource=self,
             )
-            parameter = aws.ssm.get_parameter_output(name=STOCK_GPU_AMI_PARAMETER, opts=invoke(self))
-            self.image_id = parameter.value
+            self.image_id = aws.ssm.get_parameter_output(name=STOCK_GPU_AMI_PARAMETER, opts=invoke(self)).value
+        pulumi.log.info(f"{args.region}: GPU AMI from {self.source}", resource=self)
         self.register_outputs({"image_id": self.image_id, "source": self.source})

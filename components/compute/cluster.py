@@ -26,6 +26,10 @@ def job_task_family(environment: str) -> str:
     return f"mlfleet-{environment}-gpu-job"
 
 
+def task_role_path(environment: str) -> str:
+    return f"/mlfleet/{environment}/"
+
+
 def cluster_name(environment: str) -> str:
     return f"mlfleet-{environment}"
 
@@ -69,6 +73,9 @@ class EcsGpuCluster(pulumi.ComponentResource):
         execution_role = aws.iam.Role(
             f"{name}-task-execution",
             assume_role_policy=assume_role_policy("ecs-tasks.amazonaws.com"),
+            # Under the environment's path: the scheduler may pass exactly these roles (iam:PassRole
+            # on role/mlfleet/<env>/*) when it registers a job image's task-definition revision.
+            path=task_role_path(args.environment),
             description="Lets ECS pull job images and write job logs",
             tags=tags,
             opts=child(self),
@@ -84,6 +91,7 @@ class EcsGpuCluster(pulumi.ComponentResource):
         job_role = aws.iam.Role(
             f"{name}-job",
             assume_role_policy=assume_role_policy("ecs-tasks.amazonaws.com"),
+            path=task_role_path(args.environment),
             description="Identity of mlfleet job containers",
             tags=tags,
             opts=child(self),

@@ -72,6 +72,7 @@ class GpuSpotFleetArgs:
     image_id: pulumi.Input[str]
     root_volume_gib: int
     tags: Mapping[str, str]
+    refresh_min_healthy_percent: int = 90
 
 
 class GpuSpotFleet(pulumi.ComponentResource):
@@ -184,6 +185,21 @@ class GpuSpotFleet(pulumi.ComponentResource):
                         "version": launch_template.latest_version.apply(str),
                     },
                     "overrides": [{"instance_type": t} for t in fleet.instance_types],
+                },
+            },
+            # A new launch-template version (a new AMI) starts a rolling instance refresh. Every instance
+            # is scale-in protected, so "Refresh" replaces protected ones too ("Ignore" would roll
+            # nothing out). max 100%: never above desired capacity, so the fleet cap holds. Jobs on a
+            # replaced machine go back to the queue (lambdas/job_events), attempt counted.
+            instance_refresh={
+                "strategy": "Rolling",
+                "preferences": {
+                    "min_healthy_percentage": args.refresh_min_healthy_percent,
+                    "max_healthy_percentage": 100,
+                    "instance_warmup": "300",
+                    "skip_matching": True,
+                    "scale_in_protected_instances": "Refresh",
+                    "standby_instances": "Terminate",
                 },
             },
             tags=asg_tags({**tags, "Name": f"mlfleet-{args.environment}-{args.fleet_name}"}),

@@ -136,6 +136,8 @@ class StackConfig(_Model):
     nat_gateway: bool = False
     root_volume_gib: int = Field(default=200, ge=100, le=16384, alias="rootVolumeGiB")
     ami_ids: dict[Region, Annotated[str, StringConstraints(pattern=AMI_ID.pattern)]] = Field(default_factory=dict)
+    # A new AMI rolls out through an ASG instance refresh that keeps this share of the fleet in service.
+    ami_refresh_min_healthy_percent: int = Field(default=90, ge=0, le=100)
     job_image: str = Field(default="nvidia/cuda:12.6.3-base-ubuntu24.04", min_length=1)
     log_retention_days: int = 30
 

@@ -9,7 +9,9 @@ its own log group; tag-scoped permissions get the environment's tag condition.
 
 from __future__ import annotations
 
+import importlib
 import json
+import pkgutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +45,20 @@ def package_files(function: str) -> list[str]:
             if p.is_file() and p.suffix in PACKAGED_SUFFIXES and "__pycache__" not in p.parts
         ]
     return sorted(str(p.relative_to(PROJECT_ROOT)) for p in files)
+
+
+def declared_permissions(function: str) -> tuple[Permission, ...]:
+    """Every `PERMISSIONS` declared by the modules of lambdas/<function>/, in module order, deduplicated."""
+    package = importlib.import_module(f"lambdas.{function}")
+    found: list[Permission] = []
+    for module_info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"lambdas.{function}.{module_info.name}")
+        for permission in getattr(module, "PERMISSIONS", ()):
+            if permission not in found:
+                found.append(permission)
+    if not found:
+        raise ValueError(f"lambdas/{function} declares no PERMISSIONS")
+    return tuple(found)
 
 
 def code_archive(function: str) -> pulumi.AssetArchive:
@@ -85,7 +101,6 @@ class PythonFunctionArgs:
     description: str
     region: str
     environment: str
-    permissions: Sequence[Permission]
     log_retention_days: int
     tags: Mapping[str, str]
     variables: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
@@ -93,6 +108,8 @@ class PythonFunctionArgs:
     memory_mib: int = 512
     # None: no reservation. 1: at most one run at a time (the scheduler).
     reserved_concurrency: int | None = None
+    # None: what the function's modules declare (declared_permissions).
+    permissions: Sequence[Permission] | None = None
 
 
 class PythonFunction(pulumi.ComponentResource):
@@ -104,6 +121,7 @@ class PythonFunction(pulumi.ComponentResource):
         super().__init__("mlfleet:functions:PythonFunction", name, None, opts)
         tags = dict(args.tags)
         physical_name = function_name(args.environment, args.function)
+        permissions = tuple(args.permissions) if args.permissions is not None else declared_permissions(args.function)
 
         log_group = aws.cloudwatch.LogGroup(
             f"{name}-logs",
@@ -125,7 +143,7 @@ class PythonFunction(pulumi.ComponentResource):
             role=role.id,
             policy=pulumi.Output.all(caller.account_id, log_group.arn).apply(
                 lambda values: policy_document(
-                    args.permissions, account=values[0], region=args.region,
+                    permissions, account=values[0], region=args.region,
                     environment=args.environment, log_group_arn=values[1],
                 )
             ),

@@ -14,14 +14,14 @@ from components.config import FleetConfig
 from components.network import INTERFACE_ENDPOINT_SERVICES, Network, NetworkArgs
 from components.network.network import plan_subnets, rank_zones
 from components.providers import regional_provider, with_provider
-from pulumi_harness import STOCK_AMI, render_program
+from pulumi_harness import STOCK_AMI, RecordingMocks, render_program
 
 TAGS = {"mlfleet:environment": "test", "mlfleet:managed-by": "pulumi"}
 ASG = "aws:autoscaling/group:Group"
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 
 
-def _in_region(build, region="us-west-2"):
+def _in_region(build, region="us-west-2", mocks=None):
     """Declare a component the way FleetRegion does: under a component that carries the provider."""
 
     def program():
@@ -29,7 +29,7 @@ def _in_region(build, region="us-west-2"):
         holder = pulumi.ComponentResource("mlfleet:test:Holder", "holder", None, with_provider(provider))
         return build(pulumi.ResourceOptions(parent=holder))
 
-    return render_program(program)
+    return render_program(program, mocks=mocks)
 
 
 # --- Network ------------------------------------------------------------------------------------
@@ -91,6 +91,43 @@ def test_stock_ami_comes_from_the_public_ssm_parameter_with_a_warning():
     assert rendering.outputs["id"] == STOCK_AMI
     assert STOCK_GPU_AMI_PARAMETER == "/aws/service/ecs/optimized-ami/amazon-linux-2023/gpu/recommended/image_id"
     assert any("stock ECS GPU AMI" in w for w in rendering.warnings)
+
+
+def _resolve_ami(account_images=(), **args):
+    mocks = RecordingMocks(account_images={"us-west-2": list(account_images)})
+
+    def build(opts):
+        ami = GpuAmi("ami", GpuAmiArgs(region="us-west-2", environment="test", **args), opts=opts)
+        return {"id": ami.image_id, "source": ami.source}
+
+    rendering = _in_region(build, mocks=mocks)
+    return rendering, mocks
+
+
+@pytest.mark.parametrize(
+    ("args", "account_images", "expected_id", "expected_source"),
+    [
+        ({"pinned_ami_id": "ami-0000000000000000a", "manifest_ami_id": "ami-0000000000000000b"},
+         ["ami-0000000000000000c"], "ami-0000000000000000a", "pinned"),
+        ({"manifest_ami_id": "ami-0000000000000000b"}, ["ami-0000000000000000c"], "ami-0000000000000000b", "manifest"),
+        ({}, ["ami-0000000000000000c", "ami-0000000000000000d"], "ami-0000000000000000c", "account"),
+        ({}, [], STOCK_AMI, "stock"),
+    ],
+    ids=["pinned-beats-all", "manifest-beats-account", "newest-account-image", "stock-last"],
+)
+def test_ami_resolution_order(args, account_images, expected_id, expected_source):
+    rendering, mocks = _resolve_ami(account_images, **args)
+    assert rendering.outputs == {"id": expected_id, "source": expected_source}
+    assert any("stock ECS GPU AMI" in w for w in rendering.warnings) == (expected_source == "stock")
+
+
+def test_account_images_are_looked_up_by_the_packer_tags_of_this_environment():
+    _, mocks = _resolve_ami()
+    (lookup,) = [call for token, call in mocks.calls if token == "aws:ec2/getAmiIds:getAmiIds"]
+    assert lookup["owners"] == ["self"]
+    filters = {f["name"]: f["values"] for f in lookup["filters"]}
+    assert filters == {"tag:mlfleet:environment": ["test"], "tag:mlfleet:managed-by": ["packer"],
+                       "state": ["available"]}
 
 
 def test_pinned_ami_wins_without_a_warning():
@@ -190,6 +227,19 @@ def test_asg_is_a_capped_spot_first_mixed_fleet_owned_by_the_scheduler():
     tags = {t["key"]: t for t in group["tags"]}
     assert tags["mlfleet:environment"]["value"] == "test" and tags["mlfleet:fleet"]["value"] == "gpu1"
     assert all(t["propagateAtLaunch"] for t in tags.values())
+
+
+def test_a_new_launch_template_version_rolls_out_by_instance_refresh_within_the_cap():
+    (asg,) = _fleet().of_type(ASG)
+    refresh = asg.inputs["instanceRefresh"]
+    assert refresh["strategy"] == "Rolling"
+    preferences = refresh["preferences"]
+    assert preferences["minHealthyPercentage"] == 90
+    # Never above desired capacity, so never above the fleet's hard cap during a roll-out.
+    assert preferences["maxHealthyPercentage"] == 100
+    # Every fleet instance is scale-in protected: "Ignore" (the default) would replace none of them.
+    assert preferences["scaleInProtectedInstances"] == "Refresh"
+    assert preferences["skipMatching"] is True
 
 
 def test_default_fleet_diversifies_over_at_least_three_types():
