@@ -88,9 +88,9 @@ class FleetRegion(pulumi.ComponentResource):
                     root_volume_gib=cfg.root_volume_gib,
                     tags=tags,
                     refresh_min_healthy_percent=cfg.ami_refresh_min_healthy_percent,
+                    cluster=self.cluster.cluster,
                 ),
-                # The instances join the cluster by name: create the cluster first, delete it last.
-                opts=child(self, depends_on=[self.cluster]),
+                opts=child(self),
             )
         self.register_outputs(self.outputs())
 

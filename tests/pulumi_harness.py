@@ -40,12 +40,23 @@ class Recorded:
     provider: str | None
 
 
+@dataclass(frozen=True)
+class Options:
+    """The resource options teardown depends on, as the program set them (recorded by a transformation)."""
+    protect: bool
+    retain_on_delete: bool
+    depends_on: tuple[str, ...]  # names of the explicit dependencies
+    parent: str | None
+
+
 @dataclass
 class Rendering:
     stack: str
     resources: list[Recorded]
     outputs: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
+    # (type, name) -> options, for every resource and component
+    options: dict[tuple[str, str], Options] = field(default_factory=dict)
 
     def of_type(self, type_token: str) -> list[Recorded]:
         return [r for r in self.resources if r.type == type_token]
@@ -164,15 +175,29 @@ def render_program(program, stack: str = "test", config: dict[str, Any] | None =
     pulumi.runtime.set_mocks(mocks, project="mlfleet", stack=stack, preview=False, logger=logger)
     pulumi.runtime.set_all_config(dict(config or {}))
     captured: dict[str, Any] = {}
+    options: dict[tuple[str, str], Options] = {}
+
+    def record_options(args: pulumi.ResourceTransformationArgs):
+        opts = args.opts or pulumi.ResourceOptions()
+        depends_on = opts.depends_on if isinstance(opts.depends_on, list) else [opts.depends_on] if opts.depends_on else []
+        options[(args.type_, args.name)] = Options(
+            protect=bool(opts.protect),
+            retain_on_delete=bool(opts.retain_on_delete),
+            depends_on=tuple(getattr(d, "_name", str(d)) for d in depends_on),
+            parent=getattr(opts.parent, "_name", None),
+        )
+        return None
 
     @pulumi.runtime.test
     def run():
+        pulumi.runtime.register_stack_transformation(record_options)
         outputs = program()
         outputs = outputs if isinstance(outputs, dict) else {}
         return pulumi.Output.from_input(outputs).apply(captured.update)
 
     run()
-    return Rendering(stack=stack, resources=mocks.resources, outputs=captured, warnings=collector.messages)
+    return Rendering(stack=stack, resources=mocks.resources, outputs=captured, warnings=collector.messages,
+                     options=options)
 
 
 def render_config(values: dict[str, Any], stack: str, mocks: RecordingMocks | None = None) -> Rendering:

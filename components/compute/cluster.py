@@ -44,6 +44,7 @@ class EcsGpuClusterArgs:
 
 
 class EcsGpuCluster(pulumi.ComponentResource):
+    cluster: aws.ecs.Cluster
     cluster_name: pulumi.Output[str]
     cluster_arn: pulumi.Output[str]
     log_group_name: pulumi.Output[str]
@@ -56,12 +57,21 @@ class EcsGpuCluster(pulumi.ComponentResource):
         super().__init__("mlfleet:compute:EcsGpuCluster", name, None, opts)
         tags = dict(args.tags)
 
+        # Container Insights writes here; left to AWS, the group would have no retention and outlive
+        # `pulumi destroy`. Declared first, so the cluster (and its insights) go before it on teardown.
+        insights_logs = aws.cloudwatch.LogGroup(
+            f"{name}-insights-logs",
+            name=f"/aws/ecs/containerinsights/{cluster_name(args.environment)}/performance",
+            retention_in_days=args.log_retention_days,
+            tags=tags,
+            opts=child(self),
+        )
         cluster = aws.ecs.Cluster(
             f"{name}-cluster",
             name=cluster_name(args.environment),
             settings=[{"name": "containerInsights", "value": "enabled"}],
             tags=tags,
-            opts=child(self),
+            opts=child(self, depends_on=[insights_logs]),
         )
         log_group = aws.cloudwatch.LogGroup(
             f"{name}-jobs-logs",
@@ -131,6 +141,7 @@ class EcsGpuCluster(pulumi.ComponentResource):
             opts=child(self),
         )
 
+        self.cluster = cluster
         self.cluster_name = cluster.name
         self.cluster_arn = cluster.arn
         self.log_group_name = log_group.name

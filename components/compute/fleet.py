@@ -73,6 +73,9 @@ class GpuSpotFleetArgs:
     root_volume_gib: int
     tags: Mapping[str, str]
     refresh_min_healthy_percent: int = 90
+    # The ECS cluster the instances join: the group is created after it and deleted before it (a
+    # cluster with registered container instances cannot be deleted).
+    cluster: pulumi.Resource | None = None
 
 
 class GpuSpotFleet(pulumi.ComponentResource):
@@ -203,7 +206,8 @@ class GpuSpotFleet(pulumi.ComponentResource):
                 },
             },
             tags=asg_tags({**tags, "Name": f"mlfleet-{args.environment}-{args.fleet_name}"}),
-            opts=child(self, ignore_changes=["desired_capacity"]),
+            opts=child(self, ignore_changes=["desired_capacity"],
+                       depends_on=[args.cluster] if args.cluster is not None else None),
         )
 
         self.asg_name = group.name

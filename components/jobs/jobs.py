@@ -1,0 +1,212 @@
+"""The job service in the home region: queue, dead-letter queue, ledger, scheduler and job events.
+
+- `mlfleet-<env>-jobs` (SQS, SSE): work to look at, one message per job attempt; the submission CLI
+  sends them and pokes the scheduler. Messages nobody can read go to `mlfleet-<env>-jobs-dlq` after 5
+  receives; jobs that exhaust their attempts are sent there by the functions, with the reason.
+- `mlfleet-<env>-jobs` (DynamoDB): the ledger, source of truth for every job's state; conditional
+  writes make a twice-delivered message start an attempt at most once (lambdas/jobs/ledger.py).
+- `mlfleet-<env>-scheduler`: one run at a time (reserved concurrency 1), every minute and on new jobs.
+- `mlfleet-<env>-job_events`: spot interruptions, rebalance recommendations and task state changes from
+  every fleet region (components/jobs/events.py), plus a 5-minute check that undoes stale rebalances.
+
+The ledger is the only stateful resource mlfleet declares: retained (and deletion-protected, with
+point-in-time recovery) only when the stack config says `retainJobLedger: true`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from components.compute import fleet_group_name, job_task_family, cluster_name
+from components.config import StackConfig
+from components.functions import PythonFunction, PythonFunctionArgs
+from components.jobs.events import job_event_pattern
+from components.resources import child
+
+DEAD_LETTER_AFTER_RECEIVES = 5
+DEAD_LETTER_RETENTION_SECONDS = 14 * 24 * 3600  # the SQS maximum: two weeks to look at a failed job
+SCHEDULER_TIMEOUT_SECONDS = 180
+SCHEDULE = "rate(1 minute)"
+REBALANCE_CHECK_SCHEDULE = "rate(5 minutes)"
+
+
+def queue_name(environment: str, dead_letter: bool = False) -> str:
+    return f"mlfleet-{environment}-jobs" + ("-dlq" if dead_letter else "")
+
+
+def ledger_name(environment: str) -> str:
+    return f"mlfleet-{environment}-jobs"
+
+
+def fleets_document(cfg: StackConfig) -> str:
+    """What the scheduler may buy: every fleet in every region, with its cap (the FLEETS variable)."""
+    fleets = []
+    for region in cfg.regions:
+        for fleet_name, fleet in sorted(cfg.fleets_in(region).items()):
+            fleets.append({
+                "region": region,
+                "fleet": fleet_name,
+                "asg_name": fleet_group_name(cfg.environment, fleet_name),
+                "cluster": cluster_name(cfg.environment),
+                "task_family": job_task_family(cfg.environment),
+                "max_instances": fleet.max_instances,
+                "instance_types": list(fleet.instance_types),
+                "on_demand_base": fleet.on_demand_base_capacity,
+                "on_demand_percent_above_base": fleet.on_demand_percentage_above_base,
+            })
+    return json.dumps(fleets, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class JobServiceArgs:
+    config: StackConfig
+    alert_topic_arn: pulumi.Input[str]
+    admission_parameter: pulumi.Input[str]
+    # The ECS cluster ARN of every fleet region (task state changes are matched on them).
+    cluster_arns: Sequence[pulumi.Input[str]]
+
+
+class JobService(pulumi.ComponentResource):
+    queue_url: pulumi.Output[str]
+    queue_name: pulumi.Output[str]
+    dead_letter_queue_url: pulumi.Output[str]
+    dead_letter_queue_name: pulumi.Output[str]
+    ledger_name: pulumi.Output[str]
+    scheduler_name: pulumi.Output[str]
+
+    def __init__(self, name: str, args: JobServiceArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("mlfleet:jobs:JobService", name, None, opts)
+        cfg = args.config
+        env = cfg.environment
+        tags = cfg.base_tags()
+
+        dead_letters = aws.sqs.Queue(
+            f"{name}-dlq",
+            name=queue_name(env, dead_letter=True),
+            sqs_managed_sse_enabled=True,
+            message_retention_seconds=DEAD_LETTER_RETENTION_SECONDS,
+            tags=tags,
+            opts=child(self),
+        )
+        queue = aws.sqs.Queue(
+            f"{name}-queue",
+            name=queue_name(env),
+            sqs_managed_sse_enabled=True,
+            # A received message stays hidden for longer than a scheduler run can last.
+            visibility_timeout_seconds=SCHEDULER_TIMEOUT_SECONDS * 2,
+            message_retention_seconds=DEAD_LETTER_RETENTION_SECONDS,
+            redrive_policy=dead_letters.arn.apply(lambda arn: json.dumps(
+                {"deadLetterTargetArn": arn, "maxReceiveCount": DEAD_LETTER_AFTER_RECEIVES})),
+            tags=tags,
+            opts=child(self),
+        )
+        aws.sqs.RedriveAllowPolicy(
+            f"{name}-dlq-sources",
+            queue_url=dead_letters.url,
+            redrive_allow_policy=queue.arn.apply(lambda arn: json.dumps(
+                {"redrivePermission": "byQueue", "sourceQueueArns": [arn]})),
+            opts=child(self),
+        )
+
+        retain = cfg.retain_job_ledger
+        ledger = aws.dynamodb.Table(
+            f"{name}-ledger",
+            name=ledger_name(env),
+            billing_mode="PAY_PER_REQUEST",
+            hash_key="job_id",
+            attributes=[
+                {"name": "job_id", "type": "S"},
+                {"name": "state", "type": "S"},
+                {"name": "submitted_at", "type": "N"},
+                {"name": "submission_id", "type": "S"},
+            ],
+            global_secondary_indexes=[
+                {"name": "by-state", "hash_key": "state", "range_key": "submitted_at", "projection_type": "ALL"},
+                {"name": "by-submission", "hash_key": "submission_id", "range_key": "job_id", "projection_type": "ALL"},
+            ],
+            server_side_encryption={"enabled": True},  # the AWS managed key, not the AWS owned one
+            point_in_time_recovery={"enabled": retain},
+            deletion_protection_enabled=retain,
+            tags=tags,
+            opts=child(self, retain_on_delete=retain),
+        )
+
+        variables = {
+            "JOBS_TABLE": ledger.name,
+            "JOBS_QUEUE_URL": queue.url,
+            "JOBS_DLQ_URL": dead_letters.url,
+            "ADMISSION_PARAMETER": args.admission_parameter,
+            "FLEETS": fleets_document(cfg),
+            "MAX_HOURLY_USD": str(cfg.max_hourly_usd),
+            "ALERT_TOPIC_ARN": args.alert_topic_arn,
+            "DEFAULT_MAX_ATTEMPTS": str(cfg.job_max_attempts),
+            "REBALANCE_TIMEOUT_MINUTES": str(cfg.rebalance_timeout_minutes),
+        }
+        common = dict(region=cfg.home_region, environment=env, log_retention_days=cfg.log_retention_days,
+                      tags=tags, variables=variables)
+        scheduler = PythonFunction(
+            f"{name}-scheduler",
+            PythonFunctionArgs(
+                function="scheduler",
+                description="Places queued GPU jobs on the fleets and buys capacity within the caps",
+                timeout_seconds=SCHEDULER_TIMEOUT_SECONDS,
+                memory_mib=1024,
+                reserved_concurrency=1,  # one run at a time: two runs would plan on the same free GPUs
+                **common,
+            ),
+            opts=child(self),
+        )
+        job_events = PythonFunction(
+            f"{name}-job-events",
+            PythonFunctionArgs(
+                function="job_events",
+                description="Keeps the job ledger true: interruptions, rebalances, task state changes",
+                timeout_seconds=120,
+                memory_mib=512,
+                **common,
+            ),
+            opts=child(self),
+        )
+
+        triggers = {
+            "scheduler-schedule": (scheduler, {"schedule_expression": SCHEDULE}),
+            "job-events-schedule": (job_events, {"schedule_expression": REBALANCE_CHECK_SCHEDULE}),
+            "job-events-ec2": (job_events, {"event_pattern": job_event_pattern("ec2")}),
+            "job-events-ecs": (job_events, {"event_pattern": pulumi.Output.all(*args.cluster_arns).apply(
+                lambda arns: job_event_pattern("ecs", arns))}),
+        }
+        for trigger, (function, rule_args) in triggers.items():
+            rule = aws.cloudwatch.EventRule(
+                f"{name}-{trigger}",
+                description=f"mlfleet {env}: {trigger.replace('-', ' ')}",
+                tags=tags,
+                opts=child(self),
+                **rule_args,
+            )
+            permission = aws.lambda_.Permission(
+                f"{name}-{trigger}-invoke",
+                action="lambda:InvokeFunction",
+                function=function.function_name,
+                principal="events.amazonaws.com",
+                source_arn=rule.arn,
+                opts=child(self),
+            )
+            aws.cloudwatch.EventTarget(
+                f"{name}-{trigger}-target",
+                rule=rule.name,
+                arn=function.arn,
+                opts=child(self, depends_on=[permission]),
+            )
+
+        self.queue_url = queue.url
+        self.queue_name = queue.name
+        self.dead_letter_queue_url = dead_letters.url
+        self.dead_letter_queue_name = dead_letters.name
+        self.ledger_name = ledger.name
+        self.scheduler_name = scheduler.function_name
+        self.register_outputs({"queue_url": self.queue_url, "ledger_name": self.ledger_name})

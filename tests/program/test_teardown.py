@@ -1,0 +1,75 @@
+"""`pulumi destroy` finishes in one pass: what each stack protects, retains, and deletes in which order.
+
+Under mocks the options the program sets are recorded by a stack transformation (tests/pulumi_harness.py),
+so these tests see protect / retain_on_delete / depends_on exactly as the engine would receive them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pulumi_harness import STACKS, render_stack
+
+ASG = "aws:autoscaling/group:Group"
+CLUSTER = "aws:ecs/cluster:Cluster"
+TABLE = "aws:dynamodb/table:Table"
+# Outlives the stack on purpose: activating a cost-allocation tag is an account-wide billing setting
+# that other stacks may rely on, and AWS cannot "deactivate" history. Listed in the README.
+RETAINED_ALWAYS = {"aws:costexplorer/costAllocationTag:CostAllocationTag"}
+
+
+@pytest.fixture(scope="module", params=STACKS)
+def rendering(request):
+    return render_stack(request.param)
+
+
+def test_nothing_is_protected(rendering):
+    protected = [name for (_, name), options in rendering.options.items() if options.protect]
+    assert protected == []
+
+
+def test_only_the_prod_job_ledger_and_tag_activation_outlive_the_stack(rendering):
+    retained = {(kind, name) for (kind, name), options in rendering.options.items() if options.retain_on_delete}
+    expected = {(kind, name) for (kind, name) in rendering.options if kind in RETAINED_ALWAYS}
+    if rendering.stack == "prod":  # stacks/Pulumi.prod.yaml: retainJobLedger: true
+        expected |= {(TABLE, r.name) for r in rendering.of_type(TABLE)}
+    assert retained == expected
+
+
+def test_data_is_deletable_unless_the_config_keeps_it(rendering):
+    for table in rendering.of_type(TABLE):
+        keep = rendering.stack == "prod"
+        assert table.inputs.get("deletionProtectionEnabled", False) is keep
+        assert table.inputs["pointInTimeRecovery"]["enabled"] is keep
+
+
+def test_no_capacity_provider_can_block_the_cluster_deletion(rendering):
+    kinds = {r.type for r in rendering.resources}
+    assert "aws:ecs/capacityProvider:CapacityProvider" not in kinds
+    assert "aws:ecs/clusterCapacityProviders:ClusterCapacityProviders" not in kinds
+
+
+def test_groups_go_with_their_protected_instances_before_the_cluster(rendering):
+    clusters = {r.name for r in rendering.of_type(CLUSTER)}
+    for group in rendering.of_type(ASG):
+        # Scale-in protection does not stop a forced delete: instances are terminated with the group.
+        assert group.inputs["forceDelete"] is True
+        depends_on = rendering.options[(ASG, group.name)].depends_on
+        assert set(depends_on) & clusters, f"{group.name} must be deleted before its cluster"
+
+
+def test_functions_are_deleted_before_their_log_groups(rendering):
+    for (kind, name), options in rendering.options.items():
+        if kind == "aws:lambda/function:Function":
+            assert any(d.endswith("-logs") for d in options.depends_on), name
+
+
+def test_every_log_group_is_declared_with_retention(rendering):
+    groups = rendering.of_type("aws:cloudwatch/logGroup:LogGroup")
+    assert groups
+    names = {g.inputs["name"] for g in groups}
+    for group in groups:
+        assert group.inputs["retentionInDays"] > 0
+    # Container Insights would otherwise create a group with no retention that outlives the stack.
+    for cluster in rendering.of_type(CLUSTER):
+        assert f"/aws/ecs/containerinsights/{cluster.inputs['name']}/performance" in names
