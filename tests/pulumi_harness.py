@@ -214,3 +214,21 @@ def render_stack(stack: str, **overrides: Any) -> Rendering:
     for key, value in overrides.items():
         values[f"mlfleet:{key}"] = value if isinstance(value, str) else json.dumps(value)
     return render_config(values, stack)
+
+
+COMPONENT_TAGS = {"mlfleet:environment": "test", "mlfleet:managed-by": "pulumi"}
+
+
+def render_in_region(build, region: str = "us-west-2", mocks: RecordingMocks | None = None) -> Rendering:
+    """Declare a component the way FleetRegion does: under a component that carries the region's provider.
+
+    `build(opts)` declares it with the given options and returns the outputs to capture.
+    """
+    from components.providers import regional_provider, with_provider
+
+    def program():
+        provider = regional_provider(region, COMPONENT_TAGS)
+        holder = pulumi.ComponentResource("mlfleet:test:Holder", "holder", None, with_provider(provider))
+        return build(pulumi.ResourceOptions(parent=holder))
+
+    return render_program(program, mocks=mocks)

@@ -13,23 +13,13 @@ from components.compute import EcsGpuCluster, EcsGpuClusterArgs, GpuSpotFleet, G
 from components.config import FleetConfig
 from components.network import INTERFACE_ENDPOINT_SERVICES, Network, NetworkArgs
 from components.network.network import plan_subnets, rank_zones
-from components.providers import regional_provider, with_provider
-from pulumi_harness import STOCK_AMI, RecordingMocks, render_program
+from components.providers import regional_provider
+from pulumi_harness import COMPONENT_TAGS, STOCK_AMI, RecordingMocks, render_program
+from pulumi_harness import render_in_region as _in_region
 
-TAGS = {"mlfleet:environment": "test", "mlfleet:managed-by": "pulumi"}
+TAGS = COMPONENT_TAGS
 ASG = "aws:autoscaling/group:Group"
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
-
-
-def _in_region(build, region="us-west-2", mocks=None):
-    """Declare a component the way FleetRegion does: under a component that carries the provider."""
-
-    def program():
-        provider = regional_provider(region, TAGS)
-        holder = pulumi.ComponentResource("mlfleet:test:Holder", "holder", None, with_provider(provider))
-        return build(pulumi.ResourceOptions(parent=holder))
-
-    return render_program(program, mocks=mocks)
 
 
 # --- Network ------------------------------------------------------------------------------------
