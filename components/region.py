@@ -8,8 +8,18 @@ import pulumi
 
 from components.alerts import AlertTopic, AlertTopicArgs
 from components.ami import GpuAmi, GpuAmiArgs
-from components.compute import EcsGpuCluster, EcsGpuClusterArgs, GpuSpotFleet, GpuSpotFleetArgs, cluster_name
+from components.compute import (
+    EcsGpuCluster,
+    EcsGpuClusterArgs,
+    GpuSpotFleet,
+    GpuSpotFleetArgs,
+    cluster_name,
+    fleet_group_name,
+)
 from components.config import StackConfig
+from components.dashboard import FleetDashboard, FleetDashboardArgs
+from components.idle import Reaper, ReaperArgs
+from components.jobs.jobs import queue_name
 from components.network import Network, NetworkArgs
 from components.resources import child
 
@@ -92,6 +102,38 @@ class FleetRegion(pulumi.ComponentResource):
                 ),
                 opts=child(self),
             )
+        self.reaper = Reaper(
+            f"{name}-reaper",
+            ReaperArgs(
+                region=region,
+                environment=cfg.environment,
+                cluster_name=self.cluster.cluster_name,
+                fleets={fleet_name: fleet.asg_name for fleet_name, fleet in self.fleets.items()},
+                alert_topic_arn=self.alert_topic_arn,
+                window_minutes=cfg.idle_window_minutes,
+                cpu_percent=cfg.idle_cpu_percent,
+                gpu_percent=cfg.idle_gpu_percent,
+                grace_minutes=cfg.idle_grace_minutes,
+                schedule_minutes=cfg.reaper_schedule_minutes,
+                dry_run=cfg.reaper_dry_run,
+                max_actions_per_run=cfg.reaper_max_actions_per_run,
+                log_retention_days=cfg.log_retention_days,
+                tags=tags,
+            ),
+            opts=child(self),
+        )
+        self.dashboard = FleetDashboard(
+            f"{name}-dashboard",
+            FleetDashboardArgs(
+                environment=cfg.environment,
+                region=region,
+                home_region=cfg.home_region,
+                asg_names={fleet_name: fleet_group_name(cfg.environment, fleet_name) for fleet_name in fleets},
+                queue_name=queue_name(cfg.environment),
+                dead_letter_queue_name=queue_name(cfg.environment, dead_letter=True),
+            ),
+            opts=child(self),
+        )
         self.register_outputs(self.outputs())
 
     def outputs(self) -> dict:
@@ -103,5 +145,8 @@ class FleetRegion(pulumi.ComponentResource):
             "amiSource": self.ami.source,
             "vpcId": self.network.vpc_id,
             "alertTopicArn": self.alert_topic_arn,
-            "fleets": {name: {"asgName": fleet.asg_name} for name, fleet in self.fleets.items()},
+            "fleets": {name: {"asgName": fleet.asg_name, "idleAlarm": self.reaper.alarm_names[name]}
+                       for name, fleet in self.fleets.items()},
+            "reaperFunction": self.reaper.function_name,
+            "dashboard": self.dashboard.dashboard_name,
         }

@@ -17,3 +17,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.fixture
 def update_snapshots(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--update-snapshots"))
+
+
+@pytest.fixture(autouse=True)
+def fake_aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test may reach a real account: fake credentials everywhere, moto or not."""
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_SECURITY_TOKEN": "testing", "AWS_SESSION_TOKEN": "testing",
+                       "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(key, value)
+
+
+@pytest.fixture
+def aws():
+    """moto for the test's duration; cached boto3 clients are dropped on both sides."""
+    from moto import mock_aws
+
+    from lambdas.common.aws import reset_clients
+
+    with mock_aws():
+        reset_clients()
+        yield
+    reset_clients()

@@ -1,0 +1,126 @@
+"""What the reaper reads, batched: the environment's instances, their ECS task counts and metrics.
+
+- DescribeInstances, paginated, filtered on the environment tag (running instances only);
+- ListContainerInstances (paginated) + DescribeContainerInstances, 100 ARNs a call, for task counts;
+- GetMetricData, 500 queries a call (two per instance), paginated on NextToken.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from lambdas.common import tags as tag_keys
+from lambdas.common.aws import chunks, paginate
+from lambdas.common.permissions import needs
+from lambdas.reaper.idle import PERIOD_SECONDS, Instance, IdleSettings, window_periods
+
+GPU_NAMESPACE, GPU_METRIC = "CWAgent", "nvidia_smi_utilization_gpu"
+METRIC_QUERIES_PER_CALL = 500
+CONTAINER_INSTANCES_PER_CALL = 100
+
+PERMISSIONS = (
+    needs("ec2:DescribeInstances", why="find the environment's instances (EC2 Describe* has no resource scoping)"),
+    needs("ecs:ListContainerInstances",
+          resources=("arn:{partition}:ecs:{region}:{account}:cluster/mlfleet-{environment}",),
+          why="list the cluster's container instances"),
+    needs("ecs:DescribeContainerInstances",
+          resources=("arn:{partition}:ecs:{region}:{account}:container-instance/mlfleet-{environment}/*",),
+          why="read running task counts"),
+    needs("cloudwatch:GetMetricData", why="CPU and GPU utilisation over the window (no resource scoping)"),
+)
+
+
+def environment_instances(ec2, environment: str, fleet_asg_names: Sequence[str]) -> list[dict]:
+    """Running instances tagged for the environment: fleet members of `fleet_asg_names`, and standalone
+    ones (no ASG). Instances of other groups are not the reaper's."""
+    found = []
+    for reservation in paginate(ec2, "describe_instances", "Reservations", Filters=[
+        {"Name": f"tag:{tag_keys.ENVIRONMENT}", "Values": [environment]},
+        {"Name": "instance-state-name", "Values": ["running"]},
+    ]):
+        for raw in reservation["Instances"]:
+            tags = {t["Key"]: t["Value"] for t in raw.get("Tags", [])}
+            asg = tags.get("aws:autoscaling:groupName")
+            if asg is None or asg in fleet_asg_names:
+                found.append(raw)
+    return found
+
+
+@dataclass(frozen=True)
+class ContainerInstance:
+    arn: str
+    tasks: int  # running + pending: a task being placed makes the machine busy
+
+
+def container_instances(ecs, cluster: str) -> dict[str, ContainerInstance]:
+    """EC2 instance id -> its registration in the cluster, for every registered container instance."""
+    arns = list(paginate(ecs, "list_container_instances", "containerInstanceArns", cluster=cluster))
+    found: dict[str, ContainerInstance] = {}
+    for batch in chunks(arns, CONTAINER_INSTANCES_PER_CALL):
+        for ci in ecs.describe_container_instances(cluster=cluster, containerInstances=batch)["containerInstances"]:
+            found[ci["ec2InstanceId"]] = ContainerInstance(
+                ci["containerInstanceArn"], ci.get("runningTasksCount", 0) + ci.get("pendingTasksCount", 0))
+    return found
+
+
+def metric_queries(instance_id: str, asg_name: str | None, index: int) -> list[dict]:
+    """The two queries of one instance. The AMI's agent publishes GPU utilisation aggregated on
+    InstanceId + AutoScalingGroupName for fleet members and on InstanceId alone otherwise."""
+    gpu_dimensions = [{"Name": "InstanceId", "Value": instance_id}]
+    if asg_name:
+        gpu_dimensions.append({"Name": "AutoScalingGroupName", "Value": asg_name})
+    return [
+        {"Id": f"cpu{index}", "ReturnData": True, "MetricStat": {
+            "Metric": {"Namespace": "AWS/EC2", "MetricName": "CPUUtilization",
+                       "Dimensions": [{"Name": "InstanceId", "Value": instance_id}]},
+            "Period": PERIOD_SECONDS, "Stat": "Maximum"}},
+        {"Id": f"gpu{index}", "ReturnData": True, "MetricStat": {
+            "Metric": {"Namespace": GPU_NAMESPACE, "MetricName": GPU_METRIC, "Dimensions": gpu_dimensions},
+            "Period": PERIOD_SECONDS, "Stat": "Maximum"}},
+    ]
+
+
+def utilisation(cloudwatch, raws: Sequence[dict], now: datetime, settings: IdleSettings) -> dict[str, dict]:
+    """instance id -> {"cpu": {period: max}, "gpu": {...}}; a series with no data at all is None."""
+    periods = window_periods(now, settings)
+    start, end = periods[0], periods[-1] + timedelta(seconds=PERIOD_SECONDS)
+    ids = [raw["InstanceId"] for raw in raws]
+    queries = []
+    for index, raw in enumerate(raws):
+        tags = {t["Key"]: t["Value"] for t in raw.get("Tags", [])}
+        queries += metric_queries(raw["InstanceId"], tags.get("aws:autoscaling:groupName"), index)
+    series: dict[str, dict] = {i: {"cpu": None, "gpu": None} for i in ids}
+    for batch in chunks(queries, METRIC_QUERIES_PER_CALL):
+        for result in paginate(cloudwatch, "get_metric_data", "MetricDataResults", MetricDataQueries=batch,
+                               StartTime=start, EndTime=end, ScanBy="TimestampAscending"):
+            if not result.get("Timestamps"):
+                continue
+            kind, index = result["Id"][:3], int(result["Id"][3:])
+            points = series[ids[index]][kind] or {}
+            for timestamp, value in zip(result["Timestamps"], result["Values"]):
+                points[timestamp] = max(value, points.get(timestamp, value))
+            series[ids[index]][kind] = points
+    return series
+
+
+def to_instances(raws: Iterable[dict], registered: dict[str, ContainerInstance], series: dict[str, dict]) -> list[Instance]:
+    out = []
+    for raw in raws:
+        tags = {t["Key"]: t["Value"] for t in raw.get("Tags", [])}
+        instance_id = raw["InstanceId"]
+        asg = tags.get("aws:autoscaling:groupName")
+        # A fleet member missing from the cluster is unknown (busy); a standalone machine runs no ECS tasks.
+        tasks = registered[instance_id].tasks if instance_id in registered else (None if asg else 0)
+        out.append(Instance(
+            instance_id=instance_id,
+            launch_time=raw["LaunchTime"],
+            lifecycle="spot" if raw.get("InstanceLifecycle") == "spot" else "on-demand",
+            asg_name=asg,
+            tags=tags,
+            running_tasks=tasks,
+            cpu=series[instance_id]["cpu"],
+            gpu=series[instance_id]["gpu"],
+        ))
+    return out

@@ -1,0 +1,137 @@
+"""The idle contract as a pure function: one case per rule, and properties over arbitrary instances."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lambdas.reaper.idle import (
+    BUSY, DESTRUCTIVE, MARK, REAP_FLEET, SPARE, STOP_STANDALONE, UNMARK, WAIT_GRACE,
+    IdleSettings, Instance, decide, decide_all, keep_alive_protects, window_periods,
+)
+
+NOW = datetime(2026, 11, 22, 12, 2, 30, tzinfo=timezone.utc)
+SETTINGS = IdleSettings(window_minutes=60, cpu_percent=10, gpu_percent=5, grace_minutes=30)
+PERIODS = window_periods(NOW, SETTINGS)
+
+
+def series(value=1.0, drop=()):
+    return {p: value for i, p in enumerate(PERIODS) if i not in drop}
+
+
+def instance(**overrides):
+    base = dict(instance_id="i-0aaa", launch_time=NOW - timedelta(hours=3), lifecycle="spot",
+                asg_name="mlfleet-dev-gpu1", tags={}, running_tasks=0, cpu=series(), gpu=series())
+    base.update(overrides)
+    return Instance(**base)
+
+
+def marked(minutes_ago):
+    return {"mlfleet:idle-since": (NOW - timedelta(minutes=minutes_ago)).isoformat()}
+
+
+def test_window_is_the_last_complete_periods():
+    assert len(PERIODS) == 12
+    assert PERIODS[-1] == datetime(2026, 11, 22, 11, 55, tzinfo=timezone.utc)
+    assert PERIODS[0] == datetime(2026, 11, 22, 11, 0, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "action", "reason_part"),
+    [
+        ({}, MARK, "no tasks"),
+        ({"running_tasks": 1}, BUSY, "1 ECS task(s) running"),
+        ({"running_tasks": None}, BUSY, "task count unknown"),
+        ({"cpu": {**series(), PERIODS[3]: 10.0}}, BUSY, "CPU peaked at 10.0%"),
+        ({"gpu": {**series(), PERIODS[-1]: 80.0}}, BUSY, "GPU peaked at 80.0%"),
+        ({"gpu": series(drop={5})}, BUSY, "GPU data missing for 1 of 12"),
+        ({"cpu": series(drop=set(range(6)))}, BUSY, "CPU data missing for 6 of 12"),
+        ({"gpu": None}, BUSY, "no GPU metric"),
+        ({"cpu": None}, BUSY, "no CPU metric"),
+        ({"launch_time": NOW - timedelta(minutes=59)}, BUSY, "younger than the 60-minute window"),
+        ({"tags": {"mlfleet:keep-alive": "true"}}, SPARE, "keep-alive=true"),
+        ({"tags": {"mlfleet:keep-alive": "TRUE"}}, SPARE, "keep-alive=true"),
+        ({"tags": {"mlfleet:keep-alive": "2026-11-23T00:00:00Z"}}, SPARE, "keep-alive until"),
+        ({"tags": {"mlfleet:keep-alive": "2026-11-21T00:00:00Z"}}, MARK, "keep-alive expired"),
+        ({"tags": {"mlfleet:keep-alive": "tomorrow"}}, SPARE, "kept to be safe"),
+        ({"tags": marked(10)}, WAIT_GRACE, "min of grace left"),
+        ({"tags": marked(30)}, REAP_FLEET, "grace over"),
+        ({"tags": marked(45), "asg_name": None}, STOP_STANDALONE, "grace over"),
+        ({"tags": {**marked(45), "mlfleet:keep-alive": "true"}}, UNMARK, "idle mark removed"),
+        ({"tags": marked(45), "running_tasks": 2}, UNMARK, "2 ECS task(s) running; idle mark removed"),
+        ({"tags": {"mlfleet:idle-since": "garbage"}}, MARK, "unreadable idle-since"),
+    ],
+    ids=["idle-first-seen", "task", "unregistered", "cpu-at-threshold", "gpu-busy", "one-gpu-gap",
+         "partial-window", "no-gpu-series", "no-cpu-series", "young", "keep-alive", "keep-alive-case",
+         "keep-alive-future", "keep-alive-expired", "keep-alive-garbage", "in-grace", "reap", "standalone-stop",
+         "keep-alive-unmarks", "busy-again-unmarks", "bad-mark"],
+)
+def test_each_rule(overrides, action, reason_part):
+    decision = decide(instance(**overrides), NOW, SETTINGS)
+    assert decision.action == action
+    assert reason_part in decision.reason
+
+
+def test_mark_records_now():
+    assert decide(instance(), NOW, SETTINGS).idle_since == NOW
+
+
+def test_keep_alive_parsing():
+    assert keep_alive_protects(None, NOW) == (False, "")
+    assert keep_alive_protects("2026-11-22T13:00:00", NOW)[0]  # naive = UTC
+    assert not keep_alive_protects("2026-11-22T12:00:00+00:00", NOW)[0]
+
+
+def test_action_cap_spares_the_most_recently_idle_first():
+    fleet = [instance(instance_id=f"i-{n}", tags=marked(30 + n)) for n in range(5)]
+    decisions = {d.instance_id: d for d in decide_all(fleet, NOW, SETTINGS, max_actions=2)}
+    assert {i for i, d in decisions.items() if d.action == REAP_FLEET} == {"i-4", "i-3"}
+    for spared in ("i-0", "i-1", "i-2"):
+        assert decisions[spared].action == SPARE and "action cap of 2" in decisions[spared].reason
+
+
+# --- properties --------------------------------------------------------------------------------
+
+values = st.floats(min_value=0, max_value=100, allow_nan=False)
+maybe_series = st.one_of(st.none(), st.dictionaries(st.sampled_from(PERIODS), values))
+tags = st.dictionaries(
+    st.sampled_from(["mlfleet:keep-alive", "mlfleet:idle-since", "team"]),
+    st.one_of(st.just("true"), st.text(max_size=8),
+              st.datetimes(min_value=datetime(2026, 1, 1), max_value=datetime(2027, 1, 1)).map(lambda d: d.isoformat())),
+)
+instances = st.builds(
+    Instance,
+    instance_id=st.from_regex(r"i-[0-9a-f]{6}", fullmatch=True),
+    launch_time=st.datetimes(min_value=datetime(2026, 11, 20), max_value=datetime(2026, 11, 22, 12)).map(
+        lambda d: d.replace(tzinfo=timezone.utc)),
+    lifecycle=st.sampled_from(["spot", "on-demand"]),
+    asg_name=st.sampled_from([None, "mlfleet-dev-gpu1"]),
+    tags=tags,
+    running_tasks=st.one_of(st.none(), st.integers(0, 4)),
+    cpu=maybe_series,
+    gpu=maybe_series,
+)
+
+
+def _has_gap(i: Instance) -> bool:
+    return any(s is None or any(p not in s for p in PERIODS) for s in (i.cpu, i.gpu))
+
+
+@settings(max_examples=300, deadline=None)
+@given(instances)
+def test_running_task_keep_alive_or_gap_is_never_acted_on_nor_marked(i):
+    decision = decide(i, NOW, SETTINGS)
+    protected = keep_alive_protects(i.tags.get("mlfleet:keep-alive"), NOW)[0]
+    if (i.running_tasks != 0) or protected or _has_gap(i):
+        assert decision.action not in (*DESTRUCTIVE, MARK, WAIT_GRACE)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(instances, max_size=12, unique_by=lambda i: i.instance_id), st.integers(0, 5))
+def test_cap_holds_and_every_instance_gets_exactly_one_decision(fleet, cap):
+    decisions = decide_all(fleet, NOW, SETTINGS, cap)
+    assert sorted(d.instance_id for d in decisions) == sorted(i.instance_id for i in fleet)
+    assert sum(d.destructive for d in decisions) <= cap

@@ -1,0 +1,161 @@
+"""One reaper run against moto marks exactly the idle instances; a run past the grace period drains and
+terminates exactly those, and the group shrinks instead of replacing them.
+
+Where moto differs from AWS (and why the test still means something):
+- moto stamps LaunchTime with the wall clock, so runs are evaluated at "now + 3 h" and metrics are put
+  at those future periods (real CloudWatch rejects points more than 2 h ahead; moto keeps them).
+- There is no CloudWatch agent: GPU datapoints are written with put_metric_data under the agent's
+  namespace, metric name and dimensions.
+- moto does not model GPUs on container instances; the reaper never reads them (task counts only).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import boto3
+import pytest
+
+from lambdas.reaper.handler import Settings, run
+from lambdas.reaper.idle import PERIOD_SECONDS, IdleSettings, window_periods
+
+REGION = "us-east-1"
+ASG = "mlfleet-dev-gpu1"
+CLUSTER = "mlfleet-dev"
+SETTINGS = Settings(environment="dev", cluster_name=CLUSTER, fleet_asg_names=(ASG,), idle_window_minutes=60,
+                    idle_cpu_percent=10, idle_gpu_percent=5, idle_grace_minutes=30,
+                    alert_topic_arn="", max_actions_per_run=20)
+
+
+def build_world(fleet_size: int = 5, standalone: int = 1) -> dict:
+    """An ASG of `fleet_size` registered GPU instances plus `standalone` tagged machines; returns ids."""
+    ec2, asg, ecs, sns = (boto3.client(s, REGION) for s in ("ec2", "autoscaling", "ecs", "sns"))
+    topic = sns.create_topic(Name="mlfleet-dev-alerts")["TopicArn"]
+    ec2.create_launch_template(LaunchTemplateName="mlfleet-dev-gpu1",
+                               LaunchTemplateData={"ImageId": "ami-12c6146b", "InstanceType": "g5.xlarge"})
+    asg.create_auto_scaling_group(
+        AutoScalingGroupName=ASG, LaunchTemplate={"LaunchTemplateName": "mlfleet-dev-gpu1"}, MinSize=0,
+        MaxSize=fleet_size + 5, DesiredCapacity=fleet_size, AvailabilityZones=[f"{REGION}a"],
+        NewInstancesProtectedFromScaleIn=True,
+        Tags=[{"Key": "mlfleet:environment", "Value": "dev", "PropagateAtLaunch": True}])
+    ecs.create_cluster(clusterName=CLUSTER)
+    fleet = [i["InstanceId"] for i in asg.describe_auto_scaling_groups()["AutoScalingGroups"][0]["Instances"]]
+    for instance_id in fleet:
+        ecs.register_container_instance(cluster=CLUSTER, instanceIdentityDocument=json.dumps(
+            {"instanceId": instance_id, "region": REGION, "availabilityZone": f"{REGION}a"}))
+    loose = []
+    if standalone:
+        reservation = ec2.run_instances(ImageId="ami-12c6146b", InstanceType="g5.xlarge", MinCount=standalone,
+                                        MaxCount=standalone, TagSpecifications=[{"ResourceType": "instance",
+                                        "Tags": [{"Key": "mlfleet:environment", "Value": "dev"}]}])
+        loose = [i["InstanceId"] for i in reservation["Instances"]]
+    return {"fleet": fleet, "standalone": loose, "topic": topic}
+
+
+def put_utilisation(instance_id: str, now: datetime, *, cpu: float, gpu: float | None, asg: str | None = ASG,
+                    gap: bool = False, minutes: int = 60) -> None:
+    cloudwatch = boto3.client("cloudwatch", REGION)
+    periods = window_periods(now, IdleSettings(minutes, 10, 5, 30))
+    if gap:
+        periods = periods[:-1]
+    cloudwatch.put_metric_data(Namespace="AWS/EC2", MetricData=[
+        {"MetricName": "CPUUtilization", "Dimensions": [{"Name": "InstanceId", "Value": instance_id}],
+         "Timestamp": p + timedelta(seconds=PERIOD_SECONDS // 2), "Value": cpu} for p in periods])
+    if gpu is not None:
+        dims = [{"Name": "InstanceId", "Value": instance_id}] + ([{"Name": "AutoScalingGroupName", "Value": asg}] if asg else [])
+        cloudwatch.put_metric_data(Namespace="CWAgent", MetricData=[
+            {"MetricName": "nvidia_smi_utilization_gpu", "Dimensions": dims,
+             "Timestamp": p + timedelta(seconds=PERIOD_SECONDS // 2), "Value": gpu} for p in periods])
+
+
+def start_task_on(instance_id: str) -> None:
+    ecs = boto3.client("ecs", REGION)
+    ecs.register_task_definition(family="mlfleet-dev-gpu-job", containerDefinitions=[
+        {"name": "job", "image": "nvidia/cuda", "memory": 1024}])
+    arns = ecs.list_container_instances(cluster=CLUSTER)["containerInstanceArns"]
+    described = ecs.describe_container_instances(cluster=CLUSTER, containerInstances=arns)["containerInstances"]
+    target = next(ci["containerInstanceArn"] for ci in described if ci["ec2InstanceId"] == instance_id)
+    ecs.start_task(cluster=CLUSTER, taskDefinition="mlfleet-dev-gpu-job", containerInstances=[target])
+
+
+def tags_of(instance_id: str) -> dict[str, str]:
+    raw = boto3.client("ec2", REGION).describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
+    return {t["Key"]: t["Value"] for t in raw.get("Tags", [])}
+
+
+@pytest.fixture
+def world(aws):
+    world = build_world()
+    settings = Settings(**{**SETTINGS.__dict__, "alert_topic_arn": world["topic"]})
+    now = datetime.now(timezone.utc) + timedelta(hours=3)
+    idle, busy_task, busy_cpu, gap, kept = world["fleet"]
+    (loose,) = world["standalone"]
+    for instance_id in (idle, busy_task, kept):
+        put_utilisation(instance_id, now, cpu=2, gpu=0)
+    put_utilisation(busy_cpu, now, cpu=55, gpu=0)
+    put_utilisation(gap, now, cpu=1, gpu=0, gap=True)
+    put_utilisation(loose, now, cpu=1, gpu=1, asg=None)
+    start_task_on(busy_task)
+    boto3.client("ec2", REGION).create_tags(Resources=[kept], Tags=[{"Key": "mlfleet:keep-alive", "Value": "true"}])
+    return {"settings": settings, "now": now, "idle": idle, "busy": [busy_task, busy_cpu, gap], "kept": kept,
+            "loose": loose}
+
+
+def test_first_run_marks_exactly_the_idle_instances(world):
+    result = run(world["settings"], world["now"])
+    assert sorted(result["decisions"]["mark"]) == sorted([world["idle"], world["loose"]])
+    assert "mlfleet:idle-since" in tags_of(world["idle"]) and "mlfleet:idle-since" in tags_of(world["loose"])
+    for other in (*world["busy"], world["kept"]):
+        assert "mlfleet:idle-since" not in tags_of(other)
+    assert result["decisions"]["spare"] == [world["kept"]]
+
+
+def test_run_after_grace_drains_and_terminates_the_idle_fleet_instance_and_stops_the_standalone(world):
+    settings = world["settings"]
+    run(settings, world["now"])
+    later = world["now"] + timedelta(minutes=35)
+    for instance_id in (world["idle"], *world["busy"], world["kept"]):
+        put_utilisation(instance_id, later, cpu=2 if instance_id != world["busy"][1] else 55, gpu=0)
+    put_utilisation(world["loose"], later, cpu=1, gpu=1, asg=None)
+    put_utilisation(world["busy"][2], later, cpu=1, gpu=0, gap=True)
+    result = run(settings, later)
+    assert result["decisions"]["reap-fleet"] == [world["idle"]]
+    assert result["decisions"]["stop-standalone"] == [world["loose"]]
+
+    group = boto3.client("autoscaling", REGION).describe_auto_scaling_groups()["AutoScalingGroups"][0]
+    assert group["DesiredCapacity"] == 4, "the group shrinks instead of replacing the reaped instance"
+    assert world["idle"] not in {i["InstanceId"] for i in group["Instances"]}
+    ecs = boto3.client("ecs", REGION)
+    arns = ecs.list_container_instances(cluster=CLUSTER)["containerInstanceArns"]
+    states = {ci["ec2InstanceId"]: ci["status"] for ci in
+              ecs.describe_container_instances(cluster=CLUSTER, containerInstances=arns)["containerInstances"]}
+    assert states[world["idle"]] == "DRAINING"
+    assert all(states[i] == "ACTIVE" for i in world["busy"])
+    ec2 = boto3.client("ec2", REGION)
+    state = ec2.describe_instances(InstanceIds=[world["loose"]])["Reservations"][0]["Instances"][0]["State"]["Name"]
+    assert state in ("stopping", "stopped")
+
+
+def test_dry_run_changes_nothing(world):
+    settings = Settings(**{**world["settings"].__dict__, "dry_run": True})
+    result = run(settings, world["now"])
+    assert result["dry_run"] and world["idle"] in result["decisions"]["mark"]
+    assert "mlfleet:idle-since" not in tags_of(world["idle"])
+
+
+def test_busy_again_removes_the_mark(world):
+    settings = world["settings"]
+    run(settings, world["now"])
+    later = world["now"] + timedelta(minutes=10)
+    put_utilisation(world["idle"], later, cpu=90, gpu=70)
+    result = run(settings, later)
+    assert world["idle"] in result["decisions"]["unmark"]
+    assert "mlfleet:idle-since" not in tags_of(world["idle"])
+
+
+def test_lifecycle_and_reaper_counts_are_published(world):
+    run(world["settings"], world["now"])
+    cloudwatch = boto3.client("cloudwatch", REGION)
+    names = {m["MetricName"] for m in cloudwatch.list_metrics(Namespace="mlfleet")["Metrics"]}
+    assert names == {"FleetInstances", "IdleMarkedInstances", "ReapedInstances"}
