@@ -41,7 +41,6 @@ TAGGABLE_TYPES = frozenset({
     LAMBDA_FUNCTION, BUDGET,
     "aws:cloudwatch/eventRule:EventRule",
     "aws:cloudwatch/logGroup:LogGroup",
-    "aws:cloudwatch/dashboard:Dashboard",
     "aws:chatbot/slackChannelConfiguration:SlackChannelConfiguration",
     "aws:ec2/eip:Eip",
     "aws:ec2/internetGateway:InternetGateway",
@@ -57,7 +56,6 @@ TAGGABLE_TYPES = frozenset({
     "aws:iam/instanceProfile:InstanceProfile",
     "aws:iam/role:Role",
     "aws:kms/key:Key",
-    "aws:scheduler/schedule:Schedule",
     "aws:ssm/parameter:Parameter",
 })
 
