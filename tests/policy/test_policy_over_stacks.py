@@ -26,7 +26,7 @@ import pack
 from pulumi_harness import STACKS, _region_of, render_stack
 
 # The idle alarms (mlfleet-<env>-<fleet>-idle) and reapers (mlfleet-<env>-reaper) are not declared yet.
-NOT_YET_DECLARED = {(policy, stack) for policy in ("fleet-idle-alarm", "fleet-reaper") for stack in STACKS}
+NOT_YET_DECLARED: set[tuple[str, str]] = set()
 
 OPTS = PolicyResourceOptions(False, [], None, [], PolicyCustomTimeouts(0, 0, 0), [])
 
