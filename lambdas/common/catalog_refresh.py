@@ -93,7 +93,8 @@ def on_demand_price(price_list: Iterable[str], instance_type: str, region: str) 
     """The one on-demand hourly price the filtered price list holds; None when it holds none."""
     prices = set().union(*(on_demand_hourly_usd(item) for item in price_list))
     if len(prices) > 1:
-        raise RefreshError(f"{instance_type} in {region}: the price list holds several on-demand prices {sorted(prices)}")
+        raise RefreshError(f"{instance_type} in {region}: the price list holds several on-demand prices "
+                           f"{sorted(prices)}")
     return prices.pop() if prices else None
 
 
@@ -130,16 +131,24 @@ def build_document(specs: Mapping[str, dict], on_demand: Mapping[tuple[str, str]
     return {
         "snapshot_date": stamp,
         "source": f"AWS APIs on {stamp} via python -m lambdas.common.catalog_refresh",
-        "sources": {
-            SOURCE_SPECS: {"url": "https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DescribeInstanceTypes.html",
-                           "note": f"DescribeInstanceTypes in {next(iter(regions))} on {stamp}; gpu_memory_gib is AWS's stated "
-                                   "per-GPU figure kept from the previous catalog (the API reports gpu_memory_mib)"},
-            SOURCE_ON_DEMAND: {"url": "https://docs.aws.amazon.com/aws-cost-management/latest/APIReference/API_pricing_GetProducts.html",
-                               "note": f"GetProducts on {stamp}: Linux, Shared tenancy, preInstalledSw NA, capacitystatus Used"},
-            SOURCE_SPOT: {"url": "https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DescribeSpotPriceHistory.html",
-                          "note": f"Linux/UNIX price in effect on {stamp}, median over the region's Availability Zones"},
-        },
+        "sources": api_sources(next(iter(regions)), stamp),
         "instance_types": types,
+    }
+
+
+def api_sources(specs_region: str, stamp: str) -> dict:
+    reference = "https://docs.aws.amazon.com/{}/latest/APIReference/{}.html"
+    return {
+        SOURCE_SPECS: {
+            "url": reference.format("AWSEC2", "API_DescribeInstanceTypes"),
+            "note": f"DescribeInstanceTypes in {specs_region} on {stamp}; gpu_memory_gib is AWS's stated per-GPU "
+                    "figure kept from the previous catalog (the API reports gpu_memory_mib)"},
+        SOURCE_ON_DEMAND: {
+            "url": reference.format("aws-cost-management", "API_pricing_GetProducts"),
+            "note": f"GetProducts on {stamp}: Linux, Shared tenancy, preInstalledSw NA, capacitystatus Used"},
+        SOURCE_SPOT: {
+            "url": reference.format("AWSEC2", "API_DescribeSpotPriceHistory"),
+            "note": f"Linux/UNIX price in effect on {stamp}, median over the region's Availability Zones"},
     }
 
 
@@ -244,7 +253,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--regions", nargs="+", type=_regions, default=list(DEFAULT_REGIONS))
     which = p.add_mutually_exclusive_group()
     which.add_argument("--types", nargs="+", type=_types, help="instance types (default: the committed catalog's)")
-    which.add_argument("--families", type=_families, help=f"comma-separated families, e.g. {','.join(DEFAULT_FAMILIES)}")
+    which.add_argument("--families", type=_families,
+                       help=f"comma-separated families, e.g. {','.join(DEFAULT_FAMILIES)}")
     p.add_argument("--output", type=Path, default=CATALOG_PATH, help="catalog file to write or --check against")
     p.add_argument("--check", action="store_true", help="compare with --output instead of writing; exit 1 on drift")
     p.add_argument("--spot-tolerance", type=float, default=DEFAULT_SPOT_TOLERANCE,

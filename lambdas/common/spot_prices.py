@@ -57,7 +57,8 @@ def median_price(zone_prices: Mapping[str, float]) -> float:
     return round(statistics.median(zone_prices.values()), 6)
 
 
-def zone_spot_prices(region: str, instance_types: Iterable[str], now: datetime | None = None) -> dict[str, dict[str, float]]:
+def zone_spot_prices(region: str, instance_types: Iterable[str],
+                     now: datetime | None = None) -> dict[str, dict[str, float]]:
     """type -> zone -> spot price in effect now (Linux/UNIX), read page by page."""
     ec2 = client("ec2", region)
     start = now or datetime.now(timezone.utc)

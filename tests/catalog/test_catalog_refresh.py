@@ -12,7 +12,7 @@ moto differs from AWS here, and the tests do not lean on those gaps:
 from __future__ import annotations
 
 import json
-from datetime import date, datetime, timezone
+from datetime import date
 
 import boto3
 import pytest
@@ -26,8 +26,6 @@ from lambdas.common.catalog_refresh import (
     RefreshError, build_document, drift, dumps, fetch_specs, on_demand_hourly_usd, on_demand_price,
     parse_instance_type, parser,
 )
-
-NOW = datetime(2026, 11, 22, 12, tzinfo=timezone.utc)
 
 
 # ---- pure parsing -------------------------------------------------------------------------------
