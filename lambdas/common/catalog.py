@@ -3,6 +3,12 @@
 The data lives in `data/instance_catalog.json` (refreshed by `python -m lambdas.common.catalog_refresh`
 from the AWS Pricing and EC2 APIs). Specs are facts of the instance type; prices are a dated snapshot.
 Config validation, the worst-case cost estimate, the scheduler and its benchmark all read this one file.
+
+Every figure names where it came from: the document's `sources` maps a source id to its URL and
+retrieval note, and each type's `specs_source` and each price's `on_demand_source` / `spot_source`
+name one of those ids. A spot price is the median of the latest spot price over the region's
+Availability Zones (`spot_zones` of them); a spot price whose source is an estimate (`estimate: true`
+on the source) is not a measured market price. docs/catalog.md explains each source.
 """
 
 from __future__ import annotations
@@ -28,15 +34,36 @@ class UnknownRegion(KeyError):
 
 
 @dataclass(frozen=True)
+class Source:
+    """Where figures came from: a URL (None for figures nobody can trace) and what was taken from it."""
+
+    id: str
+    url: str | None
+    note: str
+    estimate: bool = False
+
+
+@dataclass(frozen=True)
+class PriceOrigin:
+    region: str
+    on_demand_source: str
+    spot_source: str
+    spot_zones: int  # Availability Zones the spot median was taken over (0 for an estimate)
+
+
+@dataclass(frozen=True)
 class InstanceType:
     name: str
     gpus: int
     gpu_model: str
-    gpu_memory_gib: int
+    gpu_memory_gib: int  # per GPU, as AWS's instance type pages state it
     vcpus: int
     memory_mib: int
     # region -> (on-demand $/h, spot $/h)
     prices: tuple[tuple[str, float, float], ...]
+    gpu_memory_mib: int = 0  # per GPU, as DescribeInstanceTypes reports it (0 when not recorded)
+    specs_source: str = ""
+    price_origins: tuple[PriceOrigin, ...] = ()
 
     @property
     def family(self) -> str:
@@ -60,6 +87,9 @@ class InstanceType:
     def spot_price(self, region: str) -> float:
         return self._price(region)[1]
 
+    def price_origin(self, region: str) -> PriceOrigin | None:
+        return next((o for o in self.price_origins if o.region == region), None)
+
     def _price(self, region: str) -> tuple[float, float]:
         for name, on_demand, spot in self.prices:
             if name == region:
@@ -72,6 +102,7 @@ class Catalog:
     snapshot_date: str
     source: str
     types: tuple[InstanceType, ...]
+    sources: tuple[Source, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_name", {t.name: t for t in self.types})
@@ -99,11 +130,43 @@ class Catalog:
         return max(t.gpus for t in self.types)
 
 
+    def source_of(self, source_id: str) -> Source:
+        for source in self.sources:
+            if source.id == source_id:
+                return source
+        raise KeyError(f"the catalog has no source {source_id!r}")
+
+
+class CatalogError(ValueError):
+    pass
+
+
 def parse_catalog(document: dict) -> Catalog:
+    sources = tuple(
+        Source(id=key, url=value.get("url"), note=value.get("note", ""), estimate=bool(value.get("estimate", False)))
+        for key, value in sorted(document.get("sources", {}).items())
+    )
+    known = {s.id for s in sources}
+
+    def cited(where: str, source_id: str) -> str:
+        # A figure citing a source the document does not describe is untraceable: refuse the file.
+        if sources and source_id not in known:
+            raise CatalogError(f"{where} cites source {source_id!r}, which the catalog's `sources` does not list")
+        return source_id
+
     types = []
     for name, spec in sorted(document["instance_types"].items()):
-        prices = tuple(
-            (region, float(p["on_demand"]), float(p["spot"])) for region, p in sorted(spec["prices"].items())
+        regions = sorted(spec["prices"].items())
+        prices = tuple((region, float(p["on_demand"]), float(p["spot"])) for region, p in regions)
+        origins = tuple(
+            PriceOrigin(
+                region=region,
+                on_demand_source=cited(f"{name} {region} on_demand", p.get("on_demand_source", "")),
+                spot_source=cited(f"{name} {region} spot", p.get("spot_source", "")),
+                spot_zones=int(p.get("spot_zones", 0)),
+            )
+            for region, p in regions
+            if "on_demand_source" in p
         )
         types.append(
             InstanceType(
@@ -114,9 +177,13 @@ def parse_catalog(document: dict) -> Catalog:
                 vcpus=int(spec["vcpus"]),
                 memory_mib=int(spec["memory_mib"]),
                 prices=prices,
+                gpu_memory_mib=int(spec.get("gpu_memory_mib", 0)),
+                specs_source=cited(f"{name} specs", spec["specs_source"]) if "specs_source" in spec else "",
+                price_origins=origins,
             )
         )
-    return Catalog(snapshot_date=document["snapshot_date"], source=document["source"], types=tuple(types))
+    return Catalog(snapshot_date=document["snapshot_date"], source=document["source"], types=tuple(types),
+                   sources=sources)
 
 
 @functools.lru_cache(maxsize=1)
