@@ -16,6 +16,7 @@ export PULUMI_BACKEND_URL
 help:
 	@echo "make up STACK=dev        deploy a stack (pulumi up; local file backend unless PULUMI_BACKEND_URL is set)"
 	@echo "make preview STACK=dev   show what would change"
+	@echo "make destroy STACK=dev   tear the whole environment down in one pass"
 	@echo "make test                install test dependencies and run the whole test suite"
 	@echo "make snapshots           rewrite tests/snapshots after an intended infrastructure change"
 	@echo "make admission-open STACK=dev     admit jobs again after the budget guard closed admission"
@@ -55,6 +56,13 @@ preview:
 up:
 	$(require_stack)
 	pulumi up --stack $(STACK)
+
+# One pass: groups are force-deleted with their protected instances, no capacity provider holds the
+# cluster. What outlives a stack is listed in the README ("Tear down"); images go with `make ami-clean`.
+destroy:
+	$(require_stack)
+	pulumi destroy --stack $(STACK)
+	@echo "Stack $(STACK) destroyed. Images this project built are not part of a stack: make ami-clean ENV=$(STACK)"
 
 # Tools run with the project's venv when it exists (make venv), else the system Python (needs boto3, PyYAML).
 PY = $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
