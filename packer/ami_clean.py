@@ -51,7 +51,10 @@ class Image:
 
 
 def select_unused(images: list[Image], in_use: set[str], keep_newest: int) -> list[Image]:
-    """Images to remove: not in `in_use` and not among the `keep_newest` newest of their region."""
+    """Images to remove: not in `in_use` and not among the `keep_newest` newest of their region.
+
+    Returned by region (alphabetical), newest first within a region.
+    """
     if keep_newest < 0:
         raise ValueError(f"keep_newest must be 0 or more, got {keep_newest}")
     by_region: dict[str, list[Image]] = defaultdict(list)
