@@ -1,0 +1,82 @@
+"""Fixtures for the GPU image tests: the Packer templates parsed into plain Python, and moto."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import hcl2
+import pytest
+from moto import mock_aws
+
+from lambdas.common.aws import reset_clients
+
+PACKER = Path(__file__).resolve().parents[2] / "packer"
+
+
+def plain(value):
+    """python-hcl2 8.x output without its markers: quoted strings unquoted, `__is_block__` and comments gone."""
+    if isinstance(value, dict):
+        return {plain(key): plain(item) for key, item in value.items() if key not in ("__is_block__", "__comments__")}
+    if isinstance(value, list):
+        return [plain(item) for item in value]
+    if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] == '"':
+        return value[1:-1]
+    return value
+
+
+def load_hcl(name: str) -> dict:
+    with open(PACKER / name, encoding="utf-8") as handle:
+        return plain(hcl2.load(handle))
+
+
+@pytest.fixture(scope="session")
+def template() -> dict:
+    """All *.pkr.hcl files merged the way Packer merges a directory: block lists concatenated."""
+    merged: dict[str, list] = {}
+    for path in sorted(PACKER.glob("*.pkr.hcl")):
+        for block, items in load_hcl(path.name).items():
+            merged.setdefault(block, []).extend(items)
+    return merged
+
+
+@pytest.fixture(scope="session")
+def variables(template) -> dict[str, dict]:
+    return {name: body for block in template["variable"] for name, body in block.items()}
+
+
+@pytest.fixture(scope="session")
+def locals_(template) -> dict:
+    return {name: value for block in template["locals"] for name, value in block.items()}
+
+
+@pytest.fixture(scope="session")
+def source(template) -> dict:
+    (block,) = template["source"]
+    return block["amazon-ebs"]["al2023_gpu"]
+
+
+@pytest.fixture(scope="session")
+def build(template) -> dict:
+    (block,) = template["build"]
+    return block
+
+
+@pytest.fixture(scope="session")
+def pinned_versions() -> dict:
+    return load_hcl("versions.pkrvars.hcl")
+
+
+@pytest.fixture(autouse=True)
+def aws_credentials(monkeypatch):
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_SECURITY_TOKEN": "testing", "AWS_SESSION_TOKEN": "testing",
+                       "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(key, value)
+
+
+@pytest.fixture
+def aws():
+    with mock_aws():
+        reset_clients()
+        yield
+    reset_clients()
