@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pulumi
 
 from components.alerts import SlackChannel, SlackChannelArgs
@@ -11,6 +13,14 @@ from components.config.regions import BILLING_METRICS_REGION
 from components.home import HomeRegion, HomeRegionArgs
 from components.providers import regional_providers, with_provider
 from components.region import FleetRegion, FleetRegionArgs
+from packer.manifest import ManifestError, load_manifest
+
+# Written by `make ami` (Packer's manifest post-processor); absent in a fresh clone.
+PACKER_MANIFEST = Path(__file__).resolve().parent.parent / "packer" / "manifest.json"
+
+
+class ProgramError(Exception):
+    """A problem found before any resource is declared (the preview stops with this message)."""
 
 
 def deploy(cfg: StackConfig) -> dict:
@@ -19,6 +29,11 @@ def deploy(cfg: StackConfig) -> dict:
     warning = over_budget_warning(cfg, cost)
     if warning:
         pulumi.log.warn(warning)
+
+    try:
+        built = load_manifest(PACKER_MANIFEST, cfg.environment)
+    except ManifestError as error:
+        raise ProgramError(f"{error}; fix or delete it (make ami ENV={cfg.environment} writes a new one)") from None
 
     providers = regional_providers([cfg.home_region, *cfg.regions, BILLING_METRICS_REGION], cfg.base_tags())
     home = HomeRegion(
@@ -33,6 +48,7 @@ def deploy(cfg: StackConfig) -> dict:
                 region=region,
                 config=cfg,
                 alert_topic_arn=home.alert_topic_arn if region == cfg.home_region else None,
+                manifest_ami_id=built[region].ami_id if region in built else None,
             ),
             opts=with_provider(providers[region]),
         )

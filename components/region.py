@@ -31,6 +31,8 @@ class FleetRegionArgs:
     # The home region's alert topic when this is the home region; otherwise None, and the region gets
     # its own (CloudWatch alarms can only notify a topic in their region).
     alert_topic_arn: pulumi.Input[str] | None = None
+    # The AMI the last Packer build recorded for this region (packer/manifest.json), if any.
+    manifest_ami_id: str | None = None
 
 
 class FleetRegion(pulumi.ComponentResource):
@@ -68,7 +70,8 @@ class FleetRegion(pulumi.ComponentResource):
         )
         self.ami = GpuAmi(
             f"{name}-ami",
-            GpuAmiArgs(region=region, environment=cfg.environment, pinned_ami_id=cfg.ami_ids.get(region)),
+            GpuAmiArgs(region=region, environment=cfg.environment, pinned_ami_id=cfg.ami_ids.get(region),
+                       manifest_ami_id=args.manifest_ami_id),
             opts=child(self),
         )
         self.cluster = EcsGpuCluster(

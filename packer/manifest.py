@@ -15,8 +15,9 @@ environment the team builds from this checkout).
 
 - No file: an empty mapping. That is the documented fallback: the AMI component then looks for the
   newest image the account built for the environment (by tag), then the stock AMI with a warning.
-- A file that exists but cannot be trusted (bad JSON, a missing key, a bad artifact id or AMI id, or
-  builds for other environments only) raises ManifestError naming the file, the key and the bad value:
+- A manifest holding builds for other environments only: an empty mapping too (same fallback).
+- A file that exists but cannot be trusted (bad JSON, a missing key, a bad artifact id or AMI id)
+  raises ManifestError naming the file, the key and the bad value:
   a half-readable manifest must never turn silently into an older image.
 
 Standard library only: the Pulumi program imports this module.
@@ -72,11 +73,9 @@ def load_manifest(path: str | Path, environment: str) -> dict[str, ManifestImage
     parsed = [_parse_build(path, index, build) for index, build in enumerate(builds)]
     mine = [build for build in parsed if build.environment == environment]
     if not mine:
-        found = sorted({build.environment for build in parsed})
-        raise ManifestError(
-            f"{path}: no build for environment {environment!r} (builds[].custom_data.environment: {found}); "
-            f"run `make ami ENV={environment}` or remove the file"
-        )
+        # This checkout built images for other environments only: nothing recorded for this one, so the
+        # AMI component goes on to the account's images tagged for it (never another environment's).
+        return {}
     from_last_run = [build for build in mine if build.run_uuid == last_run]
     chosen = (from_last_run or mine)[-1]
     return {image.region: image for image in chosen.images}
