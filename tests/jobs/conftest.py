@@ -63,3 +63,55 @@ def home(aws):
     create_table()
     queue, dlq = create_queues()
     return {"table": TABLE, "queue": queue, "dlq": dlq}
+
+
+FLEET_TYPE = "g5.12xlarge"  # 4 GPUs, 48 vCPUs in the catalog
+CLUSTER = f"mlfleet-{ENV}"
+FAMILY = f"mlfleet-{ENV}-gpu-job"
+ASG = f"mlfleet-{ENV}-gpu1"
+
+
+def fleets_json(max_instances: int = 4, region: str = HOME) -> str:
+    return json.dumps([{"region": region, "fleet": "gpu1", "asg_name": ASG, "cluster": CLUSTER, "task_family": FAMILY,
+                        "max_instances": max_instances, "instance_types": [FLEET_TYPE, "g5.24xlarge"],
+                        "on_demand_base": 0, "on_demand_percent_above_base": 0}])
+
+
+def build_fleet(size: int = 2, max_size: int = 6, region: str = HOME) -> dict:
+    """A fleet region as the lead's components declare it: group, cluster, job family with roles under
+    /mlfleet/<env>/, and `size` registered container instances. Returns {instance_id: container ARN}."""
+    ec2, autoscaling, ecs, iam = (boto3.client(s, region) for s in ("ec2", "autoscaling", "ecs", "iam"))
+    ec2.create_launch_template(LaunchTemplateName=ASG, LaunchTemplateData={"ImageId": "ami-12c6146b",
+                                                                           "InstanceType": FLEET_TYPE})
+    autoscaling.create_auto_scaling_group(
+        AutoScalingGroupName=ASG, LaunchTemplate={"LaunchTemplateName": ASG}, MinSize=0, MaxSize=max_size,
+        DesiredCapacity=size, AvailabilityZones=[f"{region}a"],
+        Tags=[{"Key": "mlfleet:environment", "Value": ENV, "PropagateAtLaunch": True}])
+    ecs.create_cluster(clusterName=CLUSTER)
+    role = iam.create_role(Path=f"/mlfleet/{ENV}/", RoleName="job", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    # The lead's definition also has requiresCompatibilities=["EC2"]; moto then wrongly demands a hard
+    # `memory` on each container (AWS accepts memoryReservation alone), so it is left out here.
+    ecs.register_task_definition(
+        family=FAMILY, taskRoleArn=role, executionRoleArn=role, networkMode="bridge",
+        containerDefinitions=[{"name": "job", "image": "public.ecr.aws/docker/library/busybox:latest", "essential": True,
+                               "cpu": 1024, "memoryReservation": 4096,
+                               "resourceRequirements": [{"type": "GPU", "value": "1"}],
+                               "logConfiguration": {"logDriver": "awslogs", "options": {
+                                   "awslogs-group": f"/mlfleet/{ENV}/jobs", "awslogs-region": region,
+                                   "awslogs-stream-prefix": "job"}}}],
+        tags=[{"key": "mlfleet:environment", "value": ENV}])
+    instances = {}
+    group = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[ASG])["AutoScalingGroups"][0]
+    for member in group["Instances"]:
+        ecs.register_container_instance(cluster=CLUSTER, instanceIdentityDocument=json.dumps(
+            {"instanceId": member["InstanceId"], "region": region, "availabilityZone": f"{region}a"}))
+    arns = ecs.list_container_instances(cluster=CLUSTER)["containerInstanceArns"]
+    for ci in ecs.describe_container_instances(cluster=CLUSTER, containerInstances=arns)["containerInstances"]:
+        instances[ci["ec2InstanceId"]] = ci["containerInstanceArn"]
+    return instances
+
+
+def open_admission(region: str = HOME, state: str = "open") -> None:
+    boto3.client("ssm", region).put_parameter(
+        Name=f"/mlfleet/{ENV}/admission", Type="String", Overwrite=True,
+        Value=json.dumps({"state": state, "reason": "test", "changedAt": "2026-11-22T00:00:00+00:00"}))
