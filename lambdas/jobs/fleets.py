@@ -12,6 +12,10 @@ from dataclasses import dataclass
 
 from lambdas.common.settings import SettingsError
 
+# On a fleet instance under an EC2 rebalance recommendation: when it was recommended (ISO-8601). Written
+# and undone by the job-events function; the scheduler's planner avoids such machines.
+REBALANCE_TAG = "mlfleet:rebalance-at"
+
 _FIELDS = {"region": str, "fleet": str, "asg_name": str, "cluster": str, "task_family": str, "max_instances": int,
            "instance_types": list, "on_demand_base": int, "on_demand_percent_above_base": int}
 

@@ -32,8 +32,9 @@ STATES = (QUEUED, STARTING, RUNNING, SUCCEEDED, FAILED, CANCELLED)
 TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
 TRANSITIONS: Mapping[str, frozenset[str]] = {
     QUEUED: frozenset({STARTING, CANCELLED}),
-    # STARTING -> QUEUED: StartTask failed, or a start was never confirmed.
-    STARTING: frozenset({RUNNING, QUEUED, FAILED, CANCELLED}),
+    # STARTING -> QUEUED: StartTask failed, or a start was never confirmed. STARTING -> SUCCEEDED: a
+    # short task's stop event arrived before the scheduler recorded it running.
+    STARTING: frozenset({RUNNING, QUEUED, SUCCEEDED, FAILED, CANCELLED}),
     # RUNNING -> QUEUED: interrupted or failed with attempts left.
     RUNNING: frozenset({SUCCEEDED, FAILED, QUEUED, CANCELLED}),
     SUCCEEDED: frozenset(), FAILED: frozenset(), CANCELLED: frozenset(),

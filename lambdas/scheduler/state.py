@@ -20,10 +20,9 @@ from lambdas.common.aws import chunks, client, paginate
 from lambdas.common.catalog import Catalog, UnknownInstanceType, UnknownRegion
 from lambdas.common.logs import log_decision
 from lambdas.common.permissions import needs
-from lambdas.jobs.fleets import FleetConfig
+from lambdas.jobs.fleets import REBALANCE_TAG, FleetConfig
 from lambdas.jobs.queue import JobMessage, MessageError, parse_message
 
-REBALANCE_TAG = "mlfleet:rebalance-at"
 SCALING_PAUSED_TAG = "mlfleet:scaling-paused-at"
 # Receive no more once the run has less than this left: acting on what was read needs the rest.
 MIN_REMAINING_MS = 60_000

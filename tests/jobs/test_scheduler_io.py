@@ -17,7 +17,7 @@ from botocore.stub import Stubber
 from conftest import ASG, CLUSTER, FAMILY, FLEET_TYPE, HOME, build_fleet, fleets_json
 
 from lambdas.common.catalog import load_catalog
-from lambdas.jobs.fleets import parse_fleets
+from lambdas.jobs.fleets import REBALANCE_TAG, parse_fleets
 from lambdas.scheduler import actions, state
 
 
@@ -36,7 +36,7 @@ def start_gpu_task(instance_arn: str, gpus: int) -> str:
 def test_read_region_counts_gpus_from_tasks_not_from_the_instance(fleet):
     (busy_id, busy_arn), (free_id, _) = sorted(fleet.items())
     start_gpu_task(busy_arn, 3)
-    boto3.client("ec2", HOME).create_tags(Resources=[free_id], Tags=[{"Key": state.REBALANCE_TAG, "Value": "x"}])
+    boto3.client("ec2", HOME).create_tags(Resources=[free_id], Tags=[{"Key": REBALANCE_TAG, "Value": "x"}])
     view = state.read_region(HOME, parse_fleets(fleets_json()), load_catalog(), {})
     machines = {m.instance_id: m for m in view.machines}
     assert machines[busy_id].free_gpus == 1 and machines[free_id].free_gpus == 4
