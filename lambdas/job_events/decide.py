@@ -1,0 +1,204 @@
+"""Pure decisions for job events: plain data in (an event, the job's ledger record), plain data out.
+
+Events (forwarded from every fleet region to the home region's default bus):
+  - "EC2 Spot Instance Interruption Warning": the instance goes in two minutes. Its container instance is
+    drained and every job on it goes back to the queue with its attempt counted (FAILED and dead-lettered
+    when no attempt is left). Its tasks are stopped now, so they get SIGTERM and the task definition's
+    stopTimeout to checkpoint, instead of dying with the machine.
+  - "EC2 Instance Rebalance Recommendation": the instance is at elevated risk. It is tagged
+    `mlfleet:rebalance-at=<time>` and the planner avoids it; the tag is removed again (undone) when no
+    interruption followed within REBALANCE_TIMEOUT_MINUTES (the scheduled "Scheduled Event" check).
+  - "ECS Task State Change": keeps the ledger true. A stopped task succeeds on exit code 0, otherwise the
+    job is requeued while attempts remain; a stop the spot market caused always requeues (while attempts
+    remain), whatever the exit code, because a job that exits 0 on SIGTERM has not necessarily finished.
+    An event for an older attempt, or for a job that has moved on, changes nothing; a task still running
+    for an attempt the ledger no longer holds is stopped, so one attempt never runs twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from lambdas.jobs.ledger import FAILED, QUEUED, RUNNING, STARTING, SUCCEEDED, JobRecord, Placement
+from lambdas.jobs.spec import is_job_id
+
+INTERRUPTION = "EC2 Spot Instance Interruption Warning"
+REBALANCE = "EC2 Instance Rebalance Recommendation"
+TASK_STATE_CHANGE = "ECS Task State Change"
+SCHEDULED = "Scheduled Event"
+# ECS stop codes meaning the spot market took the machine (ECS documents both for spot capacity).
+SPOT_STOP_CODES = frozenset({"SpotInterruption", "TerminationNotice"})
+
+
+class EventError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class InstanceEvent:
+    kind: str  # INTERRUPTION or REBALANCE
+    region: str
+    instance_id: str
+    time: datetime
+
+
+@dataclass(frozen=True)
+class TaskStateChange:
+    region: str
+    cluster_arn: str
+    task_arn: str
+    container_instance_arn: str
+    job_id: str | None  # startedBy, when it is an mlfleet job id
+    attempt: int | None  # MLFLEET_ATTEMPT of the task's overrides
+    last_status: str
+    desired_status: str
+    stop_code: str
+    stopped_reason: str
+    exit_code: int | None  # the job container's, when it has one
+
+
+@dataclass(frozen=True)
+class RebalanceCheck:
+    time: datetime
+
+
+@dataclass(frozen=True)
+class Unknown:
+    detail_type: str
+
+
+def _time(value: str, where: str) -> datetime:
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except (AttributeError, ValueError):
+        raise EventError(f"{where}={value!r}: not an ISO-8601 time") from None
+
+
+def _require(document: Mapping, key: str, where: str) -> Any:
+    value = document.get(key) if isinstance(document, Mapping) else None
+    if value in (None, ""):
+        raise EventError(f"{where}.{key} is missing in the event")
+    return value
+
+
+def parse_event(event: Mapping) -> InstanceEvent | TaskStateChange | RebalanceCheck | Unknown:
+    """The event as a typed value; EventError names the missing or bad key."""
+    if not isinstance(event, Mapping):
+        raise EventError(f"event {event!r} is not an object")
+    detail_type = _require(event, "detail-type", "event")
+    if detail_type == SCHEDULED:
+        return RebalanceCheck(_time(_require(event, "time", "event"), "event.time"))
+    if detail_type not in (INTERRUPTION, REBALANCE, TASK_STATE_CHANGE):
+        return Unknown(detail_type)
+    detail = _require(event, "detail", "event")
+    region = _require(event, "region", "event")
+    if detail_type in (INTERRUPTION, REBALANCE):
+        return InstanceEvent(detail_type, region, _require(detail, "instance-id", "detail"),
+                             _time(_require(event, "time", "event"), "event.time"))
+    started_by = detail.get("startedBy") or ""
+    attempt = None
+    for override in (detail.get("overrides") or {}).get("containerOverrides", []):
+        for variable in override.get("environment", []):
+            if variable.get("name") == "MLFLEET_ATTEMPT":
+                try:
+                    attempt = int(variable["value"])
+                except (KeyError, ValueError):
+                    raise EventError(f"detail.overrides MLFLEET_ATTEMPT={variable.get('value')!r}: not an integer") from None
+    exit_codes = [c.get("exitCode") for c in detail.get("containers", []) if c.get("exitCode") is not None]
+    return TaskStateChange(
+        region=region, cluster_arn=_require(detail, "clusterArn", "detail"), task_arn=_require(detail, "taskArn", "detail"),
+        container_instance_arn=detail.get("containerInstanceArn", ""),
+        job_id=started_by if is_job_id(started_by) else None, attempt=attempt,
+        last_status=_require(detail, "lastStatus", "detail"), desired_status=detail.get("desiredStatus", ""),
+        stop_code=detail.get("stopCode", ""), stopped_reason=detail.get("stoppedReason", ""),
+        # The first nonzero exit code if any container failed (a job task has one container).
+        exit_code=next((c for c in exit_codes if c != 0), 0) if exit_codes else None,
+    )
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One change to one job. `to_state` None means no ledger change (ignore, or only stop a stray task)."""
+    job_id: str
+    reason: str
+    to_state: str | None = None
+    expect_state: str | None = None
+    expect_attempt: int | None = None
+    changes: Mapping[str, Any] = field(default_factory=dict)
+    send_message_attempt: int | None = None  # queue {"job_id", "attempt"} after the ledger change
+    dead_letter: bool = False  # send {"job_id", "reason", "attempts"} to the DLQ after the ledger change
+    stop_task: str | None = None  # a task ARN to stop (in the event's cluster)
+
+
+def _after_run(record: JobRecord, reason: str) -> Decision:
+    """A run of the job's current attempt ended without success: requeue, or fail when none is left."""
+    runs = record.runs + (1 if record.state == STARTING else 0)  # STARTING: the task ran, not yet counted
+    common = dict(job_id=record.job_id, expect_state=record.state, expect_attempt=record.attempt)
+    if runs < record.spec.max_attempts:
+        return Decision(**common, reason=reason, to_state=QUEUED, changes={"runs": runs},
+                        send_message_attempt=record.attempt)
+    cause = f"{reason}; attempts exhausted ({runs} of {record.spec.max_attempts})"
+    return Decision(**common, reason=cause, to_state=FAILED, changes={"runs": runs}, dead_letter=True)
+
+
+def decide_task_change(event: TaskStateChange, record: JobRecord | None) -> Decision:
+    job = event.job_id or "-"
+    if record is None or event.attempt is None:
+        return Decision(job, "not an mlfleet job task (no ledger entry or no attempt)")
+    current = event.attempt == record.attempt and record.state in (STARTING, RUNNING)
+    if event.last_status != "STOPPED":
+        if current and record.state == STARTING:
+            placement = record.placement or Placement(event.region, "", event.cluster_arn, event.container_instance_arn,
+                                                      "", "")
+            return Decision(record.job_id, f"task {event.last_status.lower()}", to_state=RUNNING, expect_state=STARTING,
+                            expect_attempt=record.attempt,
+                            changes={"runs": record.runs + 1,
+                                     "placement": Placement(**{**vars(placement), "task_arn": event.task_arn})})
+        if current:
+            return Decision(record.job_id, f"task {event.last_status.lower()}, ledger already RUNNING")
+        if event.desired_status == "STOPPED":
+            return Decision(record.job_id, "task of a superseded attempt is already stopping")
+        return Decision(record.job_id, f"task of attempt {event.attempt} runs but the ledger holds {record.state} "
+                                       f"attempt {record.attempt}: stopping it", stop_task=event.task_arn)
+    if not current:
+        return Decision(record.job_id, f"stop of attempt {event.attempt} ignored: ledger holds {record.state} "
+                                       f"attempt {record.attempt}")
+    if event.stop_code in SPOT_STOP_CODES:
+        return _after_run(record, f"spot interruption ({event.stop_code}: {event.stopped_reason})".strip())
+    if event.exit_code == 0:
+        return Decision(record.job_id, "exit code 0", to_state=SUCCEEDED, expect_state=record.state,
+                        expect_attempt=record.attempt, changes={"runs": record.runs + (record.state == STARTING)})
+    cause = f"exit code {event.exit_code}" if event.exit_code is not None else "no exit code"
+    if event.stopped_reason:
+        cause += f" ({event.stopped_reason})"
+    return _after_run(record, cause)
+
+
+def decide_interruption(instance_id: str, records: Sequence[JobRecord]) -> list[Decision]:
+    """Every job started on the instance goes back to the queue (or fails, with no attempt left)."""
+    decisions = []
+    for record in records:
+        if record.state not in (STARTING, RUNNING) or record.placement is None or record.placement.instance_id != instance_id:
+            continue
+        decision = _after_run(record, f"spot interruption of {instance_id}")
+        task = record.placement.task_arn
+        decisions.append(Decision(**{**vars(decision), "stop_task": task}))
+    return decisions
+
+
+def expired_rebalance_tags(tags: Mapping[str, str], now: datetime, timeout: timedelta) -> list[str]:
+    """Instances whose rebalance tag is older than `timeout` (or unreadable): the recommendation is undone."""
+    expired = []
+    for instance_id, value in sorted(tags.items()):
+        try:
+            tagged = _time(value, "tag")
+        except EventError:
+            expired.append(instance_id)
+            continue
+        if tagged.tzinfo is None or now - tagged >= timeout:
+            expired.append(instance_id)
+    return expired
+

@@ -1,0 +1,167 @@
+"""Lambda entry point: spot interruptions, rebalance recommendations and ECS task state changes keep
+the job ledger true and put interrupted jobs back in the queue. See decide.py for the rules.
+
+Environment: ENVIRONMENT, JOBS_TABLE, JOBS_QUEUE_URL, JOBS_DLQ_URL, FLEETS, REBALANCE_TIMEOUT_MINUTES.
+Events arrive from every fleet region through EventBridge rules forwarding to the home region's
+default bus, plus a schedule (every 5 minutes) for the rebalance timeout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from lambdas.common.aws import chunks, client, paginate
+from lambdas.common.logs import log_decision
+from lambdas.common.permissions import needs
+from lambdas.common.settings import from_env
+from lambdas.common.tags import ENVIRONMENT
+from lambdas.job_events import decide as D
+from lambdas.jobs import ledger as L
+from lambdas.jobs import queue
+from lambdas.jobs.fleets import REBALANCE_TAG, parse_fleets
+
+CLUSTER_ARN = "arn:{partition}:ecs:*:{account}:cluster/mlfleet-{environment}"
+
+PERMISSIONS = (
+    *L.WRITE_PERMISSIONS,
+    *queue.SEND_PERMISSIONS,
+    needs("ecs:ListContainerInstances", resources=(CLUSTER_ARN,), why="find an interrupted instance's registration"),
+    needs("ecs:DescribeContainerInstances", "ecs:UpdateContainerInstancesState",
+          resources=("arn:{partition}:ecs:*:{account}:container-instance/mlfleet-{environment}/*",),
+          condition={"ArnLike": {"ecs:cluster": CLUSTER_ARN}}, why="drain an interrupted instance"),
+    needs("ecs:StopTask", resources=("arn:{partition}:ecs:*:{account}:task/mlfleet-{environment}/*",),
+          condition={"ArnLike": {"ecs:cluster": CLUSTER_ARN}},
+          why="give interrupted jobs their SIGTERM now; stop tasks of superseded attempts"),
+    needs("ec2:DescribeInstances", why="is the instance ours; find rebalance tags"),
+    needs("ec2:CreateTags", "ec2:DeleteTags", resources=("arn:{partition}:ec2:*:{account}:instance/*",), tag_scoped=True,
+          why="mark an instance under a rebalance recommendation, and undo it after the timeout"),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    environment: str
+    jobs_table: str
+    jobs_queue_url: str
+    jobs_dlq_url: str
+    fleets: str
+    rebalance_timeout_minutes: int
+
+
+def handler(event, context=None):
+    return handle(event, from_env(Settings))
+
+
+def handle(event, settings: Settings, now: datetime | None = None) -> dict:
+    try:
+        parsed = D.parse_event(event)
+    except D.EventError as error:
+        # Raised, not swallowed: the failed asynchronous invocation goes to the function's
+        # on-failure destination with the event intact.
+        log_decision("bad-event", error=str(error))
+        raise
+    ledger = L.Ledger(client("dynamodb"), settings.jobs_table)
+    now = now or datetime.now(timezone.utc)
+    if isinstance(parsed, D.Unknown):
+        log_decision("ignore-event", detail_type=parsed.detail_type, reason="not an event this function handles")
+        return {"ignored": parsed.detail_type}
+    if isinstance(parsed, D.TaskStateChange):
+        record = ledger.get(parsed.job_id) if parsed.job_id else None
+        decision = D.decide_task_change(parsed, record)
+        return {"decisions": [apply(decision, ledger, settings, parsed.region, parsed.cluster_arn, now)]}
+    if isinstance(parsed, D.RebalanceCheck):
+        return {"undone": undo_expired_rebalances(settings, parsed.time)}
+    if parsed.kind == D.REBALANCE:
+        return {"tagged": tag_rebalance(settings, parsed)}
+    return {"decisions": interrupt(parsed, ledger, settings, now)}
+
+
+def apply(decision: D.Decision, ledger: L.Ledger, settings: Settings, region: str, cluster: str, now: datetime) -> dict:
+    applied = None
+    if decision.to_state is not None:
+        outcome = ledger.transition(decision.job_id, decision.to_state, expect_states=[decision.expect_state],
+                                    expect_attempt=decision.expect_attempt, reason=decision.reason,
+                                    now=now.timestamp(), **decision.changes)
+        applied = outcome.applied
+        if outcome.applied and decision.send_message_attempt is not None:
+            refused = queue.send_jobs(client("sqs"), settings.jobs_queue_url,
+                                      [queue.JobMessage(decision.job_id, decision.send_message_attempt)])
+            if refused:
+                # The ledger says QUEUED, so the scheduler's by-state read still finds the job.
+                log_decision("queue-refused", job_id=decision.job_id)
+        if outcome.applied and decision.dead_letter:
+            queue.dead_letter(client("sqs"), settings.jobs_dlq_url, decision.job_id, decision.reason,
+                              outcome.record.runs)
+    if decision.stop_task:
+        client("ecs", region).stop_task(cluster=cluster, task=decision.stop_task, reason=decision.reason[:255])
+    record = {"job_id": decision.job_id, "to_state": decision.to_state, "applied": applied, "reason": decision.reason,
+              "stopped_task": decision.stop_task, "dead_letter": bool(decision.dead_letter and applied)}
+    log_decision("job-event", **record)
+    return record
+
+
+def _container_instances(ecs, cluster: str, instance_id: str) -> list[str]:
+    arns = list(paginate(ecs, "list_container_instances", "containerInstanceArns", cluster=cluster))
+    found = []
+    for batch in chunks(arns, 100):
+        for ci in ecs.describe_container_instances(cluster=cluster, containerInstances=batch)["containerInstances"]:
+            if ci["ec2InstanceId"] == instance_id and ci.get("status") != "DRAINING":
+                found.append(ci["containerInstanceArn"])
+    return found
+
+
+def interrupt(event: D.InstanceEvent, ledger: L.Ledger, settings: Settings, now: datetime) -> list[dict]:
+    ecs = client("ecs", event.region)
+    for cluster in dict.fromkeys(f.cluster for f in parse_fleets(settings.fleets) if f.region == event.region):
+        arns = _container_instances(ecs, cluster, event.instance_id)
+        if arns:
+            ecs.update_container_instances_state(cluster=cluster, containerInstances=arns, status="DRAINING")
+        log_decision("drain", instance_id=event.instance_id, region=event.region, cluster=cluster,
+                     container_instances=arns)
+    records = [*ledger.by_state(L.RUNNING), *ledger.by_state(L.STARTING)]
+    results = []
+    for decision in D.decide_interruption(event.instance_id, records):
+        placement = next(r.placement for r in records if r.job_id == decision.job_id)
+        results.append(apply(decision, ledger, settings, placement.region, placement.cluster, now))
+    return results
+
+
+def _ours(ec2, instance_id: str, environment: str) -> bool:
+    reservations = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
+    tags = {t["Key"]: t["Value"] for r in reservations for i in r["Instances"] for t in i.get("Tags", [])}
+    return tags.get(ENVIRONMENT) == environment
+
+
+def tag_rebalance(settings: Settings, event: D.InstanceEvent) -> bool:
+    ec2 = client("ec2", event.region)
+    if not _ours(ec2, event.instance_id, settings.environment):
+        log_decision("ignore-rebalance", instance_id=event.instance_id, reason="not an instance of this environment")
+        return False
+    ec2.create_tags(Resources=[event.instance_id],
+                    Tags=[{"Key": REBALANCE_TAG, "Value": event.time.isoformat(timespec="seconds")}])
+    log_decision("rebalance", instance_id=event.instance_id, region=event.region, at=event.time)
+    return True
+
+
+def undo_expired_rebalances(settings: Settings, now: datetime) -> list[str]:
+    timeout = timedelta(minutes=settings.rebalance_timeout_minutes)
+    undone = []
+    for region in dict.fromkeys(f.region for f in parse_fleets(settings.fleets)):
+        ec2 = client("ec2", region)
+        tagged = {}
+        for reservation in paginate(ec2, "describe_instances", "Reservations", Filters=[
+                {"Name": "tag-key", "Values": [REBALANCE_TAG]},
+                {"Name": f"tag:{ENVIRONMENT}", "Values": [settings.environment]},
+                {"Name": "instance-state-name", "Values": ["pending", "running"]}]):
+            for instance in reservation["Instances"]:
+                tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+                tagged[instance["InstanceId"]] = tags[REBALANCE_TAG]
+        expired = D.expired_rebalance_tags(tagged, now, timeout)
+        if expired:
+            ec2.delete_tags(Resources=expired, Tags=[{"Key": REBALANCE_TAG}])
+        for instance_id in expired:
+            log_decision("undo-rebalance", instance_id=instance_id, region=region, tagged_at=tagged[instance_id],
+                         reason=f"no interruption within {settings.rebalance_timeout_minutes} minutes")
+        undone.extend(expired)
+    return undone

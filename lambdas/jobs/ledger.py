@@ -1,0 +1,224 @@
+"""The job ledger: one DynamoDB item per job, the source of truth for where every job is.
+
+Table (name in JOBS_TABLE, `mlfleet-<env>-jobs`): partition key `job_id` (S); GSI `by-state`
+(`state` S, `submitted_at` N) lists pending/running jobs in submission order; GSI `by-submission`
+(`submission_id` S, `job_id` S) lists a submission. Both indexes project ALL attributes.
+
+Every write is conditional. A new job is put with attribute_not_exists(job_id); every state change is a
+read-modify-write guarded by the item's `version`, and only the changes in TRANSITIONS are possible, so
+two writers (a twice-delivered message, a late event, a cancel racing the scheduler) can never both
+win, and replaying a change that already happened changes nothing.
+
+`attempt` counts claims: QUEUED(attempt n) -> STARTING(attempt n+1) is the only increment, so a
+(job, attempt) pair names at most one task. `runs` counts tasks actually started; a job has attempts
+left while runs < max_attempts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from decimal import Decimal
+from typing import Any
+
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+
+from lambdas.common.permissions import needs
+from lambdas.jobs.spec import Job, JobSpec, spec_from_document
+
+QUEUED, STARTING, RUNNING = "QUEUED", "STARTING", "RUNNING"
+SUCCEEDED, FAILED, CANCELLED = "SUCCEEDED", "FAILED", "CANCELLED"
+STATES = (QUEUED, STARTING, RUNNING, SUCCEEDED, FAILED, CANCELLED)
+TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
+TRANSITIONS: Mapping[str, frozenset[str]] = {
+    QUEUED: frozenset({STARTING, CANCELLED}),
+    # STARTING -> QUEUED: StartTask failed, or a start was never confirmed. STARTING -> SUCCEEDED: a
+    # short task's stop event arrived before the scheduler recorded it running.
+    STARTING: frozenset({RUNNING, QUEUED, SUCCEEDED, FAILED, CANCELLED}),
+    # RUNNING -> QUEUED: interrupted or failed with attempts left.
+    RUNNING: frozenset({SUCCEEDED, FAILED, QUEUED, CANCELLED}),
+    SUCCEEDED: frozenset(), FAILED: frozenset(), CANCELLED: frozenset(),
+}
+MAX_REASONS = 20
+BY_STATE, BY_SUBMISSION = "by-state", "by-submission"
+
+TABLE_ARNS = ("arn:{partition}:dynamodb:{region}:{account}:table/mlfleet-{environment}-jobs",
+              "arn:{partition}:dynamodb:{region}:{account}:table/mlfleet-{environment}-jobs/index/*")
+READ_PERMISSIONS = (needs("dynamodb:GetItem", "dynamodb:Query", resources=TABLE_ARNS, why="read the job ledger"),)
+WRITE_PERMISSIONS = (
+    *READ_PERMISSIONS,
+    needs("dynamodb:PutItem", resources=TABLE_ARNS[:1], why="record jobs and their state changes (conditional puts)"),
+)
+
+
+class IllegalTransition(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Placement:
+    region: str
+    fleet: str
+    cluster: str
+    container_instance_arn: str
+    instance_id: str
+    instance_type: str
+    task_arn: str | None = None
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    job_id: str
+    submission_id: str
+    index: int
+    state: str
+    attempt: int
+    runs: int
+    start_failures: int
+    submitted_at: float
+    updated_at: float
+    spec: JobSpec
+    placement: Placement | None = None
+    reasons: tuple[Mapping[str, Any], ...] = ()
+    version: int = 0
+
+    @property
+    def attempts_left(self) -> bool:
+        return self.runs < self.spec.max_attempts
+
+    @property
+    def last_reason(self) -> str:
+        return self.reasons[-1]["reason"] if self.reasons else ""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a transition did: `applied` False means the ledger had already moved on (record shows where)."""
+    applied: bool
+    record: JobRecord | None
+    detail: str = ""
+
+
+_serializer, _deserializer = TypeSerializer(), TypeDeserializer()
+
+
+def _to_dynamo(value: Any) -> Any:
+    if isinstance(value, float):
+        return Decimal(repr(value))
+    if isinstance(value, Mapping):
+        return {k: _to_dynamo(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_to_dynamo(v) for v in value]
+    return value
+
+
+def _from_dynamo(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, Mapping):
+        return {k: _from_dynamo(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_from_dynamo(v) for v in value]
+    return value
+
+
+def encode(record: JobRecord) -> dict:
+    document = {
+        "job_id": record.job_id, "submission_id": record.submission_id, "index": record.index,
+        "state": record.state, "attempt": record.attempt, "runs": record.runs,
+        "start_failures": record.start_failures, "submitted_at": record.submitted_at,
+        "updated_at": record.updated_at, "spec": record.spec.to_document(),
+        "reasons": [dict(r) for r in record.reasons], "version": record.version,
+    }
+    if record.placement is not None:
+        document["placement"] = dict(vars(record.placement))
+    return {k: _serializer.serialize(v) for k, v in _to_dynamo(document).items()}
+
+
+def decode(item: Mapping) -> JobRecord:
+    document = _from_dynamo({k: _deserializer.deserialize(v) for k, v in item.items()})
+    placement = document.get("placement")
+    return JobRecord(
+        job_id=document["job_id"], submission_id=document["submission_id"], index=int(document["index"]),
+        state=document["state"], attempt=int(document["attempt"]), runs=int(document.get("runs", 0)),
+        start_failures=int(document.get("start_failures", 0)), submitted_at=float(document["submitted_at"]),
+        updated_at=float(document["updated_at"]), spec=spec_from_document(document["spec"]),
+        placement=Placement(**{"task_arn": None, **placement}) if placement else None,
+        reasons=tuple(document.get("reasons", ())), version=int(document.get("version", 0)),
+    )
+
+
+def new_record(job: Job, now: float) -> JobRecord:
+    return JobRecord(job_id=job.job_id, submission_id=job.submission_id, index=job.index, state=QUEUED, attempt=0,
+                     runs=0, start_failures=0, submitted_at=now, updated_at=now, spec=job.spec,
+                     reasons=({"at": now, "attempt": 0, "state": QUEUED, "reason": "submitted"},))
+
+
+@dataclass
+class Ledger:
+    dynamodb: Any  # a boto3 DynamoDB client
+    table: str
+
+    def put_new(self, record: JobRecord) -> bool:
+        """Write a new job; False (and nothing written) when the job id already exists."""
+        try:
+            self.dynamodb.put_item(TableName=self.table, Item=encode(record),
+                                   ConditionExpression="attribute_not_exists(job_id)")
+            return True
+        except self.dynamodb.exceptions.ConditionalCheckFailedException:
+            return False
+
+    def get(self, job_id: str) -> JobRecord | None:
+        item = self.dynamodb.get_item(TableName=self.table, Key={"job_id": {"S": job_id}}, ConsistentRead=True).get("Item")
+        return decode(item) if item else None
+
+    def _query(self, **kwargs) -> Iterable[JobRecord]:
+        paginator = self.dynamodb.get_paginator("query")
+        for page in paginator.paginate(TableName=self.table, **kwargs):
+            for item in page.get("Items", []):
+                yield decode(item)
+
+    def by_state(self, state: str, limit: int | None = None) -> list[JobRecord]:
+        """Jobs in `state`, oldest submission first (GSI, eventually consistent: re-read before acting)."""
+        records = []
+        for record in self._query(IndexName=BY_STATE, KeyConditionExpression="#state = :state",
+                                  ExpressionAttributeNames={"#state": "state"},
+                                  ExpressionAttributeValues={":state": {"S": state}}, ScanIndexForward=True):
+            records.append(record)
+            if limit is not None and len(records) >= limit:
+                break
+        return records
+
+    def by_submission(self, submission_id: str) -> list[JobRecord]:
+        return list(self._query(IndexName=BY_SUBMISSION, KeyConditionExpression="submission_id = :s",
+                                ExpressionAttributeValues={":s": {"S": submission_id}}))
+
+    def transition(self, job_id: str, to_state: str, *, expect_states: Iterable[str], expect_attempt: int | None,
+                   reason: str, now: float, **changes: Any) -> Outcome:
+        """Move a job from one of `expect_states` (at `expect_attempt`, when given) to `to_state`.
+
+        Raises IllegalTransition when the caller asks for a change TRANSITIONS forbids. Returns
+        applied=False, changing nothing, when the job is not where the caller expects (already moved,
+        a newer attempt, a concurrent writer won): the caller logs and drops its stale view.
+        `changes` sets other fields (attempt, runs, start_failures, placement).
+        """
+        expect_states = tuple(expect_states)
+        for state in expect_states:
+            if to_state not in TRANSITIONS[state]:
+                raise IllegalTransition(f"job state {state} -> {to_state} is not a legal transition")
+        record = self.get(job_id)
+        if record is None:
+            return Outcome(False, None, "job is not in the ledger")
+        if record.state not in expect_states or (expect_attempt is not None and record.attempt != expect_attempt):
+            return Outcome(False, record, f"ledger has {record.state} attempt {record.attempt}, expected "
+                                          f"{'/'.join(expect_states)} attempt {expect_attempt}")
+        attempt = changes.get("attempt", record.attempt)
+        entry = {"at": now, "attempt": attempt, "state": to_state, "reason": reason}
+        updated = replace(record, state=to_state, updated_at=now, version=record.version + 1,
+                          reasons=(*record.reasons, entry)[-MAX_REASONS:], **changes)
+        try:
+            self.dynamodb.put_item(TableName=self.table, Item=encode(updated), ConditionExpression="version = :v",
+                                   ExpressionAttributeValues={":v": {"N": str(record.version)}})
+        except self.dynamodb.exceptions.ConditionalCheckFailedException:
+            return Outcome(False, self.get(job_id), "another writer changed the job first")
+        return Outcome(True, updated)

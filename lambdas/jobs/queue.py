@@ -1,0 +1,67 @@
+"""The job queue's messages: `{"job_id", "attempt"}` means "look at this job, queued at this attempt".
+
+The ledger is the source of truth; a message only says there is work to look at, so sending one twice
+is harmless (the scheduler drops a message whose job has moved past that attempt). Jobs that exhaust
+their attempts go to the dead-letter queue as `{"job_id", "reason", "attempts"}`; malformed messages
+reach it through the queue's redrive policy (maxReceiveCount 5).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from lambdas.common.aws import chunks
+from lambdas.common.permissions import needs
+
+QUEUE_ARN = "arn:{partition}:sqs:{region}:{account}:mlfleet-{environment}-jobs*"
+SEND_PERMISSIONS = (needs("sqs:SendMessage", resources=(QUEUE_ARN,),
+                          why="queue jobs (SendMessage also covers SendMessageBatch) and dead-letter exhausted ones"),)
+CONSUME_PERMISSIONS = (needs("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility",
+                             resources=(QUEUE_ARN,), why="drain the job queue"),)
+
+
+class MessageError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class JobMessage:
+    job_id: str
+    attempt: int
+
+    def body(self) -> str:
+        return json.dumps({"job_id": self.job_id, "attempt": self.attempt}, sort_keys=True)
+
+
+def parse_message(body: str) -> JobMessage:
+    try:
+        document = json.loads(body)
+        job_id, attempt = document["job_id"], document["attempt"]
+    except (ValueError, KeyError, TypeError):
+        raise MessageError(f"job message {body[:200]!r} is not {{\"job_id\": str, \"attempt\": int}}") from None
+    if not isinstance(job_id, str) or not job_id or isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 0:
+        raise MessageError(f"job message {body[:200]!r}: job_id must be a string and attempt an integer >= 0")
+    return JobMessage(job_id, attempt)
+
+
+def send_jobs(sqs, queue_url: str, messages: Iterable[JobMessage]) -> list[str]:
+    """SendMessageBatch, 10 a call; returns the job ids SQS did not accept (the caller reports them)."""
+    refused = []
+    for batch in chunks(list(messages), 10):
+        response = sqs.send_message_batch(QueueUrl=queue_url, Entries=[
+            {"Id": str(i), "MessageBody": m.body()} for i, m in enumerate(batch)])
+        refused.extend(batch[int(f["Id"])].job_id for f in response.get("Failed", []))
+    return refused
+
+
+def dead_letter(sqs, dlq_url: str, job_id: str, reason: str, attempts: int) -> None:
+    sqs.send_message(QueueUrl=dlq_url, MessageBody=json.dumps(
+        {"job_id": job_id, "reason": reason, "attempts": attempts}, sort_keys=True))
+
+
+def delete_messages(sqs, queue_url: str, receipt_handles: Sequence[str]) -> None:
+    for batch in chunks(receipt_handles, 10):
+        sqs.delete_message_batch(QueueUrl=queue_url, Entries=[
+            {"Id": str(i), "ReceiptHandle": h} for i, h in enumerate(batch)])

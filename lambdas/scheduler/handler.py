@@ -1,0 +1,312 @@
+"""Lambda entry point: one scheduler run places queued jobs and buys capacity for the rest.
+
+Triggered every minute by a schedule and, asynchronously, by the CLI right after a submission;
+reserved concurrency 1 makes runs sequential. A run:
+  1. drains up to MAX_MESSAGES queue messages (10 a call, stopping with < 60 s of Lambda time left)
+     and checks each against the ledger: a message whose job moved past its attempt is a duplicate;
+  2. recovers jobs stuck in STARTING (a run that died between its claim and StartTask);
+  3. reads the admission flag; when closed, nothing is started or bought (running jobs continue);
+  4. reads every fleet region (machines, free GPUs from the tasks on them, groups, failed launches);
+  5. plans with lambdas.scheduler.placement.plan and acts: per placement a conditional claim
+     QUEUED(n) -> STARTING(n+1) in the ledger BEFORE StartTask, so a message delivered twice or a
+     second run can never start the same attempt twice; then STARTING -> RUNNING with the task ARN;
+  6. raises the chosen groups' desired capacity within the fleet cap and the dollars-per-hour cap,
+     except where the circuit breaker has stopped a fleet's scaling;
+  7. deletes the messages the ledger now reflects. Malformed ones stay, for the redrive policy.
+
+Environment: ENVIRONMENT, JOBS_TABLE, JOBS_QUEUE_URL, JOBS_DLQ_URL, ADMISSION_PARAMETER, FLEETS,
+MAX_HOURLY_USD, ALERT_TOPIC_ARN, DEFAULT_MAX_ATTEMPTS, REBALANCE_TIMEOUT_MINUTES.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from botocore.exceptions import ClientError
+
+from lambdas.common import admission
+from lambdas.common.aws import client
+from lambdas.common.catalog import load_catalog
+from lambdas.common.logs import log_decision
+from lambdas.common.settings import SettingsError, from_env
+from lambdas.jobs import ledger as L
+from lambdas.jobs import queue
+from lambdas.jobs.fleets import FleetConfig, parse_fleets
+from lambdas.scheduler import actions, state
+from lambdas.scheduler.placement import Fleet, JobRequest, Limits, Machine, plan
+
+PERMISSIONS = (
+    *admission.READ_PERMISSIONS,
+    *L.WRITE_PERMISSIONS,
+    *queue.CONSUME_PERMISSIONS,
+    *queue.SEND_PERMISSIONS,
+    *state.PERMISSIONS,
+    *actions.PERMISSIONS,
+)
+
+MAX_MESSAGES = 100
+# Pending jobs read per run (oldest first); more wait for the next run.
+MAX_PENDING = 5_000
+# Acting stops with this much Lambda time left, leaving the rest of the plan to the next run.
+ACT_RESERVE_MS = 20_000
+# A claim not confirmed by a started task within this long is looked up and released.
+STARTING_GRACE = timedelta(minutes=5)
+# A job StartTask keeps refusing (its machine vanished, its image is unusable) fails after this many.
+MAX_START_FAILURES = 5
+BREAKER_FAILURES, BREAKER_WINDOW = 3, timedelta(minutes=30)
+
+
+@dataclass(frozen=True)
+class Settings:
+    environment: str
+    jobs_table: str
+    jobs_queue_url: str
+    jobs_dlq_url: str
+    admission_parameter: str
+    fleets: str
+    max_hourly_usd: float
+    alert_topic_arn: str
+    default_max_attempts: int
+    rebalance_timeout_minutes: int
+
+    def __post_init__(self) -> None:
+        if self.admission_parameter != admission.parameter_name(self.environment):
+            raise SettingsError(f"ADMISSION_PARAMETER={self.admission_parameter!r}: expected "
+                                f"{admission.parameter_name(self.environment)!r} for ENVIRONMENT={self.environment!r}")
+
+
+def handler(event, context=None):
+    settings = from_env(Settings)
+    log_decision("scheduler-run", trigger=(event or {}).get("source") or (event or {}).get("trigger") or "invoke")
+    remaining = context.get_remaining_time_in_millis if context is not None else (lambda: 900_000)
+    return run(settings, remaining)
+
+
+def run(settings: Settings, remaining_ms: Callable[[], int], now: datetime | None = None) -> dict:
+    now = now or datetime.now(timezone.utc)
+    stamp = now.timestamp()
+    fleets = parse_fleets(settings.fleets)
+    catalog = load_catalog()
+    ledger = L.Ledger(client("dynamodb"), settings.jobs_table)
+    sqs = client("sqs")
+    summary: dict = {"duplicates": 0, "malformed": 0, "started": [], "start_failed": [], "waiting": 0,
+                     "scaled": [], "recovered": 0}
+
+    received = state.receive_messages(sqs, settings.jobs_queue_url, max_messages=MAX_MESSAGES, remaining_ms=remaining_ms)
+    to_delete = triage_messages(received, ledger, summary)
+    summary["recovered"] = recover_starting(ledger, settings, stamp)
+
+    flag = admission.read_admission(client("ssm"), settings.environment)
+    pending = ledger.by_state(L.QUEUED, limit=MAX_PENDING)
+    if not flag.is_open:
+        log_decision("admission-closed", pending=len(pending), reason=flag.reason)
+    elif pending:
+        place_and_scale(settings, fleets, catalog, ledger, pending, remaining_ms, now, summary)
+
+    queue.delete_messages(sqs, settings.jobs_queue_url, to_delete)
+    summary["pending"] = len(pending)
+    summary["admission"] = flag.state
+    log_decision("scheduler-summary", **{k: (len(v) if isinstance(v, list) else v) for k, v in summary.items()})
+    return summary
+
+
+def triage_messages(received: list[state.Received], ledger: L.Ledger, summary: dict) -> list[str]:
+    """Receipt handles to delete: messages the ledger reflects (the job is queued at that attempt, so
+    the by-state index lists it) and duplicates (the job moved past that attempt)."""
+    to_delete = []
+    for item in received:
+        if item.message is None:
+            summary["malformed"] += 1
+            log_decision("malformed-message", error=item.error, action="left for the redrive policy")
+            continue
+        record = ledger.get(item.message.job_id)
+        if record is None:
+            log_decision("unknown-job-message", job_id=item.message.job_id, action="left for the redrive policy")
+            continue
+        if record.attempt > item.message.attempt or (record.attempt == item.message.attempt and record.state != L.QUEUED):
+            summary["duplicates"] += 1
+            log_decision("duplicate-message", job_id=record.job_id, message_attempt=item.message.attempt,
+                         ledger_state=record.state, ledger_attempt=record.attempt)
+        elif record.attempt < item.message.attempt:
+            log_decision("future-attempt-message", job_id=record.job_id, message_attempt=item.message.attempt,
+                         ledger_attempt=record.attempt, action="left for the redrive policy")
+            continue
+        to_delete.append(item.receipt_handle)
+    return to_delete
+
+
+def recover_starting(ledger: L.Ledger, settings: Settings, now: float) -> int:
+    """Jobs claimed more than STARTING_GRACE ago without a confirmed task: confirm or release them."""
+    recovered = 0
+    for record in ledger.by_state(L.STARTING):
+        if now - record.updated_at < STARTING_GRACE.total_seconds() or record.placement is None:
+            continue
+        ecs = client("ecs", record.placement.region)
+        arns = ecs.list_tasks(cluster=record.placement.cluster, startedBy=record.job_id)["taskArns"]
+        tasks = ecs.describe_tasks(cluster=record.placement.cluster, tasks=arns)["tasks"] if arns else []
+        mine = [t for t in tasks if task_attempt(t) == record.attempt]
+        if mine:
+            placement = L.Placement(**{**vars(record.placement), "task_arn": mine[0]["taskArn"]})
+            outcome = ledger.transition(record.job_id, L.RUNNING, expect_states=[L.STARTING], expect_attempt=record.attempt,
+                                        reason="task found after an unconfirmed start", now=now, runs=record.runs + 1,
+                                        placement=placement)
+        else:
+            outcome = ledger.transition(record.job_id, L.QUEUED, expect_states=[L.STARTING], expect_attempt=record.attempt,
+                                        reason=f"start not confirmed within {STARTING_GRACE}", now=now,
+                                        start_failures=record.start_failures + 1)
+        recovered += outcome.applied
+        log_decision("recover-starting", job_id=record.job_id, attempt=record.attempt, task_found=bool(mine),
+                     applied=outcome.applied)
+    return recovered
+
+
+def task_attempt(task: dict) -> int | None:
+    for override in (task.get("overrides") or {}).get("containerOverrides", []):
+        for variable in override.get("environment", []):
+            if variable.get("name") == "MLFLEET_ATTEMPT":
+                return int(variable["value"])
+    return None
+
+
+def job_request(record: L.JobRecord) -> JobRequest:
+    spec = record.spec
+    return JobRequest(job_id=record.job_id, submission_id=record.submission_id, gpus=spec.gpus, vcpus=spec.vcpus,
+                      memory_mib=spec.memory_mib, instance_type_pattern=spec.instance_type_pattern,
+                      regions=spec.regions, lifecycle=spec.lifecycle, submitted_at=record.submitted_at)
+
+
+def circuit_breaker(view: state.FleetView, now: datetime, settings: Settings) -> bool:
+    """True when the fleet's scaling is stopped: >= 3 failed launches in the last 30 minutes."""
+    autoscaling = client("autoscaling", view.config.region)
+    failures = state.failed_launches(autoscaling, view.config.asg_name, now, BREAKER_WINDOW)
+    tripped = failures >= BREAKER_FAILURES
+    if tripped and not view.scaling_paused:
+        actions.set_scaling_paused(autoscaling, view.config.asg_name, now.isoformat(timespec="seconds"))
+        actions.publish_alert(
+            client("sns", settings.alert_topic_arn.split(":")[3]), settings.alert_topic_arn,
+            f"mlfleet {settings.environment}: scaling of {view.config.fleet} in {view.config.region} stopped",
+            f"{failures} launches of Auto Scaling group {view.config.asg_name} failed in the last "
+            f"{int(BREAKER_WINDOW.total_seconds() // 60)} minutes, so the scheduler stopped raising its desired "
+            f"capacity. Jobs keep running and keep being placed on existing machines. Check the group's activity "
+            f"history (capacity, quotas, launch template); scaling resumes by itself once fewer than "
+            f"{BREAKER_FAILURES} launches failed in the window.")
+    elif not tripped and view.scaling_paused:
+        actions.set_scaling_paused(autoscaling, view.config.asg_name, None)
+    if tripped or view.scaling_paused:
+        log_decision("circuit-breaker", region=view.config.region, fleet=view.config.fleet, failed_launches=failures,
+                     scaling_stopped=tripped, newly_opened=tripped and not view.scaling_paused)
+    return tripped
+
+
+def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog, ledger: L.Ledger,
+                    pending: list[L.JobRecord], remaining_ms: Callable[[], int], now: datetime, summary: dict) -> None:
+    views = [state.read_region(region, [f for f in fleets if f.region == region], catalog, {})
+             for region in dict.fromkeys(f.region for f in fleets)]
+    machines = {m.container_instance_arn: m for view in views for m in view.machines}
+    fleet_views = {(fv.config.region, fv.config.fleet): fv for view in views for fv in view.fleets}
+    stopped = {key for key, fv in fleet_views.items() if circuit_breaker(fv, now, settings)}
+    current_hourly = sum(fv.hourly_usd for fv in fleet_views.values())
+    the_plan = plan(
+        [job_request(r) for r in pending],
+        [Machine(key=m.container_instance_arn, instance_id=m.instance_id, region=m.region, fleet=m.fleet,
+                 instance_type=m.instance_type, availability_zone=m.availability_zone, lifecycle=m.lifecycle,
+                 free_gpus=m.free_gpus, free_vcpus=m.free_vcpus, free_memory_mib=m.free_memory_mib,
+                 price_per_hour=m.price_per_hour, rebalance_recommended=m.rebalance_recommended, draining=m.draining)
+         for m in machines.values()],
+        # A fleet whose breaker is open may not grow: its cap is what it already has.
+        [Fleet(region=fv.config.region, fleet=fv.config.fleet, asg_name=fv.config.asg_name,
+               instance_types=fv.config.instance_types, current_instances=fv.current_instances,
+               pending_instances=fv.pending_instances,
+               max_instances=(fv.current_instances + fv.pending_instances) if key in stopped else fv.max_instances,
+               on_demand_base=fv.config.on_demand_base,
+               on_demand_percent_above_base=fv.config.on_demand_percent_above_base)
+         for key, fv in fleet_views.items()],
+        catalog,
+        Limits(max_hourly_usd=settings.max_hourly_usd, current_hourly_usd=current_hourly, admission_open=True,
+               scaling_allowed=True),
+    )
+    records = {r.job_id: r for r in pending}
+    definitions: dict[str, actions.TaskDefinitions] = {}
+    for placement in the_plan.placements:
+        if remaining_ms() < ACT_RESERVE_MS:
+            log_decision("stop-acting", reason="Lambda time running out", left=len(the_plan.placements))
+            break
+        machine = machines[placement.machine_key]
+        fleet = next(f for f in fleets if (f.region, f.fleet) == (machine.region, machine.fleet))
+        definitions.setdefault(machine.region, actions.TaskDefinitions(client("ecs", machine.region)))
+        start_one(settings, ledger, records[placement.job_id], machine, fleet, definitions[machine.region],
+                  now.timestamp(), summary)
+    for job_id, reason in the_plan.waiting:
+        log_decision("wait", job_id=job_id, reason=reason)
+    summary["waiting"] = len(the_plan.waiting)
+
+    spent = current_hourly
+    for scale_out in the_plan.scale_outs:
+        key = (scale_out.region, scale_out.fleet)
+        fv = fleet_views.get(key)
+        if fv is None or key in stopped:
+            log_decision("skip-scale-out", region=scale_out.region, fleet=scale_out.fleet, reason="circuit breaker open"
+                         if key in stopped else "unknown fleet")
+            continue
+        if spent + scale_out.hourly_usd > settings.max_hourly_usd:
+            log_decision("skip-scale-out", region=scale_out.region, fleet=scale_out.fleet, hourly_usd=scale_out.hourly_usd,
+                         reason=f"would exceed MAX_HOURLY_USD {settings.max_hourly_usd} (now {spent:.2f})")
+            continue
+        changed = actions.raise_desired_capacity(client("autoscaling", scale_out.region), scale_out.asg_name,
+                                                 scale_out.add_instances, fv.max_instances)
+        log_decision("scale-out", region=scale_out.region, fleet=scale_out.fleet, asg=scale_out.asg_name,
+                     add=scale_out.add_instances, hourly_usd=scale_out.hourly_usd, for_jobs=scale_out.for_jobs,
+                     before=changed[0] if changed else None, after=changed[1] if changed else None,
+                     applied=changed is not None, cap=fv.max_instances)
+        if changed:
+            spent += scale_out.hourly_usd
+            summary["scaled"].append({"asg": scale_out.asg_name, "before": changed[0], "after": changed[1]})
+
+
+def start_one(settings: Settings, ledger: L.Ledger, record: L.JobRecord, machine: state.MachineView,
+              fleet: FleetConfig, definitions: actions.TaskDefinitions, now: float, summary: dict) -> None:
+    attempt = record.attempt + 1
+    placement = L.Placement(region=machine.region, fleet=machine.fleet, cluster=machine.cluster,
+                            container_instance_arn=machine.container_instance_arn, instance_id=machine.instance_id,
+                            instance_type=machine.instance_type)
+    claim = ledger.transition(record.job_id, L.STARTING, expect_states=[L.QUEUED], expect_attempt=record.attempt,
+                              reason=f"placed on {machine.instance_id} ({machine.instance_type}, {machine.region})",
+                              now=now, attempt=attempt, placement=placement)
+    if not claim.applied:
+        log_decision("skip-claimed", job_id=record.job_id, attempt=attempt, detail=claim.detail)
+        return
+    ecs = definitions.ecs
+    try:
+        arn = definitions.arn_for(fleet.task_family, record.spec.image)
+        started = actions.start_job(ecs, cluster=machine.cluster, task_definition_arn=arn,
+                                    container_instance_arn=machine.container_instance_arn, record=record,
+                                    attempt=attempt, container_name=definitions.container_name(arn),
+                                    environment=settings.environment)
+    except ClientError as error:
+        started = actions.Started(None, f"task definition for {record.spec.image!r}: {error}")
+    if started.task_arn:
+        done = ledger.transition(record.job_id, L.RUNNING, expect_states=[L.STARTING], expect_attempt=attempt,
+                                 reason="task started", now=now, runs=claim.record.runs + 1,
+                                 placement=L.Placement(**{**vars(placement), "task_arn": started.task_arn}))
+        if not done.applied and done.record is not None and done.record.state == L.CANCELLED:
+            actions.stop_task(ecs, machine.cluster, started.task_arn, "job cancelled while starting")
+        log_decision("start", job_id=record.job_id, attempt=attempt, task_arn=started.task_arn,
+                     instance_id=machine.instance_id, region=machine.region, recorded=done.applied)
+        summary["started"].append(record.job_id)
+        return
+    failures = claim.record.start_failures + 1
+    summary["start_failed"].append(record.job_id)
+    if failures >= MAX_START_FAILURES:
+        reason = f"{started.failure} ({failures} failed starts)"
+        outcome = ledger.transition(record.job_id, L.FAILED, expect_states=[L.STARTING], expect_attempt=attempt,
+                                    reason=reason, now=now, start_failures=failures)
+        if outcome.applied:
+            queue.dead_letter(client("sqs"), settings.jobs_dlq_url, record.job_id, reason, attempt)
+    else:
+        outcome = ledger.transition(record.job_id, L.QUEUED, expect_states=[L.STARTING], expect_attempt=attempt,
+                                    reason=started.failure, now=now, start_failures=failures)
+    log_decision("start-failed", job_id=record.job_id, attempt=attempt, reason=started.failure,
+                 start_failures=failures, requeued=failures < MAX_START_FAILURES, applied=outcome.applied)
+

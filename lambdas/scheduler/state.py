@@ -1,0 +1,257 @@
+"""What the scheduler reads each run: queue messages, and per fleet region the machines and groups.
+
+Every read is batched (DescribeContainerInstances and DescribeTasks 100 a call, DescribeInstances and
+DescribeAutoScalingGroups paginated). Nothing here writes.
+
+GPU accounting: free GPUs = the catalog's GPU count for the instance type minus the GPUs that the
+tasks placed on the instance request (their containers' GPU resourceRequirements, from the task's
+overrides or else its task definition). It never reads remainingResources GPU: moto does not model
+GPUs on container instances, and the ledger of what we asked for is what the planner must respect.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from lambdas.common.aws import chunks, client, paginate
+from lambdas.common.catalog import Catalog, UnknownInstanceType, UnknownRegion
+from lambdas.common.logs import log_decision
+from lambdas.common.permissions import needs
+from lambdas.jobs.fleets import REBALANCE_TAG, FleetConfig
+from lambdas.jobs.queue import JobMessage, MessageError, parse_message
+
+SCALING_PAUSED_TAG = "mlfleet:scaling-paused-at"
+# Receive no more once the run has less than this left: acting on what was read needs the rest.
+MIN_REMAINING_MS = 60_000
+
+PERMISSIONS = (
+    needs("ecs:ListContainerInstances", "ecs:ListTasks",
+          resources=("arn:{partition}:ecs:*:{account}:cluster/mlfleet-{environment}",),
+          why="list the fleets' container instances and tasks"),
+    needs("ecs:DescribeContainerInstances", "ecs:DescribeTasks",
+          resources=("arn:{partition}:ecs:*:{account}:container-instance/mlfleet-{environment}/*",
+                     "arn:{partition}:ecs:*:{account}:task/mlfleet-{environment}/*"),
+          why="read free resources and the GPUs each task asked for"),
+    needs("ecs:DescribeTaskDefinition", why="read GPU requirements of tasks without overrides (no resource-level support)"),
+    needs("ec2:DescribeInstances", why="instance lifecycle (spot/on-demand), type, zone and rebalance tag"),
+    needs("autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeScalingActivities",
+          why="fleet sizes, caps, and failed launches for the circuit breaker"),
+)
+
+
+@dataclass(frozen=True)
+class Received:
+    receipt_handle: str
+    message: JobMessage | None
+    error: str = ""
+
+
+def receive_messages(sqs, queue_url: str, *, max_messages: int, remaining_ms: Callable[[], int]) -> list[Received]:
+    """Up to `max_messages` messages, 10 a call, stopping early when the queue is empty or time runs short.
+
+    Malformed messages are returned with their error and never deleted: after maxReceiveCount receives
+    the queue's redrive policy moves them to the dead-letter queue, untouched.
+    """
+    received: list[Received] = []
+    while len(received) < max_messages and remaining_ms() >= MIN_REMAINING_MS:
+        batch = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=min(10, max_messages - len(received)),
+                                    WaitTimeSeconds=0).get("Messages", [])
+        if not batch:
+            break
+        for raw in batch:
+            try:
+                received.append(Received(raw["ReceiptHandle"], parse_message(raw.get("Body", ""))))
+            except MessageError as error:
+                received.append(Received(raw["ReceiptHandle"], None, str(error)))
+    return received
+
+
+@dataclass(frozen=True)
+class MachineView:
+    """A container instance as the planner needs it, plus what acting needs (cluster)."""
+    container_instance_arn: str
+    instance_id: str
+    region: str
+    fleet: str
+    cluster: str
+    instance_type: str
+    availability_zone: str
+    lifecycle: str
+    free_gpus: int
+    free_vcpus: float
+    free_memory_mib: int
+    price_per_hour: float
+    rebalance_recommended: bool
+    draining: bool
+
+
+@dataclass(frozen=True)
+class FleetView:
+    config: FleetConfig
+    desired: int
+    current_instances: int
+    pending_instances: int
+    max_instances: int
+    hourly_usd: float
+    # The circuit breaker's mark on the group (SCALING_PAUSED_TAG), so it alerts once per opening.
+    scaling_paused: bool = False
+
+
+@dataclass
+class RegionView:
+    region: str
+    machines: list[MachineView] = field(default_factory=list)
+    fleets: list[FleetView] = field(default_factory=list)
+    # Running tasks of the region's clusters: task ARN -> startedBy (the job id for our tasks).
+    tasks: dict[str, str] = field(default_factory=dict)
+
+
+def _resource(resources: Iterable[Mapping], name: str) -> int:
+    for resource in resources:
+        if resource.get("name") == name:
+            return int(resource.get("integerValue", 0))
+    return 0
+
+
+def _gpu_requirement(requirements: Iterable[Mapping] | None) -> int | None:
+    for requirement in requirements or ():
+        if requirement.get("type") == "GPU":
+            return int(requirement["value"])
+    return None
+
+
+def requested_resources(task: Mapping, task_definition: Callable[[str], Mapping]) -> tuple[int, float, int]:
+    """(GPUs, vCPUs, MiB) a task reserves: per container, its override if given, else its definition."""
+    definition = task_definition(task["taskDefinitionArn"])
+    overrides = {o.get("name"): o for o in (task.get("overrides") or {}).get("containerOverrides", [])}
+    gpus, cpu_units, memory = 0, 0, 0
+    for container in definition.get("containerDefinitions", []):
+        override = overrides.get(container.get("name"), {})
+        gpu = _gpu_requirement(override.get("resourceRequirements"))
+        gpus += gpu if gpu is not None else (_gpu_requirement(container.get("resourceRequirements")) or 0)
+        cpu_units += int(override.get("cpu", container.get("cpu", 0)) or 0)
+        memory += int(override.get("memoryReservation") or override.get("memory")
+                      or container.get("memoryReservation") or container.get("memory") or 0)
+    return gpus, cpu_units / 1024, memory
+
+
+def price_of(catalog: Catalog, instance_type: str, region: str, lifecycle: str,
+             spot_prices: Mapping[str, float]) -> float:
+    try:
+        entry = catalog.get(instance_type)
+        if lifecycle == "spot":
+            return spot_prices.get(instance_type, entry.spot_price(region))
+        return entry.on_demand_price(region)
+    except (UnknownInstanceType, UnknownRegion):
+        # A type the catalog does not know is priced out of reach rather than as free.
+        return float("inf")
+
+
+def _instances(ec2, instance_ids: Sequence[str]) -> dict[str, Mapping]:
+    found = {}
+    for batch in chunks(sorted(set(instance_ids)), 200):
+        for reservation in paginate(ec2, "describe_instances", "Reservations", InstanceIds=batch):
+            for instance in reservation["Instances"]:
+                found[instance["InstanceId"]] = instance
+    return found
+
+
+def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
+                spot_prices: Mapping[str, float]) -> RegionView:
+    """Machines, fleet sizes and running tasks of one fleet region."""
+    ecs, ec2, autoscaling = client("ecs", region), client("ec2", region), client("autoscaling", region)
+    view = RegionView(region)
+    groups = {g["AutoScalingGroupName"]: g for g in paginate(
+        autoscaling, "describe_auto_scaling_groups", "AutoScalingGroups",
+        AutoScalingGroupNames=[f.asg_name for f in fleets])}
+    fleet_of: dict[str, FleetConfig] = {}
+    for fleet in fleets:
+        for instance in groups.get(fleet.asg_name, {}).get("Instances", []):
+            fleet_of[instance["InstanceId"]] = fleet
+
+    definitions = functools.lru_cache(maxsize=None)(
+        lambda arn: ecs.describe_task_definition(taskDefinition=arn)["taskDefinition"])
+    registered: list[tuple[str, Mapping]] = []
+    used: dict[str, tuple[int, float, int]] = {}
+    for cluster in dict.fromkeys(f.cluster for f in fleets):
+        arns = list(paginate(ecs, "list_container_instances", "containerInstanceArns", cluster=cluster))
+        for batch in chunks(arns, 100):
+            registered.extend((cluster, ci) for ci in ecs.describe_container_instances(
+                cluster=cluster, containerInstances=batch)["containerInstances"])
+        task_arns = list(paginate(ecs, "list_tasks", "taskArns", cluster=cluster, desiredStatus="RUNNING"))
+        for batch in chunks(task_arns, 100):
+            for task in ecs.describe_tasks(cluster=cluster, tasks=batch)["tasks"]:
+                view.tasks[task["taskArn"]] = task.get("startedBy", "")
+                gpus, vcpus, memory = requested_resources(task, definitions)
+                g, v, m = used.get(task.get("containerInstanceArn", ""), (0, 0.0, 0))
+                used[task.get("containerInstanceArn", "")] = (g + gpus, v + vcpus, m + memory)
+
+    instances = _instances(ec2, [*fleet_of, *(ci["ec2InstanceId"] for _, ci in registered)])
+    for cluster, ci in registered:
+        instance = instances.get(ci["ec2InstanceId"])
+        fleet = fleet_of.get(ci["ec2InstanceId"])
+        if instance is None or fleet is None or ci.get("status") not in ("ACTIVE", "DRAINING"):
+            log_decision("skip-machine", region=region, container_instance=ci["containerInstanceArn"],
+                         instance_id=ci["ec2InstanceId"], status=ci.get("status"),
+                         reason="not an instance of a fleet group" if fleet is None else f"status {ci.get('status')}")
+            continue
+        instance_type = instance["InstanceType"]
+        lifecycle = "spot" if instance.get("InstanceLifecycle") == "spot" else "on-demand"
+        tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+        gpus_used, vcpus_used, memory_used = used.get(ci["containerInstanceArn"], (0, 0.0, 0))
+        known = instance_type in catalog
+        spec = catalog.get(instance_type) if known else None
+        # ECS's own remainingResources bound CPU and memory; the catalog bounds them too, in case the
+        # agent registered more than a task can really get (and because moto subtracts task-definition
+        # values, not overrides, from remainingResources).
+        remaining = ci.get("remainingResources", [])
+        free_vcpus = _resource(remaining, "CPU") / 1024
+        free_memory = _resource(remaining, "MEMORY")
+        if spec is not None:
+            free_vcpus = min(free_vcpus, spec.schedulable_vcpus - vcpus_used)
+            free_memory = min(free_memory, spec.schedulable_memory_mib - memory_used)
+        view.machines.append(MachineView(
+            container_instance_arn=ci["containerInstanceArn"], instance_id=ci["ec2InstanceId"], region=region,
+            fleet=fleet.fleet, cluster=cluster, instance_type=instance_type,
+            availability_zone=instance.get("Placement", {}).get("AvailabilityZone", ""), lifecycle=lifecycle,
+            free_gpus=max(0, (spec.gpus if spec else 0) - gpus_used), free_vcpus=max(0.0, free_vcpus),
+            free_memory_mib=max(0, free_memory),
+            price_per_hour=price_of(catalog, instance_type, region, lifecycle, spot_prices),
+            rebalance_recommended=REBALANCE_TAG in tags,
+            draining=ci.get("status") == "DRAINING" or not ci.get("agentConnected", True)))
+
+    for fleet in fleets:
+        group = groups.get(fleet.asg_name)
+        if group is None:
+            log_decision("skip-fleet", region=region, fleet=fleet.fleet, asg=fleet.asg_name, reason="group not found")
+            continue
+        members = [i for i in group.get("Instances", []) if not i["LifecycleState"].startswith("Terminat")]
+        in_service = [i for i in members if i["LifecycleState"] == "InService"]
+        desired = int(group["DesiredCapacity"])
+        hourly = 0.0
+        for member in members:
+            lifecycle = "spot" if instances.get(member["InstanceId"], {}).get("InstanceLifecycle") == "spot" else "on-demand"
+            hourly += price_of(catalog, member["InstanceType"], region, lifecycle, spot_prices)
+        # Instances asked for but not launched yet are priced at the fleet's dearest on-demand type:
+        # the dollar cap must hold whatever the group ends up buying.
+        missing = max(0, desired - len(members))
+        if missing:
+            hourly += missing * max(price_of(catalog, t, region, "on-demand", {}) for t in fleet.instance_types)
+        view.fleets.append(FleetView(
+            config=fleet, desired=desired, current_instances=len(in_service),
+            pending_instances=max(0, desired - len(in_service)),
+            max_instances=min(int(group["MaxSize"]), fleet.max_instances), hourly_usd=hourly,
+            scaling_paused=any(t["Key"] == SCALING_PAUSED_TAG for t in group.get("Tags", []))))
+    return view
+
+
+def failed_launches(autoscaling, asg_name: str, now: datetime, window: timedelta) -> int:
+    """Failed scaling activities of the group that started within `window` before `now`."""
+    since = now - window
+    # Newest first; one page of 100 covers far more than 30 minutes of a group's launches.
+    activities = autoscaling.describe_scaling_activities(AutoScalingGroupName=asg_name, MaxRecords=100)["Activities"]
+    return sum(1 for a in activities if a["StartTime"] >= since and a.get("StatusCode") == "Failed")
+

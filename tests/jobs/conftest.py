@@ -1,0 +1,117 @@
+"""Fixtures for the job runtime: fake credentials, moto, and the home region's table and queues as the
+lead's Pulumi component declares them (names, keys, indexes, redrive policy)."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from lambdas.common.aws import reset_clients
+
+HOME = "us-east-1"
+ENV = "dev"
+TABLE = f"mlfleet-{ENV}-jobs"
+
+
+@pytest.fixture(autouse=True)
+def aws_credentials(monkeypatch):
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_SECURITY_TOKEN": "testing", "AWS_SESSION_TOKEN": "testing",
+                       "AWS_DEFAULT_REGION": HOME}.items():
+        monkeypatch.setenv(key, value)
+
+
+@pytest.fixture
+def aws():
+    with mock_aws():
+        reset_clients()
+        yield
+    reset_clients()
+
+
+def create_table(region: str = HOME) -> None:
+    boto3.client("dynamodb", region).create_table(
+        TableName=TABLE, BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[{"AttributeName": n, "AttributeType": t} for n, t in
+                              (("job_id", "S"), ("state", "S"), ("submitted_at", "N"), ("submission_id", "S"))],
+        KeySchema=[{"AttributeName": "job_id", "KeyType": "HASH"}],
+        GlobalSecondaryIndexes=[
+            {"IndexName": "by-state", "Projection": {"ProjectionType": "ALL"},
+             "KeySchema": [{"AttributeName": "state", "KeyType": "HASH"},
+                           {"AttributeName": "submitted_at", "KeyType": "RANGE"}]},
+            {"IndexName": "by-submission", "Projection": {"ProjectionType": "ALL"},
+             "KeySchema": [{"AttributeName": "submission_id", "KeyType": "HASH"},
+                           {"AttributeName": "job_id", "KeyType": "RANGE"}]},
+        ])
+
+
+def create_queues(region: str = HOME) -> tuple[str, str]:
+    sqs = boto3.client("sqs", region)
+    dlq = sqs.create_queue(QueueName=f"mlfleet-{ENV}-jobs-dlq")["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    queue = sqs.create_queue(QueueName=f"mlfleet-{ENV}-jobs", Attributes={
+        "VisibilityTimeout": "300", "SqsManagedSseEnabled": "true",
+        "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 5})})["QueueUrl"]
+    return queue, dlq
+
+
+@pytest.fixture
+def home(aws):
+    create_table()
+    queue, dlq = create_queues()
+    return {"table": TABLE, "queue": queue, "dlq": dlq}
+
+
+FLEET_TYPE = "g5.12xlarge"  # 4 GPUs, 48 vCPUs in the catalog
+CLUSTER = f"mlfleet-{ENV}"
+FAMILY = f"mlfleet-{ENV}-gpu-job"
+ASG = f"mlfleet-{ENV}-gpu1"
+
+
+def fleets_json(max_instances: int = 4, region: str = HOME) -> str:
+    return json.dumps([{"region": region, "fleet": "gpu1", "asg_name": ASG, "cluster": CLUSTER, "task_family": FAMILY,
+                        "max_instances": max_instances, "instance_types": [FLEET_TYPE, "g5.24xlarge"],
+                        "on_demand_base": 0, "on_demand_percent_above_base": 0}])
+
+
+def build_fleet(size: int = 2, max_size: int = 6, region: str = HOME) -> dict:
+    """A fleet region as the lead's components declare it: group, cluster, job family with roles under
+    /mlfleet/<env>/, and `size` registered container instances. Returns {instance_id: container ARN}."""
+    ec2, autoscaling, ecs, iam = (boto3.client(s, region) for s in ("ec2", "autoscaling", "ecs", "iam"))
+    ec2.create_launch_template(LaunchTemplateName=ASG, LaunchTemplateData={"ImageId": "ami-12c6146b",
+                                                                           "InstanceType": FLEET_TYPE})
+    autoscaling.create_auto_scaling_group(
+        AutoScalingGroupName=ASG, LaunchTemplate={"LaunchTemplateName": ASG}, MinSize=0, MaxSize=max_size,
+        DesiredCapacity=size, AvailabilityZones=[f"{region}a"],
+        Tags=[{"Key": "mlfleet:environment", "Value": ENV, "PropagateAtLaunch": True}])
+    ecs.create_cluster(clusterName=CLUSTER)
+    role = iam.create_role(Path=f"/mlfleet/{ENV}/", RoleName="job", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    # The lead's definition also has requiresCompatibilities=["EC2"]; moto then wrongly demands a hard
+    # `memory` on each container (AWS accepts memoryReservation alone), so it is left out here.
+    ecs.register_task_definition(
+        family=FAMILY, taskRoleArn=role, executionRoleArn=role, networkMode="bridge",
+        containerDefinitions=[{"name": "job", "image": "public.ecr.aws/docker/library/busybox:latest", "essential": True,
+                               "cpu": 1024, "memoryReservation": 4096,
+                               "resourceRequirements": [{"type": "GPU", "value": "1"}],
+                               "logConfiguration": {"logDriver": "awslogs", "options": {
+                                   "awslogs-group": f"/mlfleet/{ENV}/jobs", "awslogs-region": region,
+                                   "awslogs-stream-prefix": "job"}}}],
+        tags=[{"key": "mlfleet:environment", "value": ENV}])
+    instances = {}
+    group = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[ASG])["AutoScalingGroups"][0]
+    for member in group["Instances"]:
+        ecs.register_container_instance(cluster=CLUSTER, instanceIdentityDocument=json.dumps(
+            {"instanceId": member["InstanceId"], "region": region, "availabilityZone": f"{region}a"}))
+    arns = ecs.list_container_instances(cluster=CLUSTER)["containerInstanceArns"]
+    for ci in ecs.describe_container_instances(cluster=CLUSTER, containerInstances=arns)["containerInstances"]:
+        instances[ci["ec2InstanceId"]] = ci["containerInstanceArn"]
+    return instances
+
+
+def open_admission(region: str = HOME, state: str = "open") -> None:
+    boto3.client("ssm", region).put_parameter(
+        Name=f"/mlfleet/{ENV}/admission", Type="String", Overwrite=True,
+        Value=json.dumps({"state": state, "reason": "test", "changedAt": "2026-11-22T00:00:00+00:00"}))

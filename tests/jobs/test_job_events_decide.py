@@ -1,0 +1,207 @@
+"""Job-event decisions, pure: parametrized cases and a property that no event sequence loses a job."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lambdas.job_events import decide as D
+from lambdas.jobs import ledger as L
+from lambdas.jobs.spec import JobSpec
+
+JOB = "sub-20261122191103-0a1b2c-00007"
+TASK = "arn:aws:ecs:us-east-1:123456789012:task/mlfleet-dev/abc"
+PLACE = L.Placement("us-east-1", "gpu1", "mlfleet-dev", "arn:ci/1", "i-1", "g5.xlarge", TASK)
+
+
+def record(state=L.RUNNING, attempt=1, runs=1, max_attempts=3, placement=PLACE) -> L.JobRecord:
+    spec = JobSpec(image="img", command=("run",), gpus=1, vcpus=1.0, memory_mib=1024, max_attempts=max_attempts)
+    return L.JobRecord(job_id=JOB, submission_id=JOB[:-6], index=7, state=state, attempt=attempt, runs=runs,
+                       start_failures=0, submitted_at=0.0, updated_at=0.0, spec=spec, placement=placement)
+
+
+def task_event(attempt=1, last="STOPPED", exit_code=0, stop_code="EssentialContainerExited", desired="STOPPED",
+               started_by=JOB, reason="") -> dict:
+    containers = [{"name": "job", **({"exitCode": exit_code} if exit_code is not None else {})}]
+    return {"detail-type": "ECS Task State Change", "source": "aws.ecs", "region": "us-east-1",
+            "time": "2026-11-22T12:00:00Z",
+            "detail": {"clusterArn": "arn:aws:ecs:us-east-1:123456789012:cluster/mlfleet-dev", "taskArn": TASK,
+                       "containerInstanceArn": "arn:ci/1", "startedBy": started_by, "lastStatus": last,
+                       "desiredStatus": desired, "stopCode": stop_code if last == "STOPPED" else "",
+                       "stoppedReason": reason, "containers": containers,
+                       "overrides": {"containerOverrides": [{"name": "job", "environment": [
+                           {"name": "MLFLEET_JOB_ID", "value": started_by},
+                           {"name": "MLFLEET_ATTEMPT", "value": str(attempt)}]}]}}}
+
+
+@pytest.mark.parametrize("event, rec, to_state, message, dead, stop", [
+    (task_event(exit_code=0), record(), L.SUCCEEDED, None, False, None),
+    (task_event(exit_code=1), record(runs=1), L.QUEUED, 1, False, None),
+    (task_event(exit_code=137, reason="OOM"), record(runs=3), L.FAILED, None, True, None),
+    (task_event(exit_code=0, stop_code="SpotInterruption"), record(), L.QUEUED, 1, False, None),
+    (task_event(exit_code=143, stop_code="TerminationNotice"), record(runs=3), L.FAILED, None, True, None),
+    (task_event(exit_code=None, reason="CannotPullContainerError"), record(), L.QUEUED, 1, False, None),
+    (task_event(exit_code=0), record(state=L.STARTING, runs=0), L.SUCCEEDED, None, False, None),
+    (task_event(exit_code=1), record(state=L.STARTING, runs=0, max_attempts=1), L.FAILED, None, True, None),
+    (task_event(attempt=1, exit_code=1), record(state=L.RUNNING, attempt=2), None, None, False, None),
+    (task_event(exit_code=1), record(state=L.CANCELLED), None, None, False, None),
+    (task_event(exit_code=1), record(state=L.QUEUED), None, None, False, None),
+    (task_event(last="RUNNING", desired="RUNNING"), record(state=L.STARTING, runs=0), L.RUNNING, None, False, None),
+    (task_event(last="RUNNING", desired="RUNNING"), record(), None, None, False, None),
+    (task_event(attempt=1, last="RUNNING", desired="RUNNING"), record(state=L.QUEUED), None, None, False, TASK),
+    (task_event(attempt=1, last="RUNNING", desired="RUNNING"), record(state=L.CANCELLED), None, None, False, TASK),
+    (task_event(attempt=1, last="RUNNING", desired="STOPPED"), record(state=L.QUEUED), None, None, False, None),
+    (task_event(started_by="someone-else"), None, None, None, False, None),
+])
+def test_task_state_change(event, rec, to_state, message, dead, stop):
+    parsed = D.parse_event(event)
+    decision = D.decide_task_change(parsed, rec)
+    assert (decision.to_state, decision.send_message_attempt, decision.dead_letter, decision.stop_task) == (
+        to_state, message, dead, stop)
+    if to_state == L.RUNNING:
+        assert decision.changes["placement"].task_arn == TASK and decision.changes["runs"] == 1
+    if dead:
+        assert "attempts exhausted" in decision.reason
+
+
+def test_interruption_requeues_the_jobs_on_that_instance_only():
+    on_it = [record(), replace(record(state=L.STARTING, runs=0), job_id=JOB[:-1] + "8"),
+             replace(record(runs=3), job_id=JOB[:-1] + "9")]
+    elsewhere = replace(record(placement=replace(PLACE, instance_id="i-2")), job_id=JOB[:-1] + "6")
+    decisions = {d.job_id: d for d in D.decide_interruption("i-1", [*on_it, elsewhere])}
+    assert set(decisions) == {r.job_id for r in on_it}
+    assert decisions[JOB].to_state == L.QUEUED and decisions[JOB].changes == {"runs": 1}
+    assert decisions[JOB[:-1] + "8"].changes == {"runs": 1} and decisions[JOB[:-1] + "8"].send_message_attempt == 1
+    assert decisions[JOB[:-1] + "9"].to_state == L.FAILED and decisions[JOB[:-1] + "9"].dead_letter
+    assert all(d.stop_task == TASK for d in decisions.values())
+
+
+@pytest.mark.parametrize("event, fragment", [
+    ({}, "event.detail-type is missing"),
+    ({"detail-type": "ECS Task State Change", "region": "us-east-1"}, "event.detail is missing"),
+    ({"detail-type": "ECS Task State Change", "region": "us-east-1", "detail": {"taskArn": "t"}}, "detail.clusterArn"),
+    ({"detail-type": "EC2 Spot Instance Interruption Warning", "region": "us-east-1", "time": "2026-01-01T00:00:00Z",
+      "detail": {"instance-action": "terminate"}}, "detail.instance-id is missing"),
+    ({"detail-type": "EC2 Instance Rebalance Recommendation", "region": "us-east-1", "time": "yesterday",
+      "detail": {"instance-id": "i-1"}}, "event.time='yesterday'"),
+    ("a string", "is not an object"),
+])
+def test_malformed_events_are_refused_with_the_key(event, fragment):
+    with pytest.raises(D.EventError, match=fragment.replace("(", r"\(").replace(".", r"\.")):
+        D.parse_event(event)
+
+
+def test_unknown_detail_type_is_ignored():
+    assert D.parse_event({"detail-type": "EC2 Instance State-change Notification"}) == D.Unknown(
+        "EC2 Instance State-change Notification")
+
+
+def test_expired_rebalance_tags():
+    now = datetime(2026, 11, 22, 12, tzinfo=timezone.utc)
+    tags = {"i-old": (now - timedelta(minutes=31)).isoformat(), "i-new": (now - timedelta(minutes=5)).isoformat(),
+            "i-bad": "soon", "i-edge": (now - timedelta(minutes=30)).isoformat()}
+    assert D.expired_rebalance_tags(tags, now, timedelta(minutes=30)) == ["i-bad", "i-edge", "i-old"]
+
+
+# --- No event sequence loses a job -------------------------------------------------------------------
+# A model of the ledger's conditional transition (state and attempt must match) and of the scheduler's
+# claim-then-start, driven by arbitrary interleavings of duplicated, late and out-of-order events.
+
+class World:
+    def __init__(self, max_attempts: int):
+        self.record = replace(record(state=L.QUEUED, attempt=0, runs=0, max_attempts=max_attempts), placement=None)
+        self.messages: list[int] = [0]
+        self.dead: list[str] = []
+        self.tasks: dict[int, str] = {}  # attempt -> "running" | "stopped"
+        self.started: list[int] = []
+        self.exits: dict[int, tuple[int, bool]] = {}  # attempt -> (exit code, spot) of its stopped task
+
+    def apply(self, decision: D.Decision) -> None:
+        r = self.record
+        if decision.to_state is not None and r.state == decision.expect_state and r.attempt == decision.expect_attempt:
+            assert decision.to_state in L.TRANSITIONS[r.state]
+            self.record = replace(r, state=decision.to_state, **decision.changes)
+            if decision.send_message_attempt is not None:
+                self.messages.append(decision.send_message_attempt)
+            if decision.dead_letter:
+                self.dead.append(decision.reason)
+        if decision.stop_task:
+            attempt = int(decision.stop_task.rsplit("/", 1)[1])
+            self.tasks[attempt] = "stopped"
+
+    def schedule(self, confirm: bool) -> None:
+        r = self.record
+        if r.state != L.QUEUED:
+            return
+        attempt = r.attempt + 1
+        task = f"{TASK[:-3]}{attempt}"
+        self.record = replace(r, state=L.STARTING, attempt=attempt, placement=replace(PLACE, task_arn=None))
+        assert attempt not in self.started  # one task per attempt, ever
+        self.started.append(attempt)
+        self.tasks[attempt] = "running"
+        if confirm:
+            self.record = replace(self.record, state=L.RUNNING, runs=self.record.runs + 1,
+                                  placement=replace(PLACE, task_arn=task))
+
+    def task_event(self, attempt: int, last: str, exit_code: int, spot: bool) -> None:
+        if attempt not in self.tasks:
+            return
+        if last == "STOPPED":
+            self.tasks[attempt] = "stopped"
+            self.exits.setdefault(attempt, (exit_code, spot))
+        event = task_event(attempt=attempt, last=last, exit_code=exit_code,
+                           stop_code="SpotInterruption" if spot else "EssentialContainerExited",
+                           desired="STOPPED" if self.tasks[attempt] == "stopped" else "RUNNING")
+        event["detail"]["taskArn"] = f"{TASK[:-3]}{attempt}"
+        self.apply(D.decide_task_change(D.parse_event(event), self.record))
+
+    def interrupt(self) -> None:
+        for decision in D.decide_interruption("i-1", [self.record]):
+            self.apply(decision)
+
+    def check(self) -> None:
+        r = self.record
+        assert r.state in L.STATES
+        assert r.runs <= r.spec.max_attempts
+        assert (r.state == L.FAILED) == (len(self.dead) == 1) and len(self.dead) <= 1
+        if r.state == L.QUEUED:
+            assert r.attempt in self.messages  # back in the queue with a message for its attempt
+        if r.state == L.SUCCEEDED:
+            assert self.exits.get(r.attempt) == (0, False)  # only its own attempt's clean exit counts
+
+
+operations = st.lists(st.one_of(
+    st.tuples(st.just("schedule"), st.booleans()),
+    # An event for the current attempt, or one or two attempts back (late, duplicated, out of order).
+    st.tuples(st.just("event"), st.integers(0, 2), st.sampled_from(["PENDING", "RUNNING", "STOPPED"]),
+              st.sampled_from([0, 1, 137]), st.booleans()),
+    st.tuples(st.just("interrupt")),
+), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 4), operations)
+def test_no_event_sequence_loses_a_job(max_attempts, ops):
+    world = World(max_attempts)
+    for op in ops:
+        if op[0] == "schedule":
+            world.schedule(op[1])
+        elif op[0] == "event":
+            world.task_event(world.record.attempt - op[1], *op[2:])
+        else:
+            world.interrupt()
+        world.check()
+    # Let the world settle: run the scheduler and let every current task finish; the job must end
+    # SUCCEEDED, or FAILED with exactly one dead-letter entry. Nothing is left in between.
+    for _ in range(4 * max_attempts + 4):
+        if world.record.state in L.TERMINAL:
+            break
+        world.schedule(confirm=True)
+        world.task_event(world.record.attempt, "STOPPED", 1, False)
+        world.check()
+    assert world.record.state in (L.SUCCEEDED, L.FAILED)
+    assert world.record.state != L.FAILED or len(world.dead) == 1

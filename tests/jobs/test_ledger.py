@@ -1,0 +1,79 @@
+"""The ledger against moto: conditional puts, the transition table, idempotent replays, bounded reasons."""
+
+from __future__ import annotations
+
+import boto3
+import pytest
+
+from lambdas.common.catalog import load_catalog
+from lambdas.jobs import ledger as L
+from lambdas.jobs.spec import assign_ids, parse_spec
+
+SPEC = parse_spec({"image": "img:1", "command": ["run"], "gpus": 1, "vcpus": 2, "memory_mib": 4096},
+                  fleet_regions=("us-east-1",), catalog=load_catalog(), default_max_attempts=2)
+PLACE = L.Placement("us-east-1", "gpu1", "mlfleet-dev", "arn:ci/1", "i-1", "g5.xlarge")
+
+
+@pytest.fixture
+def ledger(home):
+    led = L.Ledger(boto3.client("dynamodb", "us-east-1"), home["table"])
+    for job in assign_ids("sub-20261122191103-0a1b2c", [SPEC] * 3):
+        assert led.put_new(L.new_record(job, now=100.0 + job.index))
+    return led
+
+
+JOB = "sub-20261122191103-0a1b2c-00000"
+
+
+def test_put_is_conditional_and_lists_work(ledger):
+    job = assign_ids("sub-20261122191103-0a1b2c", [SPEC])[0]
+    assert not ledger.put_new(L.new_record(job, now=999.0))
+    assert ledger.get(JOB).submitted_at == 100.0
+    assert [r.job_id[-1] for r in ledger.by_state(L.QUEUED)] == ["0", "1", "2"]
+    assert len(ledger.by_submission("sub-20261122191103-0a1b2c")) == 3
+    assert ledger.get(JOB).spec == SPEC
+
+
+def test_claim_happens_once_for_one_attempt(ledger):
+    first = ledger.transition(JOB, L.STARTING, expect_states=[L.QUEUED], expect_attempt=0, reason="placed",
+                              now=200.0, attempt=1, placement=PLACE)
+    second = ledger.transition(JOB, L.STARTING, expect_states=[L.QUEUED], expect_attempt=0, reason="placed",
+                               now=201.0, attempt=1, placement=PLACE)
+    assert first.applied and not second.applied
+    record = ledger.get(JOB)
+    assert (record.state, record.attempt, record.placement, record.version) == (L.STARTING, 1, PLACE, 1)
+    assert [r["state"] for r in record.reasons] == [L.QUEUED, L.STARTING]
+
+
+@pytest.mark.parametrize("frm, to", [(L.QUEUED, L.RUNNING), (L.QUEUED, L.SUCCEEDED), (L.SUCCEEDED, L.QUEUED),
+                                     (L.CANCELLED, L.QUEUED), (L.FAILED, L.RUNNING), (L.RUNNING, L.STARTING)])
+def test_illegal_transitions_raise_before_touching_anything(ledger, frm, to):
+    with pytest.raises(L.IllegalTransition):
+        ledger.transition(JOB, to, expect_states=[frm], expect_attempt=None, reason="x", now=1.0)
+    assert ledger.get(JOB).version == 0
+
+
+def test_stale_attempt_is_not_applied(ledger):
+    ledger.transition(JOB, L.STARTING, expect_states=[L.QUEUED], expect_attempt=0, reason="p", now=1.0, attempt=1)
+    ledger.transition(JOB, L.RUNNING, expect_states=[L.STARTING], expect_attempt=1, reason="started", now=2.0,
+                      runs=1, placement=L.Placement(**{**vars(PLACE), "task_arn": "arn:task/1"}))
+    outcome = ledger.transition(JOB, L.SUCCEEDED, expect_states=[L.RUNNING], expect_attempt=0, reason="old", now=3.0)
+    assert not outcome.applied and outcome.record.state == L.RUNNING and outcome.record.placement.task_arn == "arn:task/1"
+
+
+def test_reasons_are_bounded(ledger):
+    for attempt in range(15):
+        ledger.transition(JOB, L.STARTING, expect_states=[L.QUEUED], expect_attempt=attempt, reason="p",
+                          now=float(attempt), attempt=attempt + 1)
+        ledger.transition(JOB, L.QUEUED, expect_states=[L.STARTING], expect_attempt=attempt + 1,
+                          reason=f"start failed {attempt}", now=float(attempt))
+    record = ledger.get(JOB)
+    assert len(record.reasons) == L.MAX_REASONS and record.last_reason == "start failed 14"
+    assert record.attempt == 15
+
+
+def test_a_job_not_in_the_ledger_is_reported_not_created(ledger):
+    outcome = ledger.transition("sub-20261122191103-ffffff-00000", L.CANCELLED, expect_states=[L.QUEUED],
+                                expect_attempt=None, reason="x", now=1.0)
+    assert (outcome.applied, outcome.record) == (False, None)
+    assert ledger.get("sub-20261122191103-ffffff-00000") is None

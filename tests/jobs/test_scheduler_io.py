@@ -1,0 +1,104 @@
+"""The scheduler's AWS reads and writes against moto.
+
+Where moto differs from AWS: moto registers container instances with fixed resources (4096 CPU units,
+7482 MiB) whatever the instance type, subtracts task-definition values (not overrides) from them, and
+has no GPUs at all; the scheduler takes free GPUs from the catalog minus what tasks asked for, so these
+tests check exactly that. moto records no failed scaling activities, so the circuit breaker's count is
+tested with botocore's Stubber.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+from conftest import ASG, CLUSTER, FAMILY, FLEET_TYPE, HOME, build_fleet, fleets_json
+
+from lambdas.common.catalog import load_catalog
+from lambdas.jobs.fleets import REBALANCE_TAG, parse_fleets
+from lambdas.scheduler import actions, state
+
+
+@pytest.fixture
+def fleet(aws):
+    return build_fleet(size=2)
+
+
+def start_gpu_task(instance_arn: str, gpus: int) -> str:
+    ecs = boto3.client("ecs", HOME)
+    return ecs.start_task(cluster=CLUSTER, taskDefinition=FAMILY, containerInstances=[instance_arn], startedBy="other",
+                          overrides={"containerOverrides": [{"name": "job", "resourceRequirements": [
+                              {"type": "GPU", "value": str(gpus)}], "cpu": 2048}]})["tasks"][0]["taskArn"]
+
+
+def test_read_region_counts_gpus_from_tasks_not_from_the_instance(fleet):
+    (busy_id, busy_arn), (free_id, _) = sorted(fleet.items())
+    start_gpu_task(busy_arn, 3)
+    boto3.client("ec2", HOME).create_tags(Resources=[free_id], Tags=[{"Key": REBALANCE_TAG, "Value": "x"}])
+    view = state.read_region(HOME, parse_fleets(fleets_json()), load_catalog(), {})
+    machines = {m.instance_id: m for m in view.machines}
+    assert machines[busy_id].free_gpus == 1 and machines[free_id].free_gpus == 4
+    assert not machines[busy_id].rebalance_recommended and machines[free_id].rebalance_recommended
+    # moto's remainingResources: 4096 CPU units minus the task definition's 1024.
+    assert machines[busy_id].free_vcpus == 3.0
+    assert machines[busy_id].instance_type == FLEET_TYPE and machines[busy_id].lifecycle == "on-demand"
+    assert machines[busy_id].price_per_hour == load_catalog().get(FLEET_TYPE).on_demand_price(HOME)
+    (fleet_view,) = view.fleets
+    assert (fleet_view.desired, fleet_view.current_instances, fleet_view.pending_instances, fleet_view.max_instances) == (2, 2, 0, 4)
+    assert fleet_view.hourly_usd == pytest.approx(2 * load_catalog().get(FLEET_TYPE).on_demand_price(HOME))
+    assert list(view.tasks.values()) == ["other"]
+
+
+def test_draining_and_foreign_instances(fleet):
+    arn = sorted(fleet.values())[0]
+    boto3.client("ecs", HOME).update_container_instances_state(cluster=CLUSTER, containerInstances=[arn], status="DRAINING")
+    view = state.read_region(HOME, parse_fleets(fleets_json()), load_catalog(), {})
+    assert {m.container_instance_arn: m.draining for m in view.machines}[arn] is True
+
+
+def test_task_definition_per_image_is_registered_once_and_reused(fleet):
+    ecs = boto3.client("ecs", HOME)
+    first = actions.TaskDefinitions(ecs)
+    arn = first.arn_for(FAMILY, "ghcr.io/team/train:2")
+    assert first.arn_for(FAMILY, "ghcr.io/team/train:2") == arn
+    described = ecs.describe_task_definition(taskDefinition=arn, include=["TAGS"])
+    base = ecs.describe_task_definition(taskDefinition=f"{FAMILY}:1")["taskDefinition"]
+    assert described["taskDefinition"]["containerDefinitions"][0]["image"] == "ghcr.io/team/train:2"
+    assert described["taskDefinition"]["taskRoleArn"] == base["taskRoleArn"]
+    assert described["taskDefinition"]["containerDefinitions"][0]["logConfiguration"] == base["containerDefinitions"][0]["logConfiguration"]
+    assert described["tags"] == [{"key": "mlfleet:environment", "value": "dev"}]
+    # A later run finds the revision instead of registering another.
+    assert actions.TaskDefinitions(ecs).arn_for(FAMILY, "ghcr.io/team/train:2") == arn
+    assert len(ecs.list_task_definitions(familyPrefix=FAMILY)["taskDefinitionArns"]) == 2
+
+
+def test_raise_desired_capacity_never_passes_the_cap(fleet):
+    autoscaling = boto3.client("autoscaling", HOME)
+    assert actions.raise_desired_capacity(autoscaling, ASG, 5, cap=3) == (2, 3)
+    assert actions.raise_desired_capacity(autoscaling, ASG, 1, cap=3) is None
+    assert autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[ASG])["AutoScalingGroups"][0]["DesiredCapacity"] == 3
+
+
+def test_failed_launches_counts_only_recent_failures():
+    autoscaling = boto3.client("autoscaling", HOME)
+    now = datetime(2026, 11, 22, 12, tzinfo=timezone.utc)
+    activities = [{"ActivityId": str(i), "AutoScalingGroupName": ASG, "Cause": "c", "StartTime": now - timedelta(minutes=m),
+                   "StatusCode": code, "Progress": 100}
+                  for i, (m, code) in enumerate([(1, "Failed"), (5, "Successful"), (12, "Failed"), (29, "Failed"),
+                                                 (31, "Failed"), (50, "Failed")])]
+    with Stubber(autoscaling) as stub:
+        stub.add_response("describe_scaling_activities", {"Activities": activities},
+                          {"AutoScalingGroupName": ASG, "MaxRecords": 100})
+        assert state.failed_launches(autoscaling, ASG, now, timedelta(minutes=30)) == 3
+
+
+def test_receive_stops_when_time_runs_short(home):
+    sqs = boto3.client("sqs", HOME)
+    for i in range(25):
+        sqs.send_message(QueueUrl=home["queue"], MessageBody='{"job_id": "j%d", "attempt": 0}' % i)
+    sqs.send_message(QueueUrl=home["queue"], MessageBody="not json")
+    assert state.receive_messages(sqs, home["queue"], max_messages=100, remaining_ms=lambda: 59_000) == []
+    got = state.receive_messages(sqs, home["queue"], max_messages=100, remaining_ms=lambda: 300_000)
+    assert len(got) == 26 and sum(r.message is None for r in got) == 1
