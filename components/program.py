@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pulumi
+import pulumi_aws as aws
 
 from components.alerts import SlackChannel, SlackChannelArgs
 from components.billing import estimate, monthly_budget, over_budget_warning
 from components.config import StackConfig
 from components.config.regions import BILLING_METRICS_REGION
 from components.home import HomeRegion, HomeRegionArgs
+from components.jobs import EventForwarder, EventForwarderArgs, JobService, JobServiceArgs
 from components.providers import regional_providers, with_provider
 from components.region import FleetRegion, FleetRegionArgs
 from packer.manifest import ManifestError, load_manifest
@@ -54,6 +56,22 @@ def deploy(cfg: StackConfig) -> dict:
         )
         for region in cfg.regions
     }
+    jobs = JobService(
+        f"{cfg.environment}-jobs",
+        JobServiceArgs(config=cfg, alert_topic_arn=home.alert_topic_arn, admission_parameter=home.admission_parameter,
+                       cluster_arns=[r.cluster.cluster_arn for r in regions.values()]),
+        opts=with_provider(providers[cfg.home_region]),
+    )
+    account_id = aws.get_caller_identity_output(opts=pulumi.InvokeOptions(provider=providers[cfg.home_region])).account_id
+    for region, component in regions.items():
+        if region != cfg.home_region:
+            EventForwarder(
+                f"{cfg.environment}-{region}-job-events",
+                EventForwarderArgs(environment=cfg.environment, region=region, home_region=cfg.home_region,
+                                   account_id=account_id, cluster_arn=component.cluster.cluster_arn,
+                                   tags=cfg.base_tags()),
+                opts=with_provider(providers[region]),
+            )
     if cfg.slack_workspace_id and cfg.slack_channel_id:
         topics = [home.alert_topic_arn, home.billing_topic_arn]
         topics += [r.alert_topic_arn for name, r in regions.items() if name != cfg.home_region]
@@ -69,6 +87,8 @@ def deploy(cfg: StackConfig) -> dict:
         "homeRegion": cfg.home_region,
         "alertTopicArn": home.alert_topic_arn,
         "admissionParameter": home.admission_parameter,
+        "jobs": {"queueUrl": jobs.queue_url, "deadLetterQueueUrl": jobs.dead_letter_queue_url,
+                 "ledger": jobs.ledger_name, "scheduler": jobs.scheduler_name},
         "budget": {"name": home.billing.budget_name, "monthlyUsd": monthly_budget(cfg, cost)},
         "cost": cost.outputs(),
         "regions": {region: component.outputs() for region, component in regions.items()},

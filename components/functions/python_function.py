@@ -85,7 +85,8 @@ def policy_document(permissions: Sequence[Permission], *, account: str, region: 
             "Action": sorted(permission.actions),
             "Resource": [resource.format(**values) for resource in permission.resources],
         }
-        condition = {op: {key: value.format(**values) for key, value in tests.items()}
+        fill = lambda v: [item.format(**values) for item in v] if isinstance(v, (list, tuple)) else v.format(**values)  # noqa: E731
+        condition = {op: {key: fill(value) for key, value in tests.items()}
                      for op, tests in permission.condition.items()}
         if permission.tag_scoped:
             condition.setdefault("StringEquals", {})[f"aws:ResourceTag/{tag_keys.ENVIRONMENT}"] = environment
