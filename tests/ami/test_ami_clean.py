@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from moto import mock_aws
 
 from lambdas.common.aws import reset_clients
-from packer.ami_clean import Image, delete_image, in_use_from_stack_output, list_images, main, parse_in_use, select_unused
+from packer.ami_clean import (Image, delete_image, in_use_from_stack_output, list_images, main, parse_in_use,
+                               select_unused)
 
 
 def image(region: str, image_id: str, created: str) -> Image:
