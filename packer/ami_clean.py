@@ -71,7 +71,8 @@ def in_use_from_stack_output(document: object, source: str) -> set[str]:
     """AMI ids from `pulumi stack output --json`: {"regions": {"<region>": {"amiId": "ami-..."}}}."""
     regions = document.get("regions") if isinstance(document, dict) else None
     if not isinstance(regions, dict):
-        raise ValueError(f"{source}: expected an object with key 'regions' (pulumi stack output --json), got {document!r:.80}")
+        raise ValueError(f"{source}: expected an object with key 'regions' (pulumi stack output --json), "
+                         f"got {document!r:.80}")
     ids = set()
     for region, outputs in regions.items():
         ami_id = outputs.get("amiId") if isinstance(outputs, dict) else None
@@ -101,7 +102,8 @@ def list_images(region: str, environment: str) -> list[Image]:
                  {"Name": f"tag:{ENVIRONMENT_TAG}", "Values": [environment]}],
     )
     return [
-        Image(region=region, image_id=image["ImageId"], name=image.get("Name", ""), created=image.get("CreationDate", ""),
+        Image(region=region, image_id=image["ImageId"], name=image.get("Name", ""),
+              created=image.get("CreationDate", ""),
               snapshot_ids=tuple(mapping["Ebs"]["SnapshotId"] for mapping in image.get("BlockDeviceMappings", [])
                                  if mapping.get("Ebs", {}).get("SnapshotId")))
         for image in found
@@ -134,20 +136,25 @@ def table(images: list[Image], unused: list[Image], in_use: set[str]) -> str:
     remove = {image.image_id for image in unused}
     rows = [("REGION", "IMAGE", "CREATED", "SNAPSHOTS", "NAME", "ACTION")]
     for image in sorted(images, key=lambda image: (image.region, image.created)):
-        action = "remove" if image.image_id in remove else ("keep (in use)" if image.image_id in in_use else "keep (newest)")
-        rows.append((image.region, image.image_id, image.created, ",".join(image.snapshot_ids) or "-", image.name, action))
+        if image.image_id in remove:
+            action = "remove"
+        else:
+            action = "keep (in use)" if image.image_id in in_use else "keep (newest)"
+        snapshots = ",".join(image.snapshot_ids) or "-"
+        rows.append((image.region, image.image_id, image.created, snapshots, image.name, action))
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m packer.ami_clean", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--environment", required=True, help="environment whose images to clean (dev, staging, prod, ...)")
+    parser.add_argument("--environment", required=True, help="environment whose images to clean (dev, prod, ...)")
     parser.add_argument("--regions", required=True, help="comma-separated regions, e.g. us-east-1,us-west-2")
     parser.add_argument("--in-use", help="AMI ids still used, comma-separated, or 'none'")
     parser.add_argument("--in-use-from-stack-output", type=Path, metavar="FILE",
                         help="JSON of `pulumi stack output --json`; its regions.<region>.amiId are in use")
-    parser.add_argument("--keep-newest", type=int, default=1, help="newest images kept per region even if unused (default 1)")
+    parser.add_argument("--keep-newest", type=int, default=1,
+                        help="newest images kept per region even if unused (default 1)")
     parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     parser.add_argument("--dry-run", action="store_true", help="only print what would be removed")
     args = parser.parse_args(argv)

@@ -55,7 +55,8 @@ def expectations_from_tags(image_id: str, tags: list[dict]) -> dict[str, str]:
 def run_instances_request(*, image_id: str, instance_type: str, subnet_id: str, instance_profile: str,
                           environment: str, security_group_id: str | None = None) -> dict:
     """RunInstances arguments: one instance, IMDSv2 only, no public IP, terminated on shutdown, tagged."""
-    interface = {"DeviceIndex": 0, "SubnetId": subnet_id, "AssociatePublicIpAddress": False, "DeleteOnTermination": True}
+    interface = {"DeviceIndex": 0, "SubnetId": subnet_id, "AssociatePublicIpAddress": False,
+                 "DeleteOnTermination": True}
     if security_group_id:
         interface["Groups"] = [security_group_id]
     tags = [{"Key": "Name", "Value": f"mlfleet-{environment}-ami-test"},
@@ -112,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
     image_id = args.image_id or default_image_id(args.environment, args.region)
     image = ec2.describe_images(ImageIds=[image_id])["Images"][0]
     expected = expectations_from_tags(image_id, image.get("Tags", []))
-    expected.update(OPEN_FILES_LIMIT=str(args.open_files_limit), LOGIN_USER="ec2-user", PREPULL_IMAGES=" ".join(args.prepull_images))
+    expected.update(OPEN_FILES_LIMIT=str(args.open_files_limit), LOGIN_USER="ec2-user",
+                    PREPULL_IMAGES=" ".join(args.prepull_images))
     command = validation_command(VALIDATE_SCRIPT.read_text(encoding="utf-8"), expected)
 
     request = run_instances_request(image_id=image_id, instance_type=args.instance_type, subnet_id=args.subnet_id,
@@ -149,10 +151,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--region", required=True, help="the stack's first fleet region (where `make ami` builds)")
     parser.add_argument("--subnet-id", required=True, help="a private subnet that reaches SSM (VPC endpoints or NAT)")
     parser.add_argument("--instance-profile", required=True, help="instance profile name allowing the SSM agent")
-    parser.add_argument("--image-id", help="image to test (default: manifest, else the newest image for the environment)")
+    parser.add_argument("--image-id", help="image to test (default: the manifest's, else the environment's newest)")
     parser.add_argument("--instance-type", default="g4dn.xlarge")
     parser.add_argument("--security-group-id", help="default: the VPC's default security group")
-    parser.add_argument("--open-files-limit", type=int, default=1048576, help="the image's open_files_limit (Packer default)")
+    parser.add_argument("--open-files-limit", type=int, default=1048576,
+                        help="the image's open_files_limit (default: Packer's default)")
     parser.add_argument("--prepull-images", nargs="*", default=[], help="images the build pre-pulled")
     args = parser.parse_args(argv)
     if not ENVIRONMENT.match(args.environment):

@@ -97,7 +97,8 @@ def _parse_build(path: Path, index: int, build: object) -> _Build:
         raise ManifestError(f"{path}: {where}.custom_data must be an object, got {_show(custom)}")
     environment = custom.get("environment")
     if not isinstance(environment, str) or not environment:
-        raise ManifestError(f"{path}: {where}.custom_data.environment must be a non-empty string, got {_show(environment)}")
+        raise ManifestError(
+            f"{path}: {where}.custom_data.environment must be a non-empty string, got {_show(environment)}")
     run_uuid = build.get("packer_run_uuid")
     if not isinstance(run_uuid, str) or not run_uuid:
         raise ManifestError(f"{path}: {where}.packer_run_uuid must be a non-empty string, got {_show(run_uuid)}")
@@ -117,7 +118,8 @@ def _parse_build(path: Path, index: int, build: object) -> _Build:
                 f"(bad entry {entry!r})"
             )
         if not AMI_ID.match(ami_id):
-            raise ManifestError(f"{path}: {where}.artifact_id has AMI id {ami_id!r} for {region}, expected ami-<8 to 17 hex>")
+            raise ManifestError(
+                f"{path}: {where}.artifact_id has AMI id {ami_id!r} for {region}, expected ami-<8 to 17 hex>")
         if region in images:
             raise ManifestError(f"{path}: {where}.artifact_id lists region {region!r} twice: {artifact_id!r}")
         images[region] = ManifestImage(

@@ -109,7 +109,7 @@ variable "kms_key_id" {
 
 variable "region_kms_key_ids" {
   type        = map(string)
-  description = "KMS key per copy region (region => key ARN). Regions not listed use the AWS-managed EBS key there. Needed only with kms_key_id."
+  description = "KMS key per copy region (region => key ARN), used with kms_key_id. Empty: the copies use each region's AWS-managed EBS key. When set, give a key for every region of ami_regions."
   default     = {}
   validation {
     condition     = alltrue([for r, key in var.region_kms_key_ids : can(regex("^[a-z]{2}(-gov|-iso[a-z]*)?-[a-z]+-[0-9]$", r)) && can(regex("^arn:aws[a-z-]*:kms:", key))])

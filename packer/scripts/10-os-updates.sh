@@ -3,7 +3,9 @@
 # kernel update (now or on a running machine) must never happen behind the driver's back.
 set -euo pipefail
 
-dnf install -y 'dnf-command(versionlock)'
+# The SSM agent lets `make ami-test` (and Session Manager, instead of SSH) reach a machine.
+dnf install -y 'dnf-command(versionlock)' amazon-ssm-agent
+systemctl enable amazon-ssm-agent
 dnf versionlock add 'kernel*'
 
 # Security and bug fixes within the base image's Amazon Linux release (the base pins the release

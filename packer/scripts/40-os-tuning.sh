@@ -25,8 +25,9 @@ DROPIN
 done
 
 # 3. Containers: Docker's default-ulimits (ECS task definitions can still lower or raise it per task).
-# Amazon Linux passes --default-ulimit in /etc/sysconfig/docker; Docker refuses to start when a setting
-# is both a flag and in daemon.json, so the flag goes and daemon.json holds the one value.
+# Amazon Linux's Docker package can pass --default-ulimit in /etc/sysconfig/docker; Docker refuses to
+# start when a setting is both a flag and in daemon.json, so any such flag goes and daemon.json holds the
+# one value. (fs.file-max stays the kernel's, sized from memory: a fixed value could lower it on big machines.)
 if [[ -f /etc/sysconfig/docker ]]; then
   sed -i -E 's/[[:space:]]*--default-ulimit[= ]nofile=[0-9]+:[0-9]+//g' /etc/sysconfig/docker
 fi

@@ -122,6 +122,7 @@ check "containers default to nofile ${OPEN_FILES_LIMIT}" docker_default_ulimit
 check "network sysctls from /etc/sysctl.d/90-mlfleet-network.conf are in effect" sysctls_in_effect
 check "CloudWatch agent configuration translates and the agent was configured at boot" cloudwatch_config_valid
 check "pre-pulled images are present" images_present
+check "SSM agent starts at boot" systemctl is-enabled --quiet amazon-ssm-agent.service
 
 if ((failures > 0)); then
   echo "${failures} check(s) failed"

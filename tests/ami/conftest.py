@@ -1,4 +1,4 @@
-"""Fixtures for the GPU image tests: the Packer templates parsed into plain Python, and moto."""
+"""Fixtures for the GPU image tests: the Packer templates parsed into plain Python, fake AWS credentials."""
 
 from __future__ import annotations
 
@@ -6,9 +6,6 @@ from pathlib import Path
 
 import hcl2
 import pytest
-from moto import mock_aws
-
-from lambdas.common.aws import reset_clients
 
 PACKER = Path(__file__).resolve().parents[2] / "packer"
 
@@ -72,11 +69,5 @@ def aws_credentials(monkeypatch):
                        "AWS_SECURITY_TOKEN": "testing", "AWS_SESSION_TOKEN": "testing",
                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
         monkeypatch.setenv(key, value)
-
-
-@pytest.fixture
-def aws():
-    with mock_aws():
-        reset_clients()
-        yield
-    reset_clients()
+    # moto otherwise loads thousands of public AMIs (and their snapshots) into every region it touches.
+    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")

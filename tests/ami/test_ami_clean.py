@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import boto3
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from moto import mock_aws
 
-from packer.ami_clean import Image, delete_image, in_use_from_stack_output, list_images, main, parse_in_use, select_unused
+from lambdas.common.aws import reset_clients
+from packer.ami_clean import (Image, delete_image, in_use_from_stack_output, list_images, main, parse_in_use,
+                               select_unused)
 
 
 def image(region: str, image_id: str, created: str) -> Image:
@@ -45,6 +49,7 @@ images_strategy = st.lists(
     max_size=12, unique_by=lambda item: item.image_id)
 
 
+@settings(max_examples=50, deadline=None)
 @given(images_strategy, st.integers(min_value=0, max_value=4), st.data())
 def test_select_unused_properties(images, keep_newest, data):
     in_use = set(data.draw(st.lists(st.sampled_from([i.image_id for i in images]), unique=True))) if images else set()
@@ -104,70 +109,82 @@ def ours(environment: str) -> dict[str, str]:
     return {"mlfleet:environment": environment, "mlfleet:managed-by": "packer", "mlfleet:image": "gpu"}
 
 
-def _found(region: str, image_id: str) -> bool:
-    images = boto3.client("ec2", region_name=region).describe_images(Owners=["self"])["Images"]
-    return any(i["ImageId"] == image_id for i in images)
+def remaining(region: str) -> set[str]:
+    """Image and snapshot ids this account still has in the region."""
+    ec2 = boto3.client("ec2", region_name=region)
+    return ({i["ImageId"] for i in ec2.describe_images(Owners=["self"])["Images"]}
+            | {s["SnapshotId"] for s in ec2.describe_snapshots(OwnerIds=["self"])["Snapshots"]})
 
 
-def snapshot_exists(region: str, snapshot_id: str) -> bool:
-    snapshots = boto3.client("ec2", region_name=region).describe_snapshots(OwnerIds=["self"])["Snapshots"]
-    return any(s["SnapshotId"] == snapshot_id for s in snapshots)
+@pytest.fixture(scope="module")
+def moto_account():
+    # One moto account for the module: creating moto's EC2 backend for a region costs seconds, so the
+    # tests share it and each works in an environment of its own (see `account`).
+    with mock_aws():
+        yield
+    reset_clients()
+
+
+environments = itertools.count(1)
 
 
 @pytest.fixture
-def account(aws):
+def account(moto_account):
+    reset_clients()
+    env = f"test-{next(environments)}"
     return {
-        "in_use": register("us-east-1", "mlfleet-dev-gpu-1", ours("dev")),
-        "old_1": register("us-east-1", "mlfleet-dev-gpu-2", ours("dev")),
-        "old_2": register("us-east-1", "mlfleet-dev-gpu-3", ours("dev")),
-        "west": register("us-west-2", "mlfleet-dev-gpu-4", ours("dev")),
-        "staging": register("us-east-1", "mlfleet-staging-gpu-1", ours("staging")),
-        "hand_made": register("us-east-1", "someone-elses-image", {"mlfleet:environment": "dev"}),
+        "env": env,
+        "in_use": register("us-east-1", f"mlfleet-{env}-gpu-1", ours(env)),
+        "old_1": register("us-east-1", f"mlfleet-{env}-gpu-2", ours(env)),
+        "old_2": register("us-east-1", f"mlfleet-{env}-gpu-3", ours(env)),
+        "west": register("us-west-2", f"mlfleet-{env}-gpu-4", ours(env)),
+        "other_env": register("us-east-1", f"mlfleet-other-{env}-gpu-1", ours(f"other-{env}")),
+        "hand_made": register("us-east-1", f"someone-elses-image-{env}", {"mlfleet:environment": env}),
     }
 
 
 def test_lists_only_this_environments_packer_images(account):
-    listed = {i.image_id for i in list_images("us-east-1", "dev")}
+    listed = {i.image_id for i in list_images("us-east-1", account["env"])}
     assert listed == {account[k][0] for k in ("in_use", "old_1", "old_2")}
-    (west,) = list_images("us-west-2", "dev")
+    (west,) = list_images("us-west-2", account["env"])
     assert west.snapshot_ids == tuple(account["west"][1]) and west.created
 
 
 def test_clean_removes_unused_images_and_their_snapshots(account, tmp_path, capsys):
     outputs = tmp_path / "outputs.json"
     outputs.write_text(json.dumps({"regions": {"us-east-1": {"amiId": account["in_use"][0]}}}))
-    code = main(["--environment", "dev", "--regions", "us-east-1,us-west-2",
+    code = main(["--environment", account["env"], "--regions", "us-east-1,us-west-2",
                  "--in-use-from-stack-output", str(outputs), "--keep-newest", "0", "--yes"])
     assert code == 0
+    east, west = remaining("us-east-1"), remaining("us-west-2")
     for key in ("old_1", "old_2"):
         image_id, snapshots = account[key]
-        assert not _found("us-east-1", image_id)
-        assert not any(snapshot_exists("us-east-1", s) for s in snapshots)
-    assert not _found("us-west-2", account["west"][0])
-    for key in ("in_use", "staging", "hand_made"):
+        assert not {image_id, *snapshots} & east
+    assert not {account["west"][0], *account["west"][1]} & west
+    for key in ("in_use", "other_env", "hand_made"):
         image_id, snapshots = account[key]
-        assert _found("us-east-1", image_id) and all(snapshot_exists("us-east-1", s) for s in snapshots)
+        assert {image_id, *snapshots} <= east
     printed = capsys.readouterr().out
     assert "keep (in use)" in printed and f"deregistered {account['old_1'][0]}" in printed
 
 
 def test_dry_run_and_refused_confirmation_remove_nothing(account, capsys):
-    argv = ["--environment", "dev", "--regions", "us-east-1", "--in-use", "none", "--keep-newest", "0"]
+    argv = ["--environment", account["env"], "--regions", "us-east-1", "--in-use", "none", "--keep-newest", "0"]
     assert main([*argv, "--dry-run"]) == 0
     assert "dry run: would deregister 3 image(s) and delete 3 snapshot(s)" in capsys.readouterr().out
     assert main(argv, confirm=lambda prompt: "no") == 1
-    assert len(list_images("us-east-1", "dev")) == 3
+    assert len(list_images("us-east-1", account["env"])) == 3
     assert main(argv, confirm=lambda prompt: "yes") == 0
-    assert list_images("us-east-1", "dev") == []
+    assert list_images("us-east-1", account["env"]) == []
 
 
 def test_keep_newest_keeps_one_per_region(account):
-    assert main(["--environment", "dev", "--regions", "us-west-2", "--in-use", "none", "--yes"]) == 0
-    assert _found("us-west-2", account["west"][0]), "the only image of the region is its newest"
+    assert main(["--environment", account["env"], "--regions", "us-west-2", "--in-use", "none", "--yes"]) == 0
+    assert account["west"][0] in remaining("us-west-2"), "the only image of the region is its newest"
 
 
 def test_delete_is_idempotent(account):
-    (west,) = list_images("us-west-2", "dev")
+    (west,) = list_images("us-west-2", account["env"])
     first = delete_image(west)
     second = delete_image(west)
     assert first[0].startswith("deregistered") and second == [

@@ -7,7 +7,8 @@ import subprocess
 import boto3
 import pytest
 
-from packer.ami_test import VALIDATE_SCRIPT, expectations_from_tags, parse_args, run_instances_request, validation_command
+from packer.ami_test import (VALIDATE_SCRIPT, expectations_from_tags, parse_args, run_instances_request,
+                              validation_command)
 
 
 def test_request_is_one_imdsv2_instance_without_public_ip():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from packer.manifest import ManifestError, load_manifest
@@ -107,6 +107,7 @@ regions = st.from_regex(r"\A[a-z]{2}-[a-z]{4,9}-[1-9]\Z")
 ami_ids = st.from_regex(r"\Aami-[0-9a-f]{8,17}\Z")
 
 
+@settings(max_examples=50, deadline=None)
 @given(st.dictionaries(regions, ami_ids, min_size=1, max_size=6), st.integers(min_value=1, max_value=4))
 def test_round_trip_of_what_packer_writes(tmp_path_factory, images, runs):
     artifact_id = ",".join(f"{region}:{ami}" for region, ami in images.items())
