@@ -275,6 +275,12 @@ def is_job_id(text: str) -> bool:
     return _JOB_ID.fullmatch(text) is not None
 
 
+def submission_of(job_id: str) -> str | None:
+    """The submission a job id belongs to (`sub-...-00042` -> `sub-...`), or None for anything else."""
+    match = _JOB_ID.fullmatch(job_id or "")
+    return match.group(1) if match else None
+
+
 def assign_ids(submission_id: str, specs: Sequence[JobSpec]) -> list[Job]:
     return [Job(job_id(submission_id, index), submission_id, index, spec) for index, spec in enumerate(specs)]
 

@@ -6,7 +6,8 @@ reserved concurrency 1 makes runs sequential. A run:
      and checks each against the ledger: a message whose job moved past its attempt is a duplicate;
   2. recovers jobs stuck in STARTING (a run that died between its claim and StartTask);
   3. reads the admission flag; when closed, nothing is started or bought (running jobs continue);
-  4. reads every fleet region (machines, free GPUs from the tasks on them, groups, failed launches);
+  4. reads every fleet region (live spot prices, machines, free GPUs from the tasks on them, groups and
+     the instances they are still launching, failed launches);
   5. plans with lambdas.scheduler.placement.plan and acts: per placement a conditional claim
      QUEUED(n) -> STARTING(n+1) in the ledger BEFORE StartTask, so a message delivered twice or a
      second run can never start the same attempt twice; then STARTING -> RUNNING with the task ARN;
@@ -202,8 +203,12 @@ def circuit_breaker(view: state.FleetView, now: datetime, settings: Settings) ->
 
 def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog, ledger: L.Ledger,
                     pending: list[L.JobRecord], remaining_ms: Callable[[], int], now: datetime, summary: dict) -> None:
-    views = [state.read_region(region, [f for f in fleets if f.region == region], catalog, {})
-             for region in dict.fromkeys(f.region for f in fleets)]
+    views, prices = [], {}
+    for region in dict.fromkeys(f.region for f in fleets):
+        in_region = [f for f in fleets if f.region == region]
+        spot = state.spot_prices_for(region, [t for f in in_region for t in f.instance_types], catalog)
+        prices.update({(region, instance_type): price for instance_type, price in spot.items()})
+        views.append(state.read_region(region, in_region, catalog, spot))
     machines = {m.container_instance_arn: m for view in views for m in view.machines}
     fleet_views = {(fv.config.region, fv.config.fleet): fv for view in views for fv in view.fleets}
     stopped = {key for key, fv in fleet_views.items() if circuit_breaker(fv, now, settings)}
@@ -213,7 +218,8 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
         [Machine(key=m.container_instance_arn, instance_id=m.instance_id, region=m.region, fleet=m.fleet,
                  instance_type=m.instance_type, availability_zone=m.availability_zone, lifecycle=m.lifecycle,
                  free_gpus=m.free_gpus, free_vcpus=m.free_vcpus, free_memory_mib=m.free_memory_mib,
-                 price_per_hour=m.price_per_hour, rebalance_recommended=m.rebalance_recommended, draining=m.draining)
+                 price_per_hour=m.price_per_hour, rebalance_recommended=m.rebalance_recommended, draining=m.draining,
+                 submissions=m.submissions)
          for m in machines.values()],
         # A fleet whose breaker is open may not grow: its cap is what it already has.
         [Fleet(region=fv.config.region, fleet=fv.config.fleet, asg_name=fv.config.asg_name,
@@ -226,6 +232,7 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
         catalog,
         Limits(max_hourly_usd=settings.max_hourly_usd, current_hourly_usd=current_hourly, admission_open=True,
                scaling_allowed=True),
+        prices=prices,
     )
     records = {r.job_id: r for r in pending}
     definitions: dict[str, actions.TaskDefinitions] = {}

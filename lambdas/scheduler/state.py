@@ -3,6 +3,11 @@
 Every read is batched (DescribeContainerInstances and DescribeTasks 100 a call, DescribeInstances and
 DescribeAutoScalingGroups paginated). Nothing here writes.
 
+Fleet sizes: `current_instances` counts the group's usable machines (registered with ECS, not draining)
+and `pending_instances` the rest of its desired capacity (launching, booting, joining the cluster, or
+replacing a reclaimed instance). The planner counts pending instances as capacity for waiting jobs, so
+the one-minute schedule does not buy again, run after run, for jobs whose instances are still booting.
+
 GPU accounting: free GPUs = the catalog's GPU count for the instance type minus the GPUs that the
 tasks placed on the instance request (their containers' GPU resourceRequirements, from the task's
 overrides or else its task definition). It never reads remainingResources GPU: moto does not model
@@ -16,12 +21,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from botocore.exceptions import ClientError
+
 from lambdas.common.aws import chunks, client, paginate
 from lambdas.common.catalog import Catalog, UnknownInstanceType, UnknownRegion
 from lambdas.common.logs import log_decision
 from lambdas.common.permissions import needs
+from lambdas.common.spot_prices import PERMISSIONS as SPOT_PRICE_PERMISSIONS
+from lambdas.common.spot_prices import live_spot_prices
 from lambdas.jobs.fleets import REBALANCE_TAG, FleetConfig
 from lambdas.jobs.queue import JobMessage, MessageError, parse_message
+from lambdas.jobs.spec import submission_of
 
 SCALING_PAUSED_TAG = "mlfleet:scaling-paused-at"
 # Receive no more once the run has less than this left: acting on what was read needs the rest.
@@ -39,7 +49,12 @@ PERMISSIONS = (
     needs("ec2:DescribeInstances", why="instance lifecycle (spot/on-demand), type, zone and rebalance tag"),
     needs("autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeScalingActivities",
           why="fleet sizes, caps, and failed launches for the circuit breaker"),
+    *SPOT_PRICE_PERMISSIONS,
 )
+# A live spot price outside [this share of on-demand, on-demand] is not believed (the catalog's is used):
+# AWS spot prices sit between roughly 10% and 100% of on-demand, and a misread must not make a fleet
+# look free or dearer than on-demand.
+PLAUSIBLE_SPOT_SHARE = 0.05
 
 
 @dataclass(frozen=True)
@@ -86,6 +101,7 @@ class MachineView:
     price_per_hour: float
     rebalance_recommended: bool
     draining: bool
+    submissions: frozenset[str] = frozenset()  # of the jobs running on it
 
 
 @dataclass(frozen=True)
@@ -150,6 +166,33 @@ def price_of(catalog: Catalog, instance_type: str, region: str, lifecycle: str,
         return float("inf")
 
 
+def spot_prices_for(region: str, instance_types: Iterable[str], catalog: Catalog) -> dict[str, float]:
+    """Live spot prices where they can be read and are plausible; the caller falls back to the catalog.
+
+    The read is best effort: the planner must still run when DescribeSpotPriceHistory is throttled or
+    denied, so an error is logged and the catalog's prices are used.
+    """
+    types = sorted({t for t in instance_types if t in catalog})
+    try:
+        live = live_spot_prices(region, types)
+    except ClientError as error:
+        log_decision("spot-prices", region=region, source="catalog", reason=str(error))
+        return {}
+    accepted, rejected = {}, {}
+    for instance_type, price in live.items():
+        try:
+            on_demand = catalog.get(instance_type).on_demand_price(region)
+        except UnknownRegion:
+            continue
+        if PLAUSIBLE_SPOT_SHARE * on_demand <= price <= on_demand:
+            accepted[instance_type] = price
+        else:
+            rejected[instance_type] = price
+    log_decision("spot-prices", region=region, live=accepted, implausible=rejected,
+                 catalog=sorted(set(types) - set(accepted)))
+    return accepted
+
+
 def _instances(ec2, instance_ids: Sequence[str]) -> dict[str, Mapping]:
     found = {}
     for batch in chunks(sorted(set(instance_ids)), 200):
@@ -176,6 +219,7 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
         lambda arn: ecs.describe_task_definition(taskDefinition=arn)["taskDefinition"])
     registered: list[tuple[str, Mapping]] = []
     used: dict[str, tuple[int, float, int]] = {}
+    submissions: dict[str, set[str]] = {}
     for cluster in dict.fromkeys(f.cluster for f in fleets):
         arns = list(paginate(ecs, "list_container_instances", "containerInstanceArns", cluster=cluster))
         for batch in chunks(arns, 100):
@@ -185,9 +229,13 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
         for batch in chunks(task_arns, 100):
             for task in ecs.describe_tasks(cluster=cluster, tasks=batch)["tasks"]:
                 view.tasks[task["taskArn"]] = task.get("startedBy", "")
+                host = task.get("containerInstanceArn", "")
                 gpus, vcpus, memory = requested_resources(task, definitions)
-                g, v, m = used.get(task.get("containerInstanceArn", ""), (0, 0.0, 0))
-                used[task.get("containerInstanceArn", "")] = (g + gpus, v + vcpus, m + memory)
+                g, v, m = used.get(host, (0, 0.0, 0))
+                used[host] = (g + gpus, v + vcpus, m + memory)
+                submission = submission_of(task.get("startedBy", ""))
+                if submission:
+                    submissions.setdefault(host, set()).add(submission)
 
     instances = _instances(ec2, [*fleet_of, *(ci["ec2InstanceId"] for _, ci in registered)])
     for cluster, ci in registered:
@@ -221,7 +269,8 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
             free_memory_mib=max(0, free_memory),
             price_per_hour=price_of(catalog, instance_type, region, lifecycle, spot_prices),
             rebalance_recommended=REBALANCE_TAG in tags,
-            draining=ci.get("status") == "DRAINING" or not ci.get("agentConnected", True)))
+            draining=ci.get("status") == "DRAINING" or not ci.get("agentConnected", True),
+            submissions=frozenset(submissions.get(ci["containerInstanceArn"], ()))))
 
     for fleet in fleets:
         group = groups.get(fleet.asg_name)
@@ -229,7 +278,7 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
             log_decision("skip-fleet", region=region, fleet=fleet.fleet, asg=fleet.asg_name, reason="group not found")
             continue
         members = [i for i in group.get("Instances", []) if not i["LifecycleState"].startswith("Terminat")]
-        in_service = [i for i in members if i["LifecycleState"] == "InService"]
+        usable = sum(1 for m in view.machines if m.fleet == fleet.fleet and not m.draining)
         desired = int(group["DesiredCapacity"])
         hourly = 0.0
         for member in members:
@@ -241,8 +290,8 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
         if missing:
             hourly += missing * max(price_of(catalog, t, region, "on-demand", {}) for t in fleet.instance_types)
         view.fleets.append(FleetView(
-            config=fleet, desired=desired, current_instances=len(in_service),
-            pending_instances=max(0, desired - len(in_service)),
+            config=fleet, desired=desired, current_instances=usable,
+            pending_instances=max(0, desired - usable),
             max_instances=min(int(group["MaxSize"]), fleet.max_instances), hourly_usd=hourly,
             scaling_paused=any(t["Key"] == SCALING_PAUSED_TAG for t in group.get("Tags", []))))
     return view

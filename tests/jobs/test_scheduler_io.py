@@ -102,3 +102,57 @@ def test_receive_stops_when_time_runs_short(home):
     assert state.receive_messages(sqs, home["queue"], max_messages=100, remaining_ms=lambda: 59_000) == []
     got = state.receive_messages(sqs, home["queue"], max_messages=100, remaining_ms=lambda: 300_000)
     assert len(got) == 26 and sum(r.message is None for r in got) == 1
+
+
+def test_instances_not_yet_in_the_cluster_are_pending_not_usable(fleet):
+    # The scheduler raised desired capacity: moto launches a third instance at once, but it has not
+    # joined the cluster (in AWS it boots for minutes first). It is capacity on its way, not a machine.
+    boto3.client("autoscaling", HOME).set_desired_capacity(AutoScalingGroupName=ASG, DesiredCapacity=3)
+    view = state.read_region(HOME, parse_fleets(fleets_json()), load_catalog(), {})
+    (fleet_view,) = view.fleets
+    assert (fleet_view.desired, fleet_view.current_instances, fleet_view.pending_instances) == (3, 2, 1)
+    assert len(view.machines) == 2
+
+
+def test_a_draining_machine_is_not_usable_and_its_replacement_is_pending(fleet):
+    arn = sorted(fleet.values())[0]
+    boto3.client("ecs", HOME).update_container_instances_state(cluster=CLUSTER, containerInstances=[arn], status="DRAINING")
+    (fleet_view,) = state.read_region(HOME, parse_fleets(fleets_json()), load_catalog(), {}).fleets
+    assert (fleet_view.current_instances, fleet_view.pending_instances) == (1, 1)
+
+
+def test_running_jobs_tell_which_submissions_a_machine_holds(fleet):
+    ecs = boto3.client("ecs", HOME)
+    arn = sorted(fleet.values())[0]
+    ecs.start_task(cluster=CLUSTER, taskDefinition=FAMILY, containerInstances=[arn],
+                   startedBy="sub-20261122120000-abcdef-00003")
+    machines = {m.container_instance_arn: m for m in
+                state.read_region(HOME, parse_fleets(fleets_json()), load_catalog(), {}).machines}
+    assert machines[arn].submissions == frozenset({"sub-20261122120000-abcdef"})
+    assert all(not m.submissions for key, m in machines.items() if key != arn)
+
+
+def test_live_spot_prices_are_used_only_when_plausible(aws):
+    # moto answers every DescribeSpotPriceHistory with a dummy $0.00001: implausible, so the catalog's
+    # price stays in force. A realistic answer (through botocore's Stubber) is taken.
+    catalog = load_catalog()
+    assert state.spot_prices_for(HOME, [FLEET_TYPE], catalog) == {}
+    on_demand = catalog.get(FLEET_TYPE).on_demand_price(HOME)
+    ec2 = boto3.client("ec2", HOME)
+    records = [{"AvailabilityZone": f"{HOME}{zone}", "InstanceType": FLEET_TYPE, "ProductDescription": "Linux/UNIX",
+                "SpotPrice": price, "Timestamp": datetime(2026, 11, 22, tzinfo=timezone.utc)}
+               for zone, price in (("a", "1.70"), ("b", "1.80"), ("c", str(on_demand * 3)))]
+    with Stubber(ec2) as stub, pytest.MonkeyPatch.context() as patch:
+        patch.setattr("lambdas.common.spot_prices.client", lambda service, region=None: ec2)
+        stub.add_response("describe_spot_price_history", {"SpotPriceHistory": records})
+        assert state.spot_prices_for(HOME, [FLEET_TYPE], catalog) == {FLEET_TYPE: 1.8}
+        stub.add_response("describe_spot_price_history", {"SpotPriceHistory": records[2:]})
+        assert state.spot_prices_for(HOME, [FLEET_TYPE], catalog) == {}
+
+
+def test_spot_prices_fall_back_to_the_catalog_when_the_api_refuses(aws):
+    ec2 = boto3.client("ec2", HOME)
+    with Stubber(ec2) as stub, pytest.MonkeyPatch.context() as patch:
+        patch.setattr("lambdas.common.spot_prices.client", lambda service, region=None: ec2)
+        stub.add_client_error("describe_spot_price_history", "UnauthorizedOperation")
+        assert state.spot_prices_for(HOME, [FLEET_TYPE], load_catalog()) == {}

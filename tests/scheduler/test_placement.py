@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lambdas.common.catalog import load_catalog
-from lambdas.scheduler.placement import ADMISSION_CLOSED, Fleet, JobRequest, Limits, Machine, plan
+from lambdas.scheduler.placement import (
+    ADMISSION_CLOSED, NO_FLEET, Fleet, JobRequest, Limits, Machine, plan, resource_prices,
+)
 
 CATALOG = load_catalog()
 LIMITS = Limits(max_hourly_usd=100, current_hourly_usd=0)
@@ -171,3 +175,136 @@ def test_no_overcommit_no_constraint_violation_no_cap_exceeded_nothing_dropped(j
         assert f.current_instances + f.pending_instances + added <= f.max_instances
     assert sum(s.hourly_usd for s in result.scale_outs) <= cap + 1e-6
     assert plan(jobs, machines, fleets, CATALOG, limits) == result  # deterministic
+
+
+# --- instances on their way, and what to buy -------------------------------------------------------
+
+def test_instances_already_launching_hold_waiting_jobs_instead_of_buying_more():
+    # The run before bought one 4-GPU instance for these jobs; it is still booting.
+    four_gpu = fleet("gpu4", ("g5.12xlarge",), current=0, max_instances=10)
+    launching = Fleet(**{**vars(four_gpu), "pending_instances": 1})
+    jobs = [job(f"j{i}", gpus=1) for i in range(4)]
+    result = plan(jobs, [], [launching], CATALOG, LIMITS)
+    assert result.scale_outs == ()
+    assert all("already launching" in reason for _, reason in result.waiting)
+    # A fifth job does not fit the launching instance: one more is bought, for it alone.
+    more = plan([*jobs, job("j4", gpus=1)], [], [launching], CATALOG, LIMITS)
+    assert [(s.add_instances, s.for_jobs) for s in more.scale_outs] == [(1, ("j4",))]
+
+
+def test_launching_instances_count_even_while_scaling_is_paused():
+    launching = fleet("gpu4", ("g5.12xlarge",), current=0, max_instances=10)
+    launching = Fleet(**{**vars(launching), "pending_instances": 1})
+    result = plan([job("j1"), job("j2", gpus=4)], [], [launching], CATALOG, Limits(100, 0, scaling_allowed=False))
+    reasons = dict(result.waiting)
+    assert "already launching" in reasons["j2"] and "circuit breaker" in reasons["j1"]
+
+
+def test_a_launching_instance_of_a_mixed_fleet_promises_no_lifecycle():
+    mixed = Fleet(**{**vars(fleet("mixed", ("g5.12xlarge",))), "pending_instances": 1, "on_demand_base": 1})
+    result = plan([job("j1", lifecycle="spot")], [], [mixed], CATALOG, LIMITS)
+    assert result.waiting == (("j1", NO_FLEET),)
+
+
+def test_memory_heavy_jobs_share_a_four_gpu_box_with_a_small_one():
+    # Three jobs of 11.3 vCPUs and 48 GiB and one of 3 vCPUs and 5.5 GiB: alone they need a g4dn.4xlarge
+    # each (the small one a g4dn.xlarge); together they fit one g4dn.12xlarge, which costs less.
+    fleets = [fleet(t, (t,), max_instances=100) for t in ("g4dn.xlarge", "g4dn.2xlarge", "g4dn.4xlarge",
+                                                          "g4dn.12xlarge")]
+    jobs = [job(f"big{i}", vcpus=11.3, memory_mib=49152) for i in range(3)] + [job("small", vcpus=3.15,
+                                                                                   memory_mib=5600)]
+    result = plan(jobs, [], fleets, CATALOG, LIMITS)
+    assert [(s.fleet, s.add_instances) for s in result.scale_outs] == [("g4dn.12xlarge", 1)]
+    price = lambda t: CATALOG.get(t).spot_price("us-east-1")  # noqa: E731
+    assert price("g4dn.12xlarge") < 3 * price("g4dn.4xlarge") + price("g4dn.xlarge")
+
+
+def test_buying_with_no_dollar_cap_is_bounded_by_the_fleet_cap():
+    jobs = [job(f"j{i}") for i in range(5)]
+    result = plan(jobs, [], [fleet(max_instances=3)], CATALOG, Limits(float("inf"), 0))
+    assert sum(s.add_instances for s in result.scale_outs) == 3
+    assert sum("at its cap" in reason for _, reason in result.waiting) == 2
+
+
+def test_running_jobs_of_a_submission_count_for_the_spread():
+    # Two equally full machines in two spot pools; pool a already runs a job of sub-1.
+    a = machine("a", "p4d.24xlarge", az="us-east-1a", free_gpus=7, submissions=frozenset({"sub-1"}))
+    b = machine("b", "p4d.24xlarge", az="us-east-1b", free_gpus=7)
+    assert plan([job("j1", submission_id="sub-1")], [a, b], [], CATALOG, LIMITS).placements[0].machine_key == "b"
+    # Another submission takes the tie-break (the key).
+    assert plan([job("j1", submission_id="sub-2")], [a, b], [], CATALOG, LIMITS).placements[0].machine_key == "a"
+
+
+# --- the LP prices ---------------------------------------------------------------------------------
+
+boxes_st = st.lists(st.tuples(st.tuples(st.integers(1, 8), st.integers(1, 192), st.integers(1024, 2_000_000)),
+                              st.floats(0.1, 60)), min_size=1, max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(boxes_st, st.tuples(st.integers(0, 5000), st.integers(0, 60_000), st.integers(0, 10**9)))
+def test_resource_prices_solve_the_covering_lp(boxes, demand):
+    from scipy.optimize import linprog
+
+    y = resource_prices(boxes, demand)
+    # Dual feasible: no box is worth more than it costs at these prices.
+    for capacity, price in boxes:
+        assert sum(p * c for p, c in zip(y, capacity)) <= price * (1 + 1e-7) + 1e-9
+    primal = linprog([price for _, price in boxes], A_ub=[[-c[i] for c, _ in boxes] for i in range(3)],
+                     b_ub=[-d for d in demand], method="highs")
+    assert sum(p * d for p, d in zip(y, demand)) == pytest.approx(primal.fun, rel=1e-6, abs=1e-6)
+
+
+# --- the indexed packer chooses what a scan over every machine would -------------------------------
+
+def reference_placements(jobs, machines):
+    """The rule of stage 1 written as the plainest loop: for each job (largest first), the fittest
+    machine over all machines, with the same soft penalties and tie-breaks."""
+    free = {m.key: [m.free_gpus, m.free_vcpus, m.free_memory_mib] for m in machines if not m.draining}
+    pools = {}
+    for m in machines:
+        pools.setdefault((m.region, m.instance_type, m.availability_zone), set()).update(m.submissions)
+    by_key = {m.key: m for m in machines}
+    placed = []
+    for j in sorted(jobs, key=lambda j: (-j.gpus, -j.vcpus, -j.memory_mib, j.submitted_at, j.job_id)):
+        best = None
+        for key in sorted(free):
+            m, f = by_key[key], free[key]
+            if not (f[0] >= j.gpus and f[1] >= j.vcpus and f[2] >= j.memory_mib):
+                continue
+            if j.instance_type_pattern and not re.fullmatch(j.instance_type_pattern, m.instance_type):
+                continue
+            if j.lifecycle not in (None, m.lifecycle) or (j.regions and m.region not in j.regions):
+                continue
+            spec = CATALOG.get(m.instance_type)
+            cap = (spec.gpus, spec.schedulable_vcpus, spec.schedulable_memory_mib)
+            fitness = sum(w * (c - fr + need) / c for w, c, fr, need in
+                          zip((0.6, 0.2, 0.2), cap, f, (j.gpus, j.vcpus, j.memory_mib)))
+            if m.rebalance_recommended:
+                fitness -= 0.5
+            pool = (m.region, m.instance_type, m.availability_zone)
+            if m.lifecycle == "spot" and j.submission_id in pools[pool]:
+                fitness -= 0.1
+            rank = (-round(fitness, 12), m.price_per_hour / max(1, spec.gpus), key)
+            if best is None or rank < best[0]:
+                best = (rank, key, pool)
+        if best is not None:
+            _, key, pool = best
+            f = free[key]
+            free[key] = [f[0] - j.gpus, f[1] - j.vcpus, f[2] - j.memory_mib]
+            pools[pool].add(j.submission_id)
+            placed.append((j.job_id, key))
+    return sorted(placed)
+
+
+@settings(max_examples=150, deadline=None)
+@given(jobs_st, st.lists(st.builds(
+    lambda n, t, used, lc, rb, dr, az, subs: machine(f"m{n}", t, free_gpus=max(0, CATALOG.get(t).gpus - used),
+                                                     lifecycle=lc, rebalance_recommended=rb, draining=dr,
+                                                     az=az, submissions=frozenset(subs)),
+    st.integers(0, 10**6), st.sampled_from(TYPES), st.integers(0, 8), st.sampled_from(["spot", "on-demand"]),
+    st.booleans(), st.booleans(), st.sampled_from(["us-east-1a", "us-east-1b"]),
+    st.sets(st.sampled_from(["s1", "s2"]))), max_size=10, unique_by=lambda m: m.key))
+def test_indexed_placement_equals_a_scan_over_every_machine(jobs, machines):
+    result = plan(jobs, machines, [], CATALOG, LIMITS)
+    assert sorted((p.job_id, p.machine_key) for p in result.placements) == reference_placements(jobs, machines)

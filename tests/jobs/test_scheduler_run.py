@@ -1,0 +1,73 @@
+"""Scheduler runs against moto: jobs start on free GPUs, the rest buy capacity once, not every minute.
+
+Where moto differs from AWS: an instance the group launches is InService at once and never joins the
+ECS cluster by itself (in AWS the ECS agent registers it a few minutes after boot), so the test
+registers it, standing in for the agent. GPU counts come from the catalog minus tasks (moto has none).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import boto3
+from conftest import ASG, CLUSTER, ENV, HOME, build_fleet, fleets_json, open_admission
+
+from lambdas.common.catalog import load_catalog
+from lambdas.jobs import ledger as L
+from lambdas.jobs.spec import assign_ids, parse_spec
+from lambdas.scheduler.handler import Settings, run
+
+NOW = datetime(2026, 11, 22, 12, tzinfo=timezone.utc)
+
+
+def settings(home: dict) -> Settings:
+    return Settings(environment=ENV, jobs_table=home["table"], jobs_queue_url=home["queue"],
+                    jobs_dlq_url=home["dlq"], admission_parameter=f"/mlfleet/{ENV}/admission",
+                    fleets=fleets_json(max_instances=4), max_hourly_usd=100.0,
+                    alert_topic_arn=f"arn:aws:sns:{HOME}:123456789012:mlfleet-{ENV}-alerts",
+                    default_max_attempts=3, rebalance_timeout_minutes=30)
+
+
+def queue_jobs(home: dict, count: int) -> list[str]:
+    spec = parse_spec({"image": "ghcr.io/team/train:1", "command": ["python", "train.py"], "gpus": 1, "vcpus": 1,
+                       "memory_mib": 1024}, fleet_regions=(HOME,), catalog=load_catalog(), default_max_attempts=3)
+    jobs = assign_ids("sub-20261122120000-abcdef", [spec] * count)
+    ledger = L.Ledger(boto3.client("dynamodb", HOME), home["table"])
+    for job in jobs:
+        assert ledger.put_new(L.new_record(job, NOW.timestamp()))
+    return [job.job_id for job in jobs]
+
+
+def desired() -> int:
+    group = boto3.client("autoscaling", HOME).describe_auto_scaling_groups(AutoScalingGroupNames=[ASG])
+    return group["AutoScalingGroups"][0]["DesiredCapacity"]
+
+
+def register_new_instances(known: set[str]) -> None:
+    ecs = boto3.client("ecs", HOME)
+    group = boto3.client("autoscaling", HOME).describe_auto_scaling_groups(AutoScalingGroupNames=[ASG])
+    for member in group["AutoScalingGroups"][0]["Instances"]:
+        if member["InstanceId"] not in known:
+            ecs.register_container_instance(cluster=CLUSTER, instanceIdentityDocument=json.dumps(
+                {"instanceId": member["InstanceId"], "region": HOME, "availabilityZone": f"{HOME}a"}))
+
+
+def test_capacity_is_bought_once_while_it_boots_and_used_when_it_joins(home):
+    instances = build_fleet(size=1)  # one g5.12xlarge: 4 GPUs
+    open_admission()
+    job_ids = queue_jobs(home, 6)
+    ledger = L.Ledger(boto3.client("dynamodb", HOME), home["table"])
+
+    first = run(settings(home), lambda: 170_000, now=NOW)
+    assert len(first["started"]) == 4 and desired() == 2
+    # A minute later the instance bought for the last two jobs is still booting: nothing more is bought.
+    second = run(settings(home), lambda: 170_000, now=NOW + timedelta(minutes=1))
+    assert second["started"] == [] and second["scaled"] == [] and desired() == 2
+    assert {r.job_id for r in ledger.by_state(L.QUEUED)} == set(job_ids[4:])
+
+    register_new_instances(set(instances))
+    third = run(settings(home), lambda: 170_000, now=NOW + timedelta(minutes=5))
+    assert sorted(third["started"]) == job_ids[4:] and desired() == 2
+    hosts = {ledger.get(j).placement.instance_id for j in job_ids[4:]}
+    assert len(hosts) == 1 and hosts.isdisjoint(instances)
