@@ -1,0 +1,1 @@
+"""python -m benchmarks.scheduler: the scheduler benchmark of DESIGN.md."""

@@ -1,0 +1,115 @@
+"""Read a trace into jobs: the Alibaba openb pod list or a plain CSV, recognised from the header.
+
+Plain:  submit_s,duration_s,gpus,vcpus,memory_mib[,instance_type]   (instance_type: a regex, full match)
+openb:  name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,
+        scheduled_time
+
+openb mapping: submit = creation_time; duration = deletion_time - scheduled_time when the pod was
+scheduled, else deletion_time - creation_time (it waited that long and was then removed); vCPUs =
+cpu_milli / 1000; a fractional GPU (gpu_milli < 1000) needs one whole GPU, since ECS hands out whole GPUs;
+gpu_spec names a GPU model: T4 and V100 become the instance-type patterns where AWS sells them (g4dn,
+p3), others (P100, and the undisclosed G2, G3) have no AWS equivalent and are dropped, counted.
+Pods without a GPU are left out, counted: an mlfleet job needs at least one GPU.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PLAIN = ("submit_s", "duration_s", "gpus", "vcpus", "memory_mib")
+OPENB = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos", "pod_phase",
+         "creation_time", "deletion_time", "scheduled_time")
+GPU_MODEL_PATTERNS = {"T4": r"g4dn\..*", "V100M16": r"p3\..*", "V100M32": r"p3dn\..*", "V100": r"p3(dn)?\..*"}
+
+
+class TraceError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class TraceJob:
+    job_id: str
+    submit_s: float
+    duration_s: float
+    gpus: int
+    vcpus: float
+    memory_mib: int
+    instance_type_pattern: str | None = None
+
+
+@dataclass
+class Trace:
+    path: str
+    format: str
+    jobs: list[TraceJob]
+    excluded: Counter = field(default_factory=Counter)
+
+
+def read_trace(path: Path, limit: int | None = None) -> Trace:
+    with Path(path).open(newline="") as handle:
+        reader = csv.reader(handle)
+        header = tuple(h.strip() for h in next(reader, ()))
+        if header[:5] == PLAIN and set(header[5:]) <= {"instance_type"}:
+            kind = "plain"
+        elif set(OPENB) <= set(header):
+            kind = "openb"
+        else:
+            raise TraceError(f"{path}: line 1: header {','.join(header)!r} is neither the plain format "
+                             f"({','.join(PLAIN)}[,instance_type]) nor the openb pod list")
+        trace = Trace(str(path), kind, [])
+        for line, row in enumerate(reader, start=2):
+            if not row:
+                continue
+            values = dict(zip(header, row))
+            try:
+                job = _plain(values, line) if kind == "plain" else _openb(values, line, trace.excluded)
+            except TraceError as error:
+                raise TraceError(f"{path}: {error}") from None
+            if job is not None:
+                trace.jobs.append(job)
+                if limit and len(trace.jobs) >= limit:
+                    break
+    trace.jobs.sort(key=lambda j: (j.submit_s, j.job_id))
+    return trace
+
+
+def _number(values: dict, column: str, line: int, kind=float, minimum=0.0):
+    raw = values.get(column, "")
+    try:
+        value = kind(float(raw)) if kind is int and float(raw).is_integer() else kind(raw)
+    except (TypeError, ValueError):
+        raise TraceError(f"line {line}, column {column}: {raw!r} is not a number") from None
+    if value < minimum:
+        raise TraceError(f"line {line}, column {column}: {raw!r} is below {minimum}")
+    return value
+
+
+def _plain(values: dict, line: int) -> TraceJob:
+    pattern = values.get("instance_type") or None
+    return TraceJob(f"job-{line:07d}", _number(values, "submit_s", line), _number(values, "duration_s", line),
+                    _number(values, "gpus", line, int, 1), _number(values, "vcpus", line, float, 0),
+                    _number(values, "memory_mib", line, int, 0), pattern)
+
+
+def _openb(values: dict, line: int, excluded: Counter) -> TraceJob | None:
+    gpus = _number(values, "num_gpu", line, int)
+    if gpus == 0:
+        excluded["no_gpu"] += 1
+        return None
+    created = _number(values, "creation_time", line)
+    deleted = _number(values, "deletion_time", line)
+    scheduled = values.get("scheduled_time", "").strip()
+    start = _number(values, "scheduled_time", line) if scheduled else created
+    spec = values.get("gpu_spec", "").strip()
+    pattern = None
+    if spec:
+        models = [GPU_MODEL_PATTERNS[m] for m in spec.split("|") if m in GPU_MODEL_PATTERNS]
+        if models:
+            pattern = "|".join(f"(?:{m})" for m in models)
+        else:
+            excluded[f"gpu_spec_without_aws_equivalent:{spec}"] += 1
+    return TraceJob(values["name"], created, max(1.0, deleted - start), gpus,
+                    _number(values, "cpu_milli", line) / 1000, _number(values, "memory_mib", line, int), pattern)
