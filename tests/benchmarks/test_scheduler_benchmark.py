@@ -1,0 +1,122 @@
+"""The scheduler benchmark on tiny traces: formats, mapping, bounds, accounting, and the DESIGN.md JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.scheduler.__main__ import BenchmarkError, check_packing, instance_types, main
+from benchmarks.scheduler.bound import aggregate_bound, replay_bound
+from benchmarks.scheduler.simulate import Simulation
+from benchmarks.scheduler.strategies import MlfleetStrategy
+from benchmarks.scheduler.trace import TraceError, TraceJob, read_trace
+from lambdas.common.catalog import load_catalog
+
+DESIGN_KEYS = {"trace", "mode", "jobs", "unplaceable", "lower_bound_cost_usd", "strategies"}
+STRATEGY_KEYS = {"cost_usd", "gpu_utilization", "jobs_completed", "jobs_lost", "p95_wait_s", "instances_launched",
+                 "plan_seconds"}
+OPENB_HEADER = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"
+                "scheduled_time")
+
+
+def write(tmp_path: Path, text: str, name: str = "trace.csv") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def plain_trace(tmp_path: Path, jobs: int = 40) -> Path:
+    rows = [f"{i * 300},{1800 + (i % 7) * 900},{1 + i % 2},{2 + i % 9},{4096 * (1 + i % 5)}" for i in range(jobs)]
+    return write(tmp_path, "submit_s,duration_s,gpus,vcpus,memory_mib\n" + "\n".join(rows) + "\n")
+
+
+def test_openb_mapping(tmp_path):
+    trace = read_trace(write(tmp_path, OPENB_HEADER + "\n"
+                             "p0,12000,16384,1,460,,LS,Running,100,700,160\n"   # fractional GPU, scheduled
+                             "p1,6000,8192,0,0,,BE,Running,0,50,0\n"            # no GPU: excluded
+                             "p2,4000,4096,2,1000,T4,LS,Pending,200,500,\n"     # never scheduled, T4 only
+                             "p3,4000,4096,1,1000,G2,LS,Running,300,400,300\n"))  # no AWS equivalent
+    assert trace.format == "openb" and trace.excluded == {"no_gpu": 1, "gpu_spec_without_aws_equivalent:G2": 1}
+    by_id = {j.job_id: j for j in trace.jobs}
+    assert by_id["p0"] == TraceJob("p0", 100, 540, 1, 12.0, 16384, None)
+    assert by_id["p2"].duration_s == 300 and by_id["p2"].gpus == 2 and by_id["p2"].instance_type_pattern
+    assert by_id["p3"].instance_type_pattern is None
+
+
+def test_plain_format_with_instance_type_column(tmp_path):
+    trace = read_trace(write(tmp_path, "submit_s,duration_s,gpus,vcpus,memory_mib,instance_type\n0,60,1,4,8192,g5\\..*\n"))
+    assert trace.format == "plain" and trace.jobs[0].instance_type_pattern == r"g5\..*"
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("a,b,c\n1,2,3\n", "line 1: header"),
+    ("submit_s,duration_s,gpus,vcpus,memory_mib\n0,60,one,4,8192\n", "line 2, column gpus: 'one' is not a number"),
+    ("submit_s,duration_s,gpus,vcpus,memory_mib\n0,60,1,4,8192\n0,-5,1,4,8192\n", "line 3, column duration_s"),
+    ("submit_s,duration_s,gpus,vcpus,memory_mib\n0,60,0,4,8192\n", "line 2, column gpus: '0' is below 1"),
+])
+def test_bad_traces_name_file_line_and_column(tmp_path, text, fragment):
+    path = write(tmp_path, text)
+    with pytest.raises(TraceError, match=str(path)) as error:
+        read_trace(path)
+    assert fragment in str(error.value)
+
+
+def test_bounds_on_a_hand_computed_case():
+    types = [t for t in instance_types(load_catalog(), "us-east-1") if t.name == "g4dn.xlarge"]
+    price = types[0].price
+    jobs = [TraceJob("a", 0, 3600, 1, 1, 1024), TraceJob("b", 1800, 3600, 1, 1, 1024)]
+    assert aggregate_bound(jobs, types) == pytest.approx(2 * price)
+    # One GPU for half an hour, two for half an hour, one for half an hour: 2 GPU-hours.
+    assert replay_bound(jobs, types) == pytest.approx(2 * price)
+
+
+def test_the_packing_checker_catches_an_over_commit():
+    types = instance_types(load_catalog(), "us-east-1")
+    jobs = [TraceJob(f"j{i}", 0, 60, 1, 2, 1024) for i in range(3)]
+    sim = Simulation(jobs, types, MlfleetStrategy(types, load_catalog(), "us-east-1", 5400, 1800), mode="snapshot",
+                     interruptions_per_hour=0, seed=1, boot_s=0, max_attempts=3)
+    sim.run()
+    check_packing(sim, "mlfleet")
+    box = next(b for b in sim.boxes if b.jobs)
+    box.jobs.update(j for j in sim.jobs if j not in box.jobs)  # three jobs on one instance
+    box.type = next(t for t in types if t.name == "g4dn.xlarge")
+    with pytest.raises(BenchmarkError, match="over-committed|cannot run|more than one"):
+        check_packing(sim, "mlfleet")
+
+
+def run_json(capsys, *argv) -> dict:
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_snapshot_json_has_the_design_keys_and_every_bound_holds(tmp_path, capsys):
+    result = run_json(capsys, "--trace", str(plain_trace(tmp_path)), "--mode", "snapshot")
+    assert DESIGN_KEYS <= set(result) and result["mode"] == "snapshot" and result["jobs"] == 40
+    assert set(result["strategies"]) == {"mlfleet", "one-instance-per-job", "ecs-binpack-memory", "first-fit"}
+    for figures in result["strategies"].values():
+        assert STRATEGY_KEYS <= set(figures)
+        assert figures["jobs_completed"] == 40 and figures["jobs_lost"] == 0
+        assert figures["cost_usd"] >= result["lower_bound_cost_usd"] - 1e-6
+
+
+def test_replay_with_interruptions_loses_nothing_with_recovery_and_ecs_loses_jobs(tmp_path, capsys):
+    result = run_json(capsys, "--trace", str(plain_trace(tmp_path, 60)), "--mode", "replay",
+                      "--interruptions-per-hour", "2", "--seed", "3")
+    strategies = result["strategies"]
+    for name in ("mlfleet", "one-instance-per-job", "first-fit"):
+        figures = strategies[name]
+        assert figures["jobs_lost"] == 0
+        assert figures["jobs_completed"] + figures["jobs_dead_lettered"] == 60
+        assert all("spot interruption" in reason for reason in figures["dead_letter_reasons"])
+    assert strategies["ecs-binpack-memory"]["jobs_lost"] > 0
+    calm = run_json(capsys, "--trace", str(plain_trace(tmp_path, 60)), "--mode", "replay")
+    assert all(f["jobs_lost"] == 0 and f["jobs_completed"] == 60 for f in calm["strategies"].values())
+
+
+def test_unknown_strategy_and_missing_trace_are_refused(tmp_path, capsys):
+    assert main(["--trace", str(plain_trace(tmp_path)), "--strategies", "mlfleet,skypilot"]) == 2
+    assert "unknown skypilot" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--trace", str(tmp_path / "missing.csv")])
