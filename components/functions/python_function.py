@@ -1,6 +1,7 @@
 """A Python Lambda function packaged from its own folder, with a role derived from its declared needs.
 
-The archive holds `lambdas/__init__.py`, `lambdas/common/` and `lambdas/<function>/`, nothing else of
+The archive holds `lambdas/__init__.py`, `lambdas/<function>/` and the `lambdas/` packages it imports
+(followed import by import: the scheduler needs `lambdas/jobs/` and `lambdas/common/`), nothing else of
 the repository, listed file by file (no __pycache__) so the same source always gives the same archive
 and an unchanged function shows no diff. The role's policy is generated from the `PERMISSIONS` the
 function's modules declare next to their AWS calls (lambdas/common/permissions.py), plus writing to
@@ -9,6 +10,7 @@ its own log group; tag-scoped permissions get the environment's tag condition.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
 import pkgutil
@@ -39,12 +41,32 @@ def package_files(function: str) -> list[str]:
     if not (lambdas / function / "handler.py").is_file():
         raise ValueError(f"lambdas/{function}/handler.py does not exist")
     files = [lambdas / "__init__.py"]
-    for folder in ("common", function):
+    for folder in packaged_folders(function):
         files += [
             p for p in (lambdas / folder).rglob("*")
             if p.is_file() and p.suffix in PACKAGED_SUFFIXES and "__pycache__" not in p.parts
         ]
     return sorted(str(p.relative_to(PROJECT_ROOT)) for p in files)
+
+
+def packaged_folders(function: str) -> list[str]:
+    """The function's folder and every lambdas/<package> its modules import, transitively."""
+    lambdas = PROJECT_ROOT / "lambdas"
+    needed: set[str] = set()
+    todo = [function]
+    while todo:
+        folder = todo.pop()
+        if folder in needed:
+            continue
+        if not (lambdas / folder / "__init__.py").is_file():
+            raise ValueError(f"lambdas/{function} imports lambdas.{folder}, which is not a package")
+        needed.add(folder)
+        for path in sorted((lambdas / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else (
+                    [alias.name for alias in node.names] if isinstance(node, ast.Import) else [])
+                todo += [name.split(".")[1] for name in names if name.startswith("lambdas.")]
+    return sorted(needed)
 
 
 def declared_permissions(function: str) -> tuple[Permission, ...]:
