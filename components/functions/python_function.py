@@ -22,8 +22,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.resources import assume_role_policy, child, invoke
-from lambdas.common import tags as tag_keys
-from lambdas.common.permissions import Permission
+from lambdas.common.permissions import Permission, statements
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 RUNTIME = "python3.13"
@@ -91,31 +90,10 @@ def code_archive(function: str) -> pulumi.AssetArchive:
 def policy_document(permissions: Sequence[Permission], *, account: str, region: str, environment: str,
                     log_group_arn: str) -> str:
     """The role policy: one statement per declared permission, plus the function's own logs."""
-    values = {"partition": "aws", "account": account, "region": region, "environment": environment}
-    statements = [
-        {
-            "Sid": "OwnLogs",
-            "Effect": "Allow",
-            "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
-            "Resource": [f"{log_group_arn}:*"],
-        }
-    ]
-    for index, permission in enumerate(permissions):
-        statement: dict = {
-            "Sid": f"Needs{index}",
-            "Effect": "Allow",
-            "Action": sorted(permission.actions),
-            "Resource": [resource.format(**values) for resource in permission.resources],
-        }
-        fill = lambda v: [item.format(**values) for item in v] if isinstance(v, (list, tuple)) else v.format(**values)  # noqa: E731
-        condition = {op: {key: fill(value) for key, value in tests.items()}
-                     for op, tests in permission.condition.items()}
-        if permission.tag_scoped:
-            condition.setdefault("StringEquals", {})[f"aws:ResourceTag/{tag_keys.ENVIRONMENT}"] = environment
-        if condition:
-            statement["Condition"] = condition
-        statements.append(statement)
-    return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
+    own_logs = {"Sid": "OwnLogs", "Effect": "Allow", "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
+                "Resource": [f"{log_group_arn}:*"]}
+    rendered = statements(permissions, account=account, region=region, environment=environment)
+    return json.dumps({"Version": "2012-10-17", "Statement": [own_logs, *rendered]}, sort_keys=True)
 
 
 @dataclass(frozen=True)

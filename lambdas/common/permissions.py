@@ -11,8 +11,10 @@ instances and Auto Scaling groups are always tag-scoped).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+
+from lambdas.common.tags import ENVIRONMENT as ENVIRONMENT_TAG
 
 
 @dataclass(frozen=True)
@@ -46,3 +48,29 @@ PUBLISH_TO_ENCRYPTED_TOPICS = needs(
     condition={"StringLike": {"kms:ViaService": "sns.*.amazonaws.com"}},
     why="publish to mlfleet's KMS-encrypted SNS topics",
 )
+
+
+def statements(permissions: Sequence[Permission], *, account: str, region: str, environment: str,
+               partition: str = "aws") -> list[dict]:
+    """IAM policy statements for `permissions`, placeholders filled, tag-scoped ones conditioned."""
+    values = {"partition": partition, "account": account, "region": region, "environment": environment}
+
+    def fill(value):
+        return [item.format(**values) for item in value] if isinstance(value, (list, tuple)) else value.format(**values)
+
+    rendered = []
+    for index, permission in enumerate(permissions):
+        statement: dict = {
+            "Sid": f"Needs{index}",
+            "Effect": "Allow",
+            "Action": sorted(permission.actions),
+            "Resource": [resource.format(**values) for resource in permission.resources],
+        }
+        condition = {op: {key: fill(value) for key, value in tests.items()}
+                     for op, tests in permission.condition.items()}
+        if permission.tag_scoped:
+            condition.setdefault("StringEquals", {})[f"aws:ResourceTag/{ENVIRONMENT_TAG}"] = environment
+        if condition:
+            statement["Condition"] = condition
+        rendered.append(statement)
+    return rendered

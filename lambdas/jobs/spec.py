@@ -93,8 +93,12 @@ def _number(problems: list[str], key: str, value, kind, minimum, *, inclusive: b
 
 
 def parse_spec(document: Mapping, *, fleet_regions: Sequence[str], catalog: Catalog,
-               default_max_attempts: int) -> JobSpec:
-    """Validate a spec document, naming every bad key and value in one SpecError."""
+               default_max_attempts: int, fleet_types: Mapping[str, Sequence[str]] | None = None) -> JobSpec:
+    """Validate a spec document, naming every bad key and value in one SpecError.
+
+    `fleet_types` (region -> the instance types the stack's fleets launch there) judges size against what
+    the stack can run; without it, against every catalog type priced in the fleet regions.
+    """
     problems: list[str] = []
     for key in sorted(set(document) - set(KEYS)):
         problems.append(f"{key}={document[key]!r}: unknown key (known: {', '.join(KEYS)})")
@@ -148,15 +152,22 @@ def parse_spec(document: Mapping, *, fleet_regions: Sequence[str], catalog: Cata
     if lifecycle is not None and lifecycle not in LIFECYCLES:
         problems.append(f"lifecycle={lifecycle!r}: must be one of {', '.join(LIFECYCLES)}")
 
-    if gpus is not None and gpus > catalog.max_gpus():
-        problems.append(f"gpus={gpus}: more GPUs than any catalog instance has (largest: {catalog.max_gpus()})")
+    wanted = regions or fleet_regions
+    if fleet_types is None:
+        candidates = [(t, r) for t in catalog.types for r in wanted if r in t.regions()]
+        where, holder = "catalog instance type", "catalog instance"
+    else:
+        candidates = [(catalog.get(name), r) for r in wanted for name in fleet_types.get(r, ()) if name in catalog]
+        where = holder = "instance type of this stack's fleets"
+    largest = max((t.gpus for t, _ in candidates), default=0)
+    if gpus is not None and gpus > largest:
+        problems.append(f"gpus={gpus}: more GPUs than any {holder} has (largest: {largest})")
     elif None not in (gpus, vcpus, memory_mib) and not problems:
-        fitting = [t for t in catalog.types
+        fitting = [t for t, _ in candidates
                    if (compiled is None or compiled.fullmatch(t.name))
-                   and any(r in t.regions() for r in (regions or fleet_regions))
                    and t.gpus >= gpus and t.schedulable_vcpus >= vcpus and t.schedulable_memory_mib >= memory_mib]
         if not fitting:
-            problems.append(f"gpus={gpus}, vcpus={vcpus:g}, memory_mib={memory_mib}: no catalog instance type "
+            problems.append(f"gpus={gpus}, vcpus={vcpus:g}, memory_mib={memory_mib}: no {where} "
                             f"{'matching ' + repr(pattern) + ' ' if pattern else ''}in "
                             f"{', '.join(regions or fleet_regions)} holds that much")
     if problems:
