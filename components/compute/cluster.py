@@ -34,6 +34,11 @@ def cluster_name(environment: str) -> str:
     return f"mlfleet-{environment}"
 
 
+def job_log_group_name(environment: str) -> str:
+    """The jobs' log group, one of this name in every fleet region."""
+    return f"/mlfleet/{environment}/jobs"
+
+
 @dataclass(frozen=True)
 class EcsGpuClusterArgs:
     region: str
@@ -75,7 +80,7 @@ class EcsGpuCluster(pulumi.ComponentResource):
         )
         log_group = aws.cloudwatch.LogGroup(
             f"{name}-jobs-logs",
-            name=f"/mlfleet/{args.environment}/jobs",
+            name=job_log_group_name(args.environment),
             retention_in_days=args.log_retention_days,
             tags=tags,
             opts=child(self),

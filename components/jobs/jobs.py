@@ -6,6 +6,8 @@
 - `mlfleet-<env>-jobs` (DynamoDB): the ledger, source of truth for every job's state; conditional
   writes make a twice-delivered message start an attempt at most once (lambdas/jobs/ledger.py).
 - `mlfleet-<env>-scheduler`: one run at a time (reserved concurrency 1), every minute and on new jobs.
+- `/mlfleet/<env>/job-service` (SSM): what the `mlfleet` command needs to find all of the above (queue,
+  ledger, scheduler, fleets, log group), so data scientists need neither the repository nor Pulumi.
 - `mlfleet-<env>-job_events`: spot interruptions, rebalance recommendations and task state changes from
   every fleet region (components/jobs/events.py), plus a 5-minute check that undoes stale rebalances.
 
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from components.compute import fleet_group_name, job_task_family, cluster_name
+from components.compute import cluster_name, fleet_group_name, job_log_group_name, job_task_family
 from components.config import StackConfig
 from components.functions import PythonFunction, PythonFunctionArgs
 from components.jobs.events import job_event_pattern
@@ -41,6 +43,10 @@ def queue_name(environment: str, dead_letter: bool = False) -> str:
 
 def ledger_name(environment: str) -> str:
     return f"mlfleet-{environment}-jobs"
+
+
+def job_service_parameter_name(environment: str) -> str:
+    return f"/mlfleet/{environment}/job-service"
 
 
 def fleets_document(cfg: StackConfig) -> str:
@@ -202,6 +208,23 @@ class JobService(pulumi.ComponentResource):
                 arn=function.arn,
                 opts=child(self, depends_on=[permission]),
             )
+
+        aws.ssm.Parameter(
+            f"{name}-discovery",
+            name=job_service_parameter_name(env),
+            type="String",
+            description="Where the mlfleet command finds the job queue, ledger, scheduler and fleets",
+            insecure_value=pulumi.Output.all(queue.url, dead_letters.url, ledger.name, scheduler.function_name,
+                                             args.admission_parameter).apply(
+                lambda values: json.dumps({
+                    "queueUrl": values[0], "deadLetterQueueUrl": values[1], "ledgerTable": values[2],
+                    "schedulerFunction": values[3], "admissionParameter": values[4], "homeRegion": cfg.home_region,
+                    "fleets": json.loads(fleets_document(cfg)), "defaultMaxAttempts": cfg.job_max_attempts,
+                    "jobLogGroup": job_log_group_name(env),
+                }, sort_keys=True)),
+            tags=tags,
+            opts=child(self),
+        )
 
         self.queue_url = queue.url
         self.queue_name = queue.name

@@ -96,3 +96,16 @@ def test_snapshot_matches(rendering, update_snapshots):
                                             f"committed {path.name}", "rendered now", n=2))
         pytest.fail(f"stack {rendering.stack!r} renders differently from its snapshot "
                     f"(run `make snapshots` if intended):\n{diff[:20000]}")
+
+
+def test_the_job_service_is_discoverable_by_the_mlfleet_command(rendering):
+    env = rendering.stack
+    (parameter,) = [p for p in rendering.of_type("aws:ssm/parameter:Parameter")
+                    if p.inputs["name"] == f"/mlfleet/{env}/job-service"]
+    value = json.loads(parameter.inputs["insecureValue"])
+    cfg = parse_stack_config(stack_file_config(env), env)
+    assert value["ledgerTable"] == f"mlfleet-{env}-jobs" and value["schedulerFunction"] == f"mlfleet-{env}-scheduler"
+    assert value["homeRegion"] == cfg.home_region and value["jobLogGroup"] == f"/mlfleet/{env}/jobs"
+    assert value["admissionParameter"] == f"/mlfleet/{env}/admission"
+    assert {f["region"] for f in value["fleets"]} == set(cfg.regions)
+    assert value["defaultMaxAttempts"] == cfg.job_max_attempts
