@@ -115,3 +115,13 @@ def open_admission(region: str = HOME, state: str = "open") -> None:
     boto3.client("ssm", region).put_parameter(
         Name=f"/mlfleet/{ENV}/admission", Type="String", Overwrite=True,
         Value=json.dumps({"state": state, "reason": "test", "changedAt": "2026-11-22T00:00:00+00:00"}))
+
+
+def scheduler_settings(home: dict, max_instances: int = 4, max_hourly_usd: float = 100.0):
+    """The scheduler's settings as the job service component sets them, for the fixtures' resources."""
+    from lambdas.scheduler.handler import Settings
+
+    return Settings(environment=ENV, jobs_table=home["table"], jobs_queue_url=home["queue"], jobs_dlq_url=home["dlq"],
+                    admission_parameter=f"/mlfleet/{ENV}/admission", fleets=fleets_json(max_instances=max_instances),
+                    max_hourly_usd=max_hourly_usd, alert_topic_arn=f"arn:aws:sns:{HOME}:123456789012:mlfleet-{ENV}-alerts",
+                    default_max_attempts=3, rebalance_timeout_minutes=30)

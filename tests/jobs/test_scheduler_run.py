@@ -11,22 +11,18 @@ import json
 from datetime import datetime, timedelta, timezone
 
 import boto3
-from conftest import ASG, CLUSTER, ENV, HOME, build_fleet, fleets_json, open_admission
+from conftest import ASG, CLUSTER, HOME, build_fleet, open_admission, scheduler_settings
 
 from lambdas.common.catalog import load_catalog
 from lambdas.jobs import ledger as L
 from lambdas.jobs.spec import assign_ids, parse_spec
-from lambdas.scheduler.handler import Settings, run
+from lambdas.scheduler.handler import run
 
 NOW = datetime(2026, 11, 22, 12, tzinfo=timezone.utc)
 
 
-def settings(home: dict) -> Settings:
-    return Settings(environment=ENV, jobs_table=home["table"], jobs_queue_url=home["queue"],
-                    jobs_dlq_url=home["dlq"], admission_parameter=f"/mlfleet/{ENV}/admission",
-                    fleets=fleets_json(max_instances=4), max_hourly_usd=100.0,
-                    alert_topic_arn=f"arn:aws:sns:{HOME}:123456789012:mlfleet-{ENV}-alerts",
-                    default_max_attempts=3, rebalance_timeout_minutes=30)
+def settings(home: dict):
+    return scheduler_settings(home)
 
 
 def queue_jobs(home: dict, count: int) -> list[str]:
