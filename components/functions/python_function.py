@@ -1,8 +1,8 @@
 """A Python Lambda function packaged from its own folder, with a role derived from its declared needs.
 
-The archive holds `lambdas/__init__.py`, `lambdas/<function>/` and the `lambdas/` packages it imports
-(followed import by import: the scheduler needs `lambdas/jobs/` and `lambdas/common/`), nothing else of
-the repository, listed file by file (no __pycache__) so the same source always gives the same archive
+The archive holds `lambdas/<function>/` and the `lambdas` modules it imports, followed import by import
+(the scheduler needs `lambdas/jobs/` and `lambdas/common/`, not the `mlfleet` command beside them),
+with their packages' __init__ files and data files, nothing else of the repository, listed file by file (no __pycache__) so the same source always gives the same archive
 and an unchanged function shows no diff. The role's policy is generated from the `PERMISSIONS` the
 function's modules declare next to their AWS calls (lambdas/common/permissions.py), plus writing to
 its own log group; tag-scoped permissions get the environment's tag condition.
@@ -35,37 +35,44 @@ def function_name(environment: str, function: str) -> str:
 
 
 def package_files(function: str) -> list[str]:
-    """Project-relative paths of every file the function's archive holds, sorted."""
+    """Project-relative paths of every file the function's archive holds, sorted: the modules of
+    lambdas/<function>/, every lambdas module they import (followed import by import), the packages'
+    __init__.py files, and the data files (.json) of those packages."""
     lambdas = PROJECT_ROOT / "lambdas"
     if not (lambdas / function / "handler.py").is_file():
         raise ValueError(f"lambdas/{function}/handler.py does not exist")
-    files = [lambdas / "__init__.py"]
-    for folder in packaged_folders(function):
-        files += [
-            p for p in (lambdas / folder).rglob("*")
-            if p.is_file() and p.suffix in PACKAGED_SUFFIXES and "__pycache__" not in p.parts
-        ]
+    modules: set[Path] = set()
+    todo = sorted((lambdas / function).rglob("*.py"))
+    while todo:
+        path = todo.pop()
+        if path in modules or "__pycache__" in path.parts:
+            continue
+        modules.add(path)
+        todo += _imported_modules(path)
+    files = set(modules)
+    for module in modules:
+        for package in module.relative_to(PROJECT_ROOT).parents[:-1]:
+            files.add(PROJECT_ROOT / package / "__init__.py")
+    for package in {m.parent for m in modules}:
+        files.update(p for p in package.rglob("*") if p.is_file() and p.suffix in PACKAGED_SUFFIXES
+                     and p.suffix != ".py" and "__pycache__" not in p.parts)
     return sorted(str(p.relative_to(PROJECT_ROOT)) for p in files)
 
 
-def packaged_folders(function: str) -> list[str]:
-    """The function's folder and every lambdas/<package> its modules import, transitively."""
-    lambdas = PROJECT_ROOT / "lambdas"
-    needed: set[str] = set()
-    todo = [function]
-    while todo:
-        folder = todo.pop()
-        if folder in needed:
+def _imported_modules(path: Path) -> list[Path]:
+    """Files of the `lambdas.*` modules a module imports (`from lambdas.x import y` may name module y)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lambdas"):
+            base = PROJECT_ROOT.joinpath(*node.module.split("."))
+            candidates = [base.with_suffix(".py")] + [base / f"{alias.name}.py" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            candidates = [PROJECT_ROOT.joinpath(*a.name.split(".")).with_suffix(".py") for a in node.names
+                          if a.name.startswith("lambdas.")]
+        else:
             continue
-        if not (lambdas / folder / "__init__.py").is_file():
-            raise ValueError(f"lambdas/{function} imports lambdas.{folder}, which is not a package")
-        needed.add(folder)
-        for path in sorted((lambdas / folder).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text(), str(path))):
-                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else (
-                    [alias.name for alias in node.names] if isinstance(node, ast.Import) else [])
-                todo += [name.split(".")[1] for name in names if name.startswith("lambdas.")]
-    return sorted(needed)
+        found += [c for c in candidates if c.is_file()]
+    return found
 
 
 def declared_permissions(function: str) -> tuple[Permission, ...]:
