@@ -32,7 +32,7 @@ STRATEGIES = ("mlfleet", "one-instance-per-job", "ecs-binpack-memory", "first-fi
 
 
 class BenchmarkError(Exception):
-    pass
+    """A run that cannot give a meaningful answer (bad arguments, a strategy that broke a rule)."""
 
 
 def instance_types(catalog, region: str) -> list[InstanceType]:

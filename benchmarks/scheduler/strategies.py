@@ -41,7 +41,7 @@ class _Reaped:
         sim.check_later(box, self.grace_s, lambda s, b: s.terminate(b), REAPER_EVERY_S)
 
     def after_job(self, sim: Simulation, box: Box) -> None:
-        pass
+        pass  # an instance outlives its jobs: the reaper decides when it goes
 
     def on_interrupted(self, sim: Simulation, state: JobState) -> None:
         sim.requeue(state, "spot interruption")
@@ -186,7 +186,7 @@ class EcsBinpackMemoryStrategy:
             sim.check_later(box, ECS_SCALE_IN_S, lambda s, b: s.terminate(b))
 
     def after_job(self, sim: Simulation, box: Box) -> None:
-        pass
+        pass  # managed scaling removes it once idle (on_idle)
 
     def on_interrupted(self, sim: Simulation, state: JobState) -> None:
         sim.lose(state, "spot interruption: ECS does not restart a standalone task")

@@ -26,7 +26,7 @@ GPU_MODEL_PATTERNS = {"T4": r"g4dn\..*", "V100M16": r"p3\..*", "V100M32": r"p3dn
 
 
 class TraceError(ValueError):
-    pass
+    """A trace file that cannot be read; the message names the file, line and column."""
 
 
 @dataclass(frozen=True)
