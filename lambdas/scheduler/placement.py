@@ -29,7 +29,6 @@ GPU counts come from the caller (catalog minus known tasks), never from ECS's re
 from __future__ import annotations
 
 import bisect
-import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
