@@ -1,0 +1,344 @@
+"""The cheapest way to buy boxes for a set of jobs, near the optimum: column generation in pure Python.
+
+The problem: jobs of a few kinds (a size, and the fleets able to run it), boxes of a few options (a
+fleet's guaranteed capacity and its price). Which boxes to buy, and which jobs each holds, at least
+cost? It is multi-dimensional bin packing with box choice, NP-hard; the classic way to solve it near
+optimally is Gilmore and Gomory's: the linear program over *patterns* (an option and how many jobs of
+each kind one box of it holds), grown one pattern at a time.
+
+- Master LP: buy fractional amounts of the patterns found so far so that every kind is covered, at
+  least cost. A revised simplex with an explicit basis inverse: the rows are kinds (tens, rarely
+  hundreds), the entries small whole numbers, so a dense inverse is small and well conditioned.
+- Pricing: for each option, the pattern whose jobs are worth most at the master's dual prices (a
+  bounded knapsack over GPUs, vCPUs and memory, by depth-first branch and bound: GPUs are the tightest
+  dimension, so a box holds at most eight jobs). A pattern worth more than its box's price enters.
+- When no pattern enters (or the CPU budget is spent), the master's solution is rounded down: whole
+  boxes of the patterns it buys. The caller packs the few jobs left over greedily, filling the spare
+  room of these boxes first.
+
+On the shared Alibaba trace (87 kinds, 7,064 jobs) the rounded cover plus the greedy leftover costs
+within 0.1% of the LP optimum, against 4.9% for greedy packing alone (docs/scheduler-benchmark.md).
+scipy would do the LP faster, but the scheduler Lambda carries no compiled dependencies.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+Resources = tuple[int, float, int]  # GPUs, vCPUs, MiB
+EPSILON = 1e-9
+REFACTOR_EVERY = 60  # pivots between recomputing the basis inverse from scratch (bounds rounding drift)
+# Branch-and-bound nodes per option and round. Rounds search shallowly while that finds patterns (the
+# best is usually among the first nodes, since kinds go best first); only a round that finds nothing
+# searches deep, since converging (no pattern prices out) needs the pricing to be exact or nearly.
+QUICK_PRICING_NODES, DEEP_PRICING_NODES = 300, 20_000
+
+
+@dataclass(frozen=True)
+class Pattern:
+    option: int
+    counts: tuple[tuple[int, int], ...]  # (kind, jobs of the kind one box holds), kinds ascending
+
+
+@dataclass(frozen=True)
+class Cover:
+    boxes: tuple[tuple[Pattern, int], ...]  # (pattern, whole boxes of it to buy)
+    lp_cost: float  # the master's optimum: with `converged`, no packing of these jobs costs less
+    converged: bool
+    rounds: int
+    patterns: int
+
+
+class _Master:
+    """min cost.x  subject to  A x >= demand, x >= 0, by the revised simplex.
+
+    Surplus variables turn the rows into equalities. The start basis is one singleton pattern per kind
+    (that kind alone on a box), so the basis matrix starts as the identity and x_B = demand: feasible
+    from the first pivot, no phase one.
+    """
+
+    def __init__(self, demand: Sequence[int], singletons: Sequence[tuple[int, float]]):
+        self.m = len(demand)
+        self.demand = [float(d) for d in demand]
+        self.columns: list[dict[int, float]] = []  # sparse: row -> coefficient
+        self.costs: list[float] = []
+        for row, (_, cost) in enumerate(singletons):
+            self.add({row: 1.0}, cost)
+        self.basis = list(range(self.m))  # column per row; -1 - row for that row's surplus variable
+        self.inverse = [[1.0 if i == j else 0.0 for j in range(self.m)] for i in range(self.m)]
+        self.values = list(self.demand)
+        self.pivots = 0
+        self._price()
+
+    def add(self, column: dict[int, float], cost: float) -> None:
+        self.columns.append(column)
+        self.costs.append(cost)
+
+    def _column(self, j: int) -> dict[int, float]:
+        return self.columns[j] if j >= 0 else {-1 - j: -1.0}
+
+    def _cost(self, j: int) -> float:
+        return self.costs[j] if j >= 0 else 0.0
+
+    def _price(self) -> None:
+        """Duals y = c_B B^-1."""
+        m, inverse = self.m, self.inverse
+        y = [0.0] * m
+        for row, j in enumerate(self.basis):
+            cost = self._cost(j)
+            if cost:
+                inverse_row = inverse[row]
+                for i in range(m):
+                    y[i] += cost * inverse_row[i]
+        self.duals = y
+
+    def _refactor(self) -> None:
+        """Invert the basis matrix from scratch (Gauss-Jordan, partial pivoting) and recompute x_B."""
+        m = self.m
+        matrix = [[0.0] * m + [1.0 if i == k else 0.0 for k in range(m)] for i in range(m)]
+        for position, j in enumerate(self.basis):
+            for row, value in self._column(j).items():
+                matrix[row][position] = value
+        for col in range(m):
+            pivot = max(range(col, m), key=lambda r: abs(matrix[r][col]))
+            matrix[col], matrix[pivot] = matrix[pivot], matrix[col]
+            factor = matrix[col][col]
+            matrix[col] = [v / factor for v in matrix[col]]
+            for r in range(m):
+                if r != col and matrix[r][col]:
+                    f = matrix[r][col]
+                    matrix[r] = [a - f * b for a, b in zip(matrix[r], matrix[col])]
+        self.inverse = [row[m:] for row in matrix]
+        self.values = [sum(self.inverse[r][i] * self.demand[i] for i in range(m)) for r in range(m)]
+        self.values = [max(0.0, v) for v in self.values]
+        self._price()
+
+    def solve(self, deadline: float) -> bool:
+        """Pivot to optimality over the columns so far; False when the deadline came first."""
+        m = self.m
+        while True:
+            y = self.duals
+            entering, best = None, -EPSILON * 10
+            for j, column in enumerate(self.columns):
+                reduced = self.costs[j] - sum(y[i] * a for i, a in column.items())
+                if reduced < best:
+                    entering, best = j, reduced
+            for row in range(m):  # a surplus variable prices out when its dual is negative
+                if y[row] < best:
+                    entering, best = -1 - row, y[row]
+            if entering is None:
+                return True
+            if time.process_time() > deadline:
+                return False
+            column = self._column(entering)
+            direction = [sum(self.inverse[r][i] * a for i, a in column.items()) for r in range(m)]
+            leaving, ratio = None, None
+            for r in range(m):
+                if direction[r] > EPSILON:
+                    candidate = self.values[r] / direction[r]
+                    # Ties (degenerate pivots are the rule here) go to the larger pivot element, for stability.
+                    if ratio is None or candidate < ratio - 1e-12 or (
+                            candidate <= ratio + 1e-12 and direction[r] > direction[leaving]):
+                        leaving, ratio = r, candidate
+            if leaving is None:
+                raise ArithmeticError("master LP unbounded: a pattern with no jobs cannot have negative cost")
+            pivot_row = self.inverse[leaving]
+            factor = direction[leaving]
+            pivot_row = [v / factor for v in pivot_row]
+            self.inverse[leaving] = pivot_row
+            step = self.values[leaving] / factor
+            for r in range(m):
+                if r != leaving:
+                    f = direction[r]
+                    if f:
+                        row = self.inverse[r]
+                        self.inverse[r] = [a - f * b for a, b in zip(row, pivot_row)]
+                        self.values[r] = max(0.0, self.values[r] - f * step)
+            self.values[leaving] = step
+            self.basis[leaving] = entering
+            self.pivots += 1
+            if self.pivots % REFACTOR_EVERY == 0:
+                self._refactor()
+            else:
+                self.duals = [a + best * b for a, b in zip(y, pivot_row)]
+
+    def solution(self) -> dict[int, float]:
+        return {j: v for j, v in zip(self.basis, self.values) if j >= 0 and v > EPSILON}
+
+    def cost(self) -> float:
+        return sum(self.costs[j] * v for j, v in self.solution().items())
+
+
+def _best_pattern(capacity: tuple[int, int, int], kinds: Sequence[int], needs: Sequence[tuple[int, int, int]],
+                  demand: Sequence[int], duals: Sequence[float], node_limit: int) -> tuple[float, dict[int, int]]:
+    """The jobs one box of `capacity` holds that are worth most at `duals`: depth-first branch and bound
+    over whole units (GPUs, milli-vCPUs, MiB), so that every division is exact.
+
+    The bound at a node: what is left of each resource, times the best value per unit of that resource
+    among the kinds still to decide; the least of the three. Kinds go in order of value per GPU, so good
+    patterns are found first and prune the rest.
+    """
+    items = []
+    for k in kinds:
+        if duals[k] > EPSILON:
+            need = needs[k]
+            most = min([demand[k]] + [have // n for have, n in zip(capacity, need) if n])
+            if most:
+                items.append((k, need[0], need[1], need[2], duals[k], most))
+    items.sort(key=lambda item: -item[4] / max(item[1], 1))
+    n = len(items)
+    # Bounds: for weights w >= 0 over the resources, a box's value is at most (w . free) times the best
+    # value per unit of w . need among the kinds still to decide. The three unit weights bound by one
+    # resource each; the capacity-normalised sum catches boxes that run out of a mix of them.
+    weights = [(1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0),
+               tuple(1.0 / c if c else 0.0 for c in capacity)]
+    suffixes = []
+    for w in weights:
+        suffix = [0.0] * (n + 1)
+        for i in range(n - 1, -1, -1):
+            _, g, c, m, value, _ = items[i]
+            size = w[0] * g + w[1] * c + w[2] * m
+            suffix[i] = max(suffix[i + 1], value / size if size > 0 else float("inf"))
+        suffixes.append(suffix)
+    s_g, s_c, s_m, s_all = suffixes
+    w_g, w_c, w_m = weights[3]
+
+    best = [0.0, {}]
+    counts: dict[int, int] = {}
+    nodes = [0]
+
+    def search(i: int, free_g: int, free_c: int, free_m: int, value: float) -> None:
+        if value > best[0] + EPSILON:
+            best[0], best[1] = value, dict(counts)
+        room = best[0] + EPSILON - value
+        while i < n:
+            if nodes[0] >= node_limit:
+                return
+            if free_g * s_g[i] <= room or free_c * s_c[i] <= room or free_m * s_m[i] <= room or \
+                    (free_g * w_g + free_c * w_c + free_m * w_m) * s_all[i] <= room:
+                return
+            k, g, c, m, worth, most = items[i]
+            take = most
+            if g and free_g // g < take:
+                take = free_g // g
+            if c and free_c // c < take:
+                take = free_c // c
+            if m and free_m // m < take:
+                take = free_m // m
+            if take:
+                break
+            i += 1  # does not fit: nothing to branch on
+        else:
+            return
+        nodes[0] += 1
+        for count in range(take, 0, -1):
+            counts[k] = count
+            search(i + 1, free_g - count * g, free_c - count * c, free_m - count * m, value + count * worth)
+        del counts[k]
+        search(i + 1, free_g, free_c, free_m, value)
+
+    search(0, *capacity, 0.0)
+    return best[0], best[1]
+
+
+def _units(resources: Sequence[float], round_up: bool) -> tuple[int, int, int]:
+    """GPUs, milli-vCPUs, MiB as integers: needs rounded up, capacities down, so whole-unit fits are fits."""
+    milli = resources[1] * 1000
+    vcpus = int(milli) + (1 if round_up and milli - int(milli) > 1e-6 else 0)
+    return int(resources[0]), vcpus, int(resources[2])
+
+
+def _dominated(option: int, options: Sequence[int], boxes, per_option) -> bool:
+    """Another option holds at least as much of everything, for no more, for at least the same kinds:
+    any pattern of this one is a pattern of that one, as cheap or cheaper."""
+    capacity, price = boxes[option]
+    kinds = set(per_option[option])
+    for other in options:
+        if other == option:
+            continue
+        other_capacity, other_price = boxes[other]
+        if all(a >= b for a, b in zip(other_capacity, capacity)) and other_price <= price and \
+                kinds <= set(per_option[other]) and (other_price, other_capacity, other) < (price, capacity, option):
+            return True
+    return False
+
+
+def cheapest_cover(needs: Sequence[Resources], demand: Sequence[int], eligible: Sequence[Sequence[int]],
+                   boxes: Sequence[tuple[Resources, float]], *, cpu_seconds: float, max_rounds: int = 500) -> Cover:
+    """Boxes to buy for `demand[k]` jobs of size `needs[k]`, each kind on the options `eligible[k]`
+    (indices into `boxes`, each a capacity and a price; every eligible option holds the kind alone).
+
+    Returns whole boxes of patterns (the LP solution rounded down, holding no more jobs of a kind than
+    there are), the LP's cost, and whether it converged within `cpu_seconds`.
+    """
+    deadline = time.process_time() + cpu_seconds
+    kinds = [k for k in range(len(needs)) if demand[k] > 0 and eligible[k]]
+    if not kinds:
+        return Cover((), 0.0, True, 0, 0)
+    rows = {k: r for r, k in enumerate(kinds)}
+    singletons = []
+    for k in kinds:
+        option = min(eligible[k], key=lambda o: (boxes[o][1], o))
+        singletons.append((option, boxes[option][1]))
+    master = _Master([demand[k] for k in kinds], singletons)
+    patterns = [Pattern(option, ((k, 1),)) for k, (option, _) in zip(kinds, singletons)]
+    seen = {(p.option, p.counts) for p in patterns}
+    per_option: dict[int, list[int]] = {}
+    for k in kinds:
+        for option in eligible[k]:
+            per_option.setdefault(option, []).append(k)
+
+    converged, rounds = False, 0
+    candidates = [o for o in sorted(per_option) if not _dominated(o, list(per_option), boxes, per_option)]
+    units = [_units(need, True) for need in needs]
+    node_limit = QUICK_PRICING_NODES
+    while rounds < max_rounds:
+        rounds += 1
+        if not master.solve(deadline):
+            break
+        duals_by_kind = [0.0] * len(needs)
+        for k, r in rows.items():
+            duals_by_kind[k] = master.duals[r]
+        added = 0
+        for option in candidates:
+            if time.process_time() > deadline:
+                break
+            capacity, price = boxes[option]
+            value, counts = _best_pattern(_units(capacity, False), per_option[option], units, demand, duals_by_kind,
+                                          node_limit)
+            key = (option, tuple(sorted(counts.items())))
+            if value > price * (1 + 1e-9) + EPSILON and key not in seen:
+                seen.add(key)
+                patterns.append(Pattern(*key))
+                master.add({rows[k]: float(c) for k, c in counts.items()}, price)
+                added += 1
+        if not added:
+            if node_limit < DEEP_PRICING_NODES:
+                node_limit = DEEP_PRICING_NODES
+                continue
+            converged = time.process_time() <= deadline
+            break
+        node_limit = QUICK_PRICING_NODES
+    master._refactor()  # x_B free of accumulated rounding before it is rounded down
+    return Cover(_whole_boxes(master.solution(), patterns, demand), round(master.cost(), 6), converged, rounds,
+                 len(patterns))
+
+
+def _whole_boxes(solution: dict[int, float], patterns: Sequence[Pattern], demand: Sequence[int]):
+    """The LP's patterns rounded down to whole boxes. The LP covers (a kind may be over-covered), so each
+    box takes only jobs still left: no kind is bought for more jobs than there are, no box bought empty."""
+    left = list(demand)
+    boxes: dict[Pattern, int] = {}
+    for j, amount in sorted(solution.items()):
+        pattern = patterns[j]
+        for _ in range(int(amount + 1e-7)):
+            counts = tuple((k, min(n, left[k])) for k, n in pattern.counts if min(n, left[k]) > 0)
+            if not counts:
+                break
+            for k, n in counts:
+                left[k] -= n
+            trimmed = Pattern(pattern.option, counts)
+            boxes[trimmed] = boxes.get(trimmed, 0) + 1
+    return tuple(boxes.items())

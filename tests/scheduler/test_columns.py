@@ -1,0 +1,91 @@
+"""Column generation for what to buy: the pure-Python LP and pricing against scipy and brute force."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from benchmarks.configuration_bound import configuration_bound
+from lambdas.scheduler.columns import _best_pattern, cheapest_cover
+
+BOXES = [((1, 8.0, 32_000), 0.5), ((4, 48.0, 190_000), 1.3), ((8, 96.0, 380_000), 3.0), ((1, 4.0, 15_000), 0.21)]
+
+
+def _fits(capacity, need):
+    return all(c >= n for c, n in zip(capacity, need))
+
+
+def _cover(jobs: dict, boxes=BOXES, **kw):
+    needs = list(jobs)
+    eligible = [[b for b, (capacity, _) in enumerate(boxes) if _fits(capacity, n)] for n in needs]
+    return needs, cheapest_cover(needs, [jobs[n] for n in needs], eligible, boxes, **{"cpu_seconds": 30, **kw})
+
+
+def test_four_small_jobs_share_the_four_gpu_box():
+    boxes = [((4, 48.0, 100_000), 3.0), ((1, 12.0, 25_000), 1.0)]
+    needs, cover = _cover({(1, 12.0, 25_000): 4}, boxes)
+    assert cover.converged and cover.lp_cost == pytest.approx(3.0)
+    assert [(p.option, p.counts, n) for p, n in cover.boxes] == [(0, ((0, 4),), 1)]
+
+
+def test_two_jobs_do_not_buy_half_a_box_of_four():
+    boxes = [((4, 48.0, 100_000), 3.0), ((1, 12.0, 25_000), 1.0)]
+    _, cover = _cover({(1, 12.0, 25_000): 2}, boxes)
+    assert cover.lp_cost == pytest.approx(2.0)
+    assert [(p.option, n) for p, n in cover.boxes] == [(1, 2)]
+
+
+shapes_st = st.dictionaries(
+    st.tuples(st.integers(1, 4), st.integers(1, 48).map(float), st.integers(1000, 190_000)),
+    st.integers(1, 30), min_size=1, max_size=8)
+
+
+@settings(max_examples=25, deadline=None)
+@given(shapes_st)
+def test_the_lp_optimum_equals_scipy_column_generation(jobs):
+    """Same LP, solved by scipy (HiGHS) with an exact integer knapsack: the pure-Python master and
+    branch-and-bound pricing converge to the same optimum."""
+    _, cover = _cover(jobs)
+    reference = configuration_bound(dict(jobs), BOXES)
+    assert cover.converged and reference.converged
+    assert cover.lp_cost == pytest.approx(reference.cost, rel=1e-6, abs=1e-4)  # the reference rounds to 4 places
+
+
+@settings(max_examples=40, deadline=None)
+@given(shapes_st, st.sampled_from([0.0, 30.0]))
+def test_rounded_boxes_fit_and_hold_no_job_twice(jobs, budget):
+    """Whole boxes only, each holding what fits on it, no more jobs of a kind than there are, on
+    options eligible for them; a zero CPU budget still returns a valid (unconverged) cover."""
+    needs, cover = _cover(jobs, cpu_seconds=budget)
+    taken = [0] * len(needs)
+    for pattern, count in cover.boxes:
+        assert count >= 1
+        capacity, _ = BOXES[pattern.option]
+        used = [sum(needs[k][d] * n for k, n in pattern.counts) for d in range(3)]
+        assert _fits(capacity, used)
+        for k, n in pattern.counts:
+            taken[k] += n * count
+    assert all(t <= jobs[n] for t, n in zip(taken, needs))
+    assert cover.lp_cost <= sum(min(p for c, p in BOXES if _fits(c, n)) * jobs[n] for n in needs) + 1e-6
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 3), st.integers(1, 40_000), st.integers(1, 100_000),
+                          st.floats(0.0, 5.0), st.integers(1, 4)), min_size=1, max_size=5),
+       st.tuples(st.integers(1, 8), st.integers(1, 96_000), st.integers(1, 400_000)))
+def test_pricing_finds_the_most_valuable_pattern(items, capacity):
+    """Branch and bound against trying every combination of counts."""
+    needs = [i[:3] for i in items]
+    duals = [i[3] for i in items]
+    demand = [i[4] for i in items]
+    value, counts = _best_pattern(capacity, range(len(items)), needs, demand, duals, 20_000)
+    best = 0.0
+    for combination in itertools.product(*(range(d + 1) for d in demand)):
+        if _fits(capacity, [sum(n[d] * c for n, c in zip(needs, combination)) for d in range(3)]):
+            best = max(best, sum(v * c for v, c in zip(duals, combination)))
+    assert value == pytest.approx(best, abs=1e-6)  # duals within EPSILON of zero are worth nothing
+    assert value == pytest.approx(sum(duals[k] * c for k, c in counts.items()), abs=1e-9)
+    assert _fits(capacity, [sum(needs[k][d] * c for k, c in counts.items()) for d in range(3)])
