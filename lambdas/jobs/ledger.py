@@ -49,6 +49,10 @@ WRITE_PERMISSIONS = (
     *READ_PERMISSIONS,
     needs("dynamodb:PutItem", resources=TABLE_ARNS[:1], why="record jobs and their state changes (conditional puts)"),
 )
+RESERVE_PERMISSIONS = (
+    needs("dynamodb:UpdateItem", resources=TABLE_ARNS[:1],
+          why="note the instance bought for a queued job (conditional update)"),
+)
 
 
 class IllegalTransition(ValueError):
@@ -81,6 +85,9 @@ class JobRecord:
     placement: Placement | None = None
     reasons: tuple[Mapping[str, Any], ...] = ()
     version: int = 0
+    # (region, fleet, box): the new instance a scheduler run bought for this job and the jobs packed
+    # with it. Only a QUEUED job has one; every transition clears it.
+    reserved: tuple[str, str, str] | None = None
 
     @property
     def attempts_left(self) -> bool:
@@ -132,12 +139,15 @@ def encode(record: JobRecord) -> dict:
     }
     if record.placement is not None:
         document["placement"] = dict(vars(record.placement))
+    if record.reserved is not None:
+        document["reserved"] = dict(zip(("region", "fleet", "box"), record.reserved))
     return {k: _serializer.serialize(v) for k, v in _to_dynamo(document).items()}
 
 
 def decode(item: Mapping) -> JobRecord:
     document = _from_dynamo({k: _deserializer.deserialize(v) for k, v in item.items()})
     placement = document.get("placement")
+    reserved = document.get("reserved")
     return JobRecord(
         job_id=document["job_id"], submission_id=document["submission_id"], index=int(document["index"]),
         state=document["state"], attempt=int(document["attempt"]), runs=int(document.get("runs", 0)),
@@ -145,6 +155,7 @@ def decode(item: Mapping) -> JobRecord:
         updated_at=float(document["updated_at"]), spec=spec_from_document(document["spec"]),
         placement=Placement(**{"task_arn": None, **placement}) if placement else None,
         reasons=tuple(document.get("reasons", ())), version=int(document.get("version", 0)),
+        reserved=(reserved["region"], reserved["fleet"], reserved["box"]) if reserved else None,
     )
 
 
@@ -215,10 +226,27 @@ class Ledger:
         attempt = changes.get("attempt", record.attempt)
         entry = {"at": now, "attempt": attempt, "state": to_state, "reason": reason}
         updated = replace(record, state=to_state, updated_at=now, version=record.version + 1,
-                          reasons=(*record.reasons, entry)[-MAX_REASONS:], **changes)
+                          reasons=(*record.reasons, entry)[-MAX_REASONS:], **{"reserved": None, **changes})
         try:
             self.dynamodb.put_item(TableName=self.table, Item=encode(updated), ConditionExpression="version = :v",
                                    ExpressionAttributeValues={":v": {"N": str(record.version)}})
         except self.dynamodb.exceptions.ConditionalCheckFailedException:
             return Outcome(False, self.get(job_id), "another writer changed the job first")
         return Outcome(True, updated)
+
+    def reserve(self, job_id: str, attempt: int, reserved: tuple[str, str, str], now: float) -> bool:
+        """Note the new instance bought for a queued job (one write, no read). False, changing nothing,
+        when the job has moved on (started, cancelled, a newer attempt): the reservation is moot then."""
+        try:
+            self.dynamodb.update_item(
+                TableName=self.table, Key={"job_id": {"S": job_id}},
+                UpdateExpression="SET reserved = :reserved, updated_at = :now, version = version + :one",
+                ConditionExpression="#state = :queued AND attempt = :attempt",
+                ExpressionAttributeNames={"#state": "state"},
+                ExpressionAttributeValues={
+                    ":reserved": {"M": {k: {"S": v} for k, v in zip(("region", "fleet", "box"), reserved)}},
+                    ":now": _serializer.serialize(_to_dynamo(now)), ":one": {"N": "1"},
+                    ":queued": {"S": QUEUED}, ":attempt": {"N": str(attempt)}})
+            return True
+        except self.dynamodb.exceptions.ConditionalCheckFailedException:
+            return False

@@ -36,11 +36,12 @@ from lambdas.jobs import ledger as L
 from lambdas.jobs import queue
 from lambdas.jobs.fleets import FleetConfig, parse_fleets
 from lambdas.scheduler import actions, state
-from lambdas.scheduler.placement import Fleet, JobRequest, Limits, Machine, plan
+from lambdas.scheduler.placement import Fleet, JobRequest, Limits, Machine, Reservation, ScaleOut, plan
 
 PERMISSIONS = (
     *admission.READ_PERMISSIONS,
     *L.WRITE_PERMISSIONS,
+    *L.RESERVE_PERMISSIONS,
     *queue.CONSUME_PERMISSIONS,
     *queue.SEND_PERMISSIONS,
     *state.PERMISSIONS,
@@ -175,7 +176,8 @@ def job_request(record: L.JobRecord) -> JobRequest:
     spec = record.spec
     return JobRequest(job_id=record.job_id, submission_id=record.submission_id, gpus=spec.gpus, vcpus=spec.vcpus,
                       memory_mib=spec.memory_mib, instance_type_pattern=spec.instance_type_pattern,
-                      regions=spec.regions, lifecycle=spec.lifecycle, submitted_at=record.submitted_at)
+                      regions=spec.regions, lifecycle=spec.lifecycle, submitted_at=record.submitted_at,
+                      reserved=Reservation(*record.reserved) if record.reserved else None)
 
 
 def circuit_breaker(view: state.FleetView, now: datetime, settings: Settings) -> bool:
@@ -270,6 +272,25 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
         if changed:
             spent += scale_out.hourly_usd
             summary["scaled"].append({"asg": scale_out.asg_name, "before": changed[0], "after": changed[1]})
+            reserve_boxes(ledger, records, scale_out, changed[1] - changed[0], now, remaining_ms)
+
+
+def reserve_boxes(ledger: L.Ledger, records: dict[str, L.JobRecord], scale_out: ScaleOut, launched: int,
+                  now: datetime, remaining_ms: Callable[[], int]) -> None:
+    """Note in the ledger which jobs each new instance was bought for, so that later runs start them
+    together on one instance of the fleet (the packing paid for) instead of repacking them. Only as
+    many boxes as instances the group really added (its cap may have cut the raise short). A job left
+    unnoted (time running out) is simply packed afresh by the next run."""
+    stamp = now.strftime("%Y%m%dT%H%M%S")
+    noted = 0
+    for n, box in enumerate(scale_out.boxes[:launched]):
+        if remaining_ms() < ACT_RESERVE_MS // 2:
+            log_decision("stop-reserving", reason="Lambda time running out", asg=scale_out.asg_name, boxes_left=launched - n)
+            break
+        reservation = (scale_out.region, scale_out.fleet, f"{scale_out.asg_name}/{stamp}/{n}")
+        noted += sum(ledger.reserve(job_id, records[job_id].attempt, reservation, now.timestamp()) for job_id in box)
+    log_decision("reserve", region=scale_out.region, fleet=scale_out.fleet, asg=scale_out.asg_name,
+                 boxes=min(launched, len(scale_out.boxes)), jobs=noted)
 
 
 def start_one(settings: Settings, ledger: L.Ledger, record: L.JobRecord, machine: state.MachineView,

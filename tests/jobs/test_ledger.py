@@ -77,3 +77,17 @@ def test_a_job_not_in_the_ledger_is_reported_not_created(ledger):
                                 expect_attempt=None, reason="x", now=1.0)
     assert (outcome.applied, outcome.record) == (False, None)
     assert ledger.get("sub-20261122191103-ffffff-00000") is None
+
+
+def test_a_reservation_is_noted_on_a_queued_job_only_and_cleared_when_it_moves_on(ledger):
+    box = ("us-east-1", "gpu4", "mlfleet-dev-gpu4/20261122T120000/0")
+    assert ledger.reserve(JOB, 0, box, now=150.0)
+    record = ledger.get(JOB)
+    assert (record.reserved, record.version, record.updated_at) == (box, 1, 150.0)
+    assert ledger.by_state(L.QUEUED)[0].reserved == box  # the scheduler reads it through the index
+    assert not ledger.reserve(JOB, 1, box, now=151.0)  # not at that attempt
+    claim = ledger.transition(JOB, L.STARTING, expect_states=[L.QUEUED], expect_attempt=0, reason="placed",
+                              now=200.0, attempt=1, placement=PLACE)
+    assert claim.applied and claim.record.reserved is None and ledger.get(JOB).reserved is None
+    assert not ledger.reserve(JOB, 1, box, now=201.0)  # no longer queued
+    assert ledger.get(JOB).reserved is None

@@ -57,6 +57,9 @@ def test_capacity_is_bought_once_while_it_boots_and_used_when_it_joins(home):
 
     first = run(settings(home), lambda: 170_000, now=NOW)
     assert len(first["started"]) == 4 and desired() == 2
+    # The two waiting jobs carry the instance bought for them, the same one.
+    boxes = {ledger.get(j).reserved for j in job_ids[4:]}
+    assert len(boxes) == 1 and None not in boxes and next(iter(boxes))[:2] == (HOME, "gpu1")
     # A minute later the instance bought for the last two jobs is still booting: nothing more is bought.
     second = run(settings(home), lambda: 170_000, now=NOW + timedelta(minutes=1))
     assert second["started"] == [] and second["scaled"] == [] and desired() == 2
@@ -67,3 +70,4 @@ def test_capacity_is_bought_once_while_it_boots_and_used_when_it_joins(home):
     assert sorted(third["started"]) == job_ids[4:] and desired() == 2
     hosts = {ledger.get(j).placement.instance_id for j in job_ids[4:]}
     assert len(hosts) == 1 and hosts.isdisjoint(instances)
+    assert all(ledger.get(j).reserved is None for j in job_ids)  # started: reservations cleared
