@@ -15,7 +15,7 @@ import bisect
 import time
 
 from benchmarks.scheduler.simulate import Box, InstanceType, JobState, Simulation, accepts
-from lambdas.scheduler.placement import Fleet, JobRequest, Limits, Machine, plan
+from lambdas.scheduler.placement import Fleet, JobRequest, Limits, Machine, Reservation, plan
 
 ECS_SCALE_IN_S = 15 * 60  # managed scaling removes an instance 15 minutes after its last task
 REAPER_EVERY_S = 10 * 60
@@ -58,6 +58,13 @@ class MlfleetStrategy(_Reaped):
         self.types = {t.name: t for t in types}
         self.catalog = catalog
         self.region = region
+        # The ledger's reservations: job -> (the instance bought for it, its runs then). A run or a
+        # requeue moves the job on, which clears a ledger reservation; here the run count does.
+        self.reserved: dict[str, tuple[Reservation, int]] = {}
+
+    def _reservation(self, state: JobState) -> Reservation | None:
+        reserved = self.reserved.get(state.job.job_id)
+        return reserved[0] if reserved and reserved[1] == state.runs else None
 
     def schedule(self, sim: Simulation, now: float) -> None:
         usable, launching = sim.usable_boxes(), sim.launching_boxes()
@@ -67,7 +74,8 @@ class MlfleetStrategy(_Reaped):
         fleets = [Fleet(self.region, name, name, (name,), sum(1 for b in usable if b.type.name == name),
                         sum(1 for b in launching if b.type.name == name), 10**9) for name in self.types]
         jobs = [JobRequest(s.job.job_id, s.job.job_id, s.job.gpus, s.job.vcpus, s.job.memory_mib,
-                           s.job.instance_type_pattern, submitted_at=s.job.submit_s) for s in sim.waiting.values()]
+                           s.job.instance_type_pattern, submitted_at=s.job.submit_s, reserved=self._reservation(s))
+                for s in sim.waiting.values()]
         hourly = sum(b.type.price for b in sim.boxes if b.terminated is None)
         started = time.process_time()
         result = plan(jobs, machines, fleets, self.catalog, Limits(float("inf"), hourly))
@@ -77,6 +85,10 @@ class MlfleetStrategy(_Reaped):
         for scale_out in result.scale_outs:
             for _ in range(scale_out.add_instances):
                 sim.launch(self.types[scale_out.fleet])
+            for n, box in enumerate(scale_out.boxes):  # what the scheduler writes to the ledger
+                reservation = Reservation(self.region, scale_out.fleet, f"{now:.0f}:{n}")
+                for job_id in box:
+                    self.reserved[job_id] = (reservation, sim.jobs[job_id].runs)
 
 
 class FirstFitStrategy(_Reaped):
