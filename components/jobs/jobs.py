@@ -18,7 +18,7 @@ point-in-time recovery) only when the stack config says `retainJobLedger: true`.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pulumi

@@ -89,7 +89,7 @@ def test_billing_alarms_stay_in_us_east_1_when_home_is_elsewhere():
     billing_topic = topics["dev-home-billing-alerts-topic"]
     assert billing_topic.inputs["name"] == "mlfleet-dev-alerts-us-east-1"
     assert billing_topic.provider.split("::")[-2] == "aws-us-east-1"
-    assert all(a.inputs["alarmActions"] == [f"arn:aws:sns:us-east-1:123456789012:mlfleet-dev-alerts-us-east-1"] for a in alarms)
+    assert all(a.inputs["alarmActions"] == ["arn:aws:sns:us-east-1:123456789012:mlfleet-dev-alerts-us-east-1"] for a in alarms)
     (budget,) = rendering.of_type(BUDGET)
     assert budget.provider.split("::")[-2] == "aws-us-west-2"
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import json
 
-import pulumi
 import pytest
 
 from components.ami import STOCK_GPU_AMI_PARAMETER, GpuAmi, GpuAmiArgs
