@@ -247,6 +247,9 @@ def cancel(service: JobService, target: str, *, who: str) -> list[tuple[str, str
 
 def _where(record: L.JobRecord) -> str:
     p = record.placement
+    if record.state == L.QUEUED and record.reserved:
+        region, fleet, _ = record.reserved
+        return f"new {fleet} instance {region}"  # bought for it, still booting
     return f"{p.instance_type} {p.region}" if p else "-"
 
 
@@ -263,6 +266,7 @@ def record_document(record: L.JobRecord) -> dict:
             "attempt": record.attempt, "runs": record.runs, "start_failures": record.start_failures,
             "submitted_at": _time(record.submitted_at), "updated_at": _time(record.updated_at),
             "placement": dict(vars(record.placement)) if record.placement else None,
+            "reserved": dict(zip(("region", "fleet", "box"), record.reserved)) if record.reserved else None,
             "spec": record.spec.to_document(), "reasons": [{**r, "at": _time(r["at"])} for r in record.reasons]}
 
 

@@ -137,7 +137,14 @@ def test_list_status_and_json(service):
     assert {j["submission_id"] for j in jobs} == {submission}
     _, status = mlfleet("status", jobs[0]["job_id"])
     assert json.loads("\n".join(status))["reasons"][0]["reason"] == "submitted"
+    assert json.loads("\n".join(status))["reserved"] is None
     assert mlfleet("list", "--state", "DONE")[0] == 2
+    # A job the scheduler bought an instance for says so while it boots.
+    assert ledger().reserve(jobs[0]["job_id"], 0, (HOME, "gpu4", "mlfleet-dev-gpu4/20261122T120000/0"), now=1.0)
+    _, table = mlfleet("list", "--submission", submission)
+    assert sum(f"new gpu4 instance {HOME}" in row for row in table) == 1
+    _, status = mlfleet("status", jobs[0]["job_id"])
+    assert json.loads("\n".join(status))["reserved"]["fleet"] == "gpu4"
 
 
 def test_cancel_a_queued_and_a_running_job_and_cancel_again(service):
