@@ -16,8 +16,8 @@ each kind one box of it holds), grown one pattern at a time.
   boxes of the patterns it buys. The caller packs the few jobs left over greedily, filling the spare
   room of these boxes first.
 
-On the shared Alibaba trace (87 kinds, 7,064 jobs) the rounded cover plus the greedy leftover costs
-within 0.1% of the LP optimum, against 4.9% for greedy packing alone (docs/scheduler-benchmark.md).
+On the shared Alibaba trace (87 kinds, 7,064 jobs) the planner's purchase with the rounded cover costs
+0.2% above the LP optimum, against 4.2% for greedy packing alone (docs/scheduler-benchmark.md).
 scipy would do the LP faster, but the scheduler Lambda carries no compiled dependencies.
 """
 
@@ -172,13 +172,14 @@ class _Master:
 
 
 def _best_pattern(capacity: tuple[int, int, int], kinds: Sequence[int], needs: Sequence[tuple[int, int, int]],
-                  demand: Sequence[int], duals: Sequence[float], node_limit: int) -> tuple[float, dict[int, int]]:
+                  demand: Sequence[int], duals: Sequence[float], node_limit: int) -> tuple[float, dict[int, int], bool]:
     """The jobs one box of `capacity` holds that are worth most at `duals`: depth-first branch and bound
     over whole units (GPUs, milli-vCPUs, MiB), so that every division is exact.
 
     The bound at a node: what is left of each resource, times the best value per unit of that resource
     among the kinds still to decide; the least of the three. Kinds go in order of value per GPU, so good
-    patterns are found first and prune the rest.
+    patterns are found first and prune the rest. The flag says whether the search was exhaustive (the
+    pattern is the best there is) or stopped at `node_limit` (the best found).
     """
     items = []
     for k in kinds:
@@ -240,7 +241,7 @@ def _best_pattern(capacity: tuple[int, int, int], kinds: Sequence[int], needs: S
         search(i + 1, free_g, free_c, free_m, value)
 
     search(0, *capacity, 0.0)
-    return best[0], best[1]
+    return best[0], best[1], nodes[0] < node_limit
 
 
 def _units(resources: Sequence[float], round_up: bool) -> tuple[int, int, int]:
@@ -290,7 +291,7 @@ def cheapest_cover(needs: Sequence[Resources], demand: Sequence[int], eligible: 
         for option in eligible[k]:
             per_option.setdefault(option, []).append(k)
 
-    converged, rounds = False, 0
+    converged, rounds, exact = False, 0, True
     candidates = [o for o in sorted(per_option) if not _dominated(o, list(per_option), boxes, per_option)]
     units = [_units(need, True) for need in needs]
     node_limit = QUICK_PRICING_NODES
@@ -301,13 +302,14 @@ def cheapest_cover(needs: Sequence[Resources], demand: Sequence[int], eligible: 
         duals_by_kind = [0.0] * len(needs)
         for k, r in rows.items():
             duals_by_kind[k] = master.duals[r]
-        added = 0
+        added, exact = 0, True
         for option in candidates:
             if time.process_time() > deadline:
                 break
             capacity, price = boxes[option]
-            value, counts = _best_pattern(_units(capacity, False), per_option[option], units, demand, duals_by_kind,
-                                          node_limit)
+            value, counts, exhaustive = _best_pattern(_units(capacity, False), per_option[option], units, demand,
+                                                      duals_by_kind, node_limit)
+            exact = exact and exhaustive
             key = (option, tuple(sorted(counts.items())))
             if value > price * (1 + 1e-9) + EPSILON and key not in seen:
                 seen.add(key)
@@ -318,7 +320,8 @@ def cheapest_cover(needs: Sequence[Resources], demand: Sequence[int], eligible: 
             if node_limit < DEEP_PRICING_NODES:
                 node_limit = DEEP_PRICING_NODES
                 continue
-            converged = time.process_time() <= deadline
+            # Converged: nothing prices out, and the search that says so was exhaustive, in time.
+            converged = exact and time.process_time() <= deadline
             break
         node_limit = QUICK_PRICING_NODES
     master._refactor()  # x_B free of accumulated rounding before it is rounded down

@@ -27,8 +27,8 @@ vCPUs, then memory), oldest first among equals: first-fit-decreasing order packs
      dollar is bought (filled greedily, most valuable jobs first), repeatedly, within each fleet's cap
      and the dollars-per-hour cap;
    - cover: the configuration LP solved by column generation (`columns.cheapest_cover`), rounded down
-     to whole boxes, the few jobs left packed by the greedy. Near-optimal (within 0.1% of the LP bound
-     on the shared trace, where the greedy alone is 4.9% above it), within a CPU budget.
+     to whole boxes, the few jobs left packed by the greedy. Near-optimal (0.2% above the LP bound on
+     the shared trace, where the greedy alone is 4.2% above it), within a CPU budget.
 
 GPU counts come from the caller (catalog minus known tasks), never from ECS's remaining resources.
 """

@@ -81,7 +81,8 @@ def test_pricing_finds_the_most_valuable_pattern(items, capacity):
     needs = [i[:3] for i in items]
     duals = [i[3] for i in items]
     demand = [i[4] for i in items]
-    value, counts = _best_pattern(capacity, range(len(items)), needs, demand, duals, 20_000)
+    value, counts, exhaustive = _best_pattern(capacity, range(len(items)), needs, demand, duals, 20_000)
+    assert exhaustive
     best = 0.0
     for combination in itertools.product(*(range(d + 1) for d in demand)):
         if _fits(capacity, [sum(n[d] * c for n, c in zip(needs, combination)) for d in range(3)]):
