@@ -236,16 +236,17 @@ class Ledger:
 
     def reserve(self, job_id: str, attempt: int, reserved: tuple[str, str, str], now: float) -> bool:
         """Note the new instance bought for a queued job (one write, no read). False, changing nothing,
-        when the job has moved on (started, cancelled, a newer attempt): the reservation is moot then."""
+        when the job has moved on (started, cancelled, a newer attempt): the reservation is moot then.
+        Advisory, so it leaves `version` alone: a transition racing with it still applies (and clears it)."""
         try:
             self.dynamodb.update_item(
                 TableName=self.table, Key={"job_id": {"S": job_id}},
-                UpdateExpression="SET reserved = :reserved, updated_at = :now, version = version + :one",
+                UpdateExpression="SET reserved = :reserved, updated_at = :now",
                 ConditionExpression="#state = :queued AND attempt = :attempt",
                 ExpressionAttributeNames={"#state": "state"},
                 ExpressionAttributeValues={
                     ":reserved": {"M": {k: {"S": v} for k, v in zip(("region", "fleet", "box"), reserved)}},
-                    ":now": _serializer.serialize(_to_dynamo(now)), ":one": {"N": "1"},
+                    ":now": _serializer.serialize(_to_dynamo(now)),
                     ":queued": {"S": QUEUED}, ":attempt": {"N": str(attempt)}})
             return True
         except self.dynamodb.exceptions.ConditionalCheckFailedException:

@@ -51,6 +51,16 @@ class Cover:
     patterns: int
 
 
+def gauss_jordan_pivot(rows: list[list[float]], pivot: int, column: int) -> None:
+    """Scale row `pivot` so that its entry in `column` is 1, and clear `column` from every other row."""
+    factor = rows[pivot][column]
+    rows[pivot] = [v / factor for v in rows[pivot]]
+    for r, row in enumerate(rows):
+        if r != pivot and row[column]:
+            f = row[column]
+            rows[r] = [a - f * b for a, b in zip(row, rows[pivot])]
+
+
 class _Master:
     """min cost.x  subject to  A x >= demand, x >= 0, by the revised simplex.
 
@@ -104,12 +114,7 @@ class _Master:
         for col in range(m):
             pivot = max(range(col, m), key=lambda r: abs(matrix[r][col]))
             matrix[col], matrix[pivot] = matrix[pivot], matrix[col]
-            factor = matrix[col][col]
-            matrix[col] = [v / factor for v in matrix[col]]
-            for r in range(m):
-                if r != col and matrix[r][col]:
-                    f = matrix[r][col]
-                    matrix[r] = [a - f * b for a, b in zip(matrix[r], matrix[col])]
+            gauss_jordan_pivot(matrix, col, col)
         self.inverse = [row[m:] for row in matrix]
         self.values = [sum(self.inverse[r][i] * self.demand[i] for i in range(m)) for r in range(m)]
         self.values = [max(0.0, v) for v in self.values]

@@ -40,7 +40,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from lambdas.scheduler.columns import cheapest_cover
+from lambdas.scheduler.columns import cheapest_cover, gauss_jordan_pivot
 
 GPU_WEIGHT, VCPU_WEIGHT, MEMORY_WEIGHT = 0.6, 0.2, 0.2
 REBALANCE_PENALTY = 0.5  # below any healthy machine: used only when nothing else fits
@@ -437,12 +437,7 @@ def resource_prices(boxes: Sequence[tuple[Resources, float]], demand: Sequence[f
         if not ratios:
             break  # unbounded cannot happen: every box has positive capacity
         _, _, pivot = min(ratios)
-        factor = tableau[pivot][entering]
-        tableau[pivot] = [v / factor for v in tableau[pivot]]
-        for r in range(n):
-            if r != pivot and tableau[r][entering]:
-                f = tableau[r][entering]
-                tableau[r] = [a - f * b for a, b in zip(tableau[r], tableau[pivot])]
+        gauss_jordan_pivot(tableau, pivot, entering)
         f = objective[entering]
         objective = [a - f * b for a, b in zip(objective, tableau[pivot])]
         basis[pivot] = entering

@@ -83,7 +83,7 @@ def test_a_reservation_is_noted_on_a_queued_job_only_and_cleared_when_it_moves_o
     box = ("us-east-1", "gpu4", "mlfleet-dev-gpu4/20261122T120000/0")
     assert ledger.reserve(JOB, 0, box, now=150.0)
     record = ledger.get(JOB)
-    assert (record.reserved, record.version, record.updated_at) == (box, 1, 150.0)
+    assert (record.reserved, record.version, record.updated_at) == (box, 0, 150.0)  # advisory: no version bump
     assert ledger.by_state(L.QUEUED)[0].reserved == box  # the scheduler reads it through the index
     assert not ledger.reserve(JOB, 1, box, now=151.0)  # not at that attempt
     claim = ledger.transition(JOB, L.STARTING, expect_states=[L.QUEUED], expect_attempt=0, reason="placed",
