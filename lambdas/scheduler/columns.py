@@ -69,12 +69,12 @@ class _Master:
     from the first pivot, no phase one.
     """
 
-    def __init__(self, demand: Sequence[int], singletons: Sequence[tuple[int, float]]):
+    def __init__(self, demand: Sequence[int], singleton_costs: Sequence[float]):
         self.m = len(demand)
         self.demand = [float(d) for d in demand]
         self.columns: list[dict[int, float]] = []  # sparse: row -> coefficient
         self.costs: list[float] = []
-        for row, (_, cost) in enumerate(singletons):
+        for row, cost in enumerate(singleton_costs):
             self.add({row: 1.0}, cost)
         self.basis = list(range(self.m))  # column per row; -1 - row for that row's surplus variable
         self.inverse = [[1.0 if i == j else 0.0 for j in range(self.m)] for i in range(self.m)]
@@ -104,7 +104,7 @@ class _Master:
                     y[i] += cost * inverse_row[i]
         self.duals = y
 
-    def _refactor(self) -> None:
+    def refactor(self) -> None:
         """Invert the basis matrix from scratch (Gauss-Jordan, partial pivoting) and recompute x_B."""
         m = self.m
         matrix = [[0.0] * m + [1.0 if i == k else 0.0 for k in range(m)] for i in range(m)]
@@ -165,7 +165,7 @@ class _Master:
             self.basis[leaving] = entering
             self.pivots += 1
             if self.pivots % REFACTOR_EVERY == 0:
-                self._refactor()
+                self.refactor()
             else:
                 self.duals = [a + best * b for a, b in zip(y, pivot_row)]
 
@@ -284,12 +284,9 @@ def cheapest_cover(needs: Sequence[Resources], demand: Sequence[int], eligible: 
     if not kinds:
         return Cover((), 0.0, True, 0, 0)
     rows = {k: r for r, k in enumerate(kinds)}
-    singletons = []
-    for k in kinds:
-        option = min(eligible[k], key=lambda o: (boxes[o][1], o))
-        singletons.append((option, boxes[option][1]))
-    master = _Master([demand[k] for k in kinds], singletons)
-    patterns = [Pattern(option, ((k, 1),)) for k, (option, _) in zip(kinds, singletons)]
+    # The start columns: each kind alone on its cheapest box.
+    patterns = [Pattern(min(eligible[k], key=lambda o: (boxes[o][1], o)), ((k, 1),)) for k in kinds]
+    master = _Master([demand[k] for k in kinds], [boxes[p.option][1] for p in patterns])
     seen = {(p.option, p.counts) for p in patterns}
     per_option: dict[int, list[int]] = {}
     for k in kinds:
@@ -299,6 +296,7 @@ def cheapest_cover(needs: Sequence[Resources], demand: Sequence[int], eligible: 
     converged, rounds, exact = False, 0, True
     candidates = [o for o in sorted(per_option) if not _dominated(o, list(per_option), boxes, per_option)]
     units = [_units(need, True) for need in needs]
+    capacities = {option: _units(boxes[option][0], False) for option in candidates}
     node_limit = QUICK_PRICING_NODES
     while rounds < max_rounds:
         rounds += 1
@@ -311,8 +309,8 @@ def cheapest_cover(needs: Sequence[Resources], demand: Sequence[int], eligible: 
         for option in candidates:
             if time.process_time() > deadline:
                 break
-            capacity, price = boxes[option]
-            value, counts, exhaustive = _best_pattern(_units(capacity, False), per_option[option], units, demand,
+            price = boxes[option][1]
+            value, counts, exhaustive = _best_pattern(capacities[option], per_option[option], units, demand,
                                                       duals_by_kind, node_limit)
             exact = exact and exhaustive
             key = (option, tuple(sorted(counts.items())))
@@ -329,7 +327,7 @@ def cheapest_cover(needs: Sequence[Resources], demand: Sequence[int], eligible: 
             converged = exact and time.process_time() <= deadline
             break
         node_limit = QUICK_PRICING_NODES
-    master._refactor()  # x_B free of accumulated rounding before it is rounded down
+    master.refactor()  # x_B free of accumulated rounding before it is rounded down
     return Cover(_whole_boxes(master.solution(), patterns, demand), round(master.cost(), 6), converged, rounds,
                  len(patterns))
 
