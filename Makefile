@@ -23,15 +23,24 @@ help:
 	@echo "make admission-status STACK=dev   show whether the environment admits new jobs"
 	@grep -hE '^## ' mk/*.mk 2>/dev/null | sed 's/^## //' || true
 
-$(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
+# Installed once, and again only when a requirements file or pyproject.toml changes (the stamp is older).
+VENV_STAMP := $(VENV)/.installed
 
-venv: $(BIN)/python
+$(VENV_STAMP): requirements.txt requirements-dev.txt pyproject.toml
+	@$(PYTHON) scripts/preflight.py python
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -r requirements-dev.txt
+	@touch $@
 
-test: venv shellcheck
+venv: $(VENV_STAMP)
+
+# What the tests need is checked before anything is installed.
+test:
+	@$(PYTHON) scripts/preflight.py test
+	@$(MAKE) --no-print-directory venv
 	$(BIN)/python -m pytest
+	@$(MAKE) --no-print-directory shellcheck
 
 snapshots: venv
 	$(BIN)/python -m pytest tests/program/test_stacks.py --update-snapshots
@@ -42,9 +51,11 @@ shellcheck:
 
 lint: shellcheck
 
+# Deploy targets check the Pulumi CLI, the state passphrase and AWS credentials before they create the
+# state folder or select a stack (scripts/preflight.py says how to get what is missing).
 define require_stack
 	@test -n "$(STACK)" || { echo "usage: make $@ STACK=dev|staging|prod"; exit 2; }
-	@test -f stacks/Pulumi.$(STACK).yaml || { echo "no stacks/Pulumi.$(STACK).yaml"; exit 2; }
+	@$(PY) scripts/preflight.py deploy $(STACK)
 	@case "$(PULUMI_BACKEND_URL)" in file://*) mkdir -p "$(patsubst file://%,%,$(PULUMI_BACKEND_URL))";; esac
 	pulumi stack select --create $(STACK)
 endef
