@@ -15,7 +15,7 @@ The workload is what the scheduler Lambda sees at a busy moment, generated from 
   times what the machines cost now (1.5 binds part-way; a large factor makes the planner buy for every
   job that fits no machine, its most expensive case).
 
-Measures `lambdas.scheduler.placement.plan`, the code the Lambda runs: CPU seconds (time.process_time),
+Measures `lambdas.scheduler.planning.plan`, the code the Lambda runs: CPU seconds (time.process_time),
 best and median of --repeat runs after one warm-up, plus what the plan decided.
 """
 
@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
 from lambdas.common.catalog import load_catalog  # noqa: E402
-from lambdas.scheduler.placement import Fleet, JobRequest, Limits, Machine, plan  # noqa: E402
+from lambdas.scheduler.planning import Fleet, JobRequest, Limits, Machine, plan  # noqa: E402
 
 REGIONS = ("us-east-1", "us-east-2", "us-west-2")
 FLEETS = {"gpu1": ("g5.2xlarge", "g6.2xlarge"), "gpu4": ("g5.12xlarge", "g6.12xlarge"),

@@ -16,7 +16,7 @@ from __future__ import annotations
 from benchmarks.configuration_bound import ConfigurationBound, configuration_bound
 from benchmarks.scheduler.simulate import InstanceType
 from benchmarks.scheduler.trace import TraceJob
-from lambdas.scheduler.placement import resource_prices
+from lambdas.scheduler.planning import resource_prices
 
 
 def _demand(jobs) -> tuple[int, float, int]:

@@ -3,7 +3,7 @@ interruption does to the jobs on the reclaimed instance.
 
 | strategy | places | buys | idle instances | spot interruption |
 |---|---|---|---|---|
-| mlfleet | lambdas.scheduler.placement.plan (the scheduler's own code), reservations kept as the ledger keeps them | what the plan asks of single-type spot fleets | the reaper: idle for the window, marked, gone after the grace (10-minute runs) | job back in the queue, attempt counted; the group replaces the instance |
+| mlfleet | lambdas.scheduler.planning.plan (the scheduler's own code), reservations kept as the ledger keeps them | what the plan asks of single-type spot fleets | the reaper: idle for the window, marked, gone after the grace (10-minute runs) | job back in the queue, attempt counted; the group replaces the instance |
 | one-instance-per-job | its own instance | the cheapest type that holds the job, per job (SkyPilot, dstack) | terminated when its job ends | a new instance for the job (managed-job recovery), attempt counted |
 | ecs-binpack-memory | ECS binpack on memory: the fitting instance with the least free memory | one homogeneous type, as a capacity provider's managed scaling would | scaled in after 15 minutes without a task | the task is not restarted (ECS does not restart standalone tasks): the job is lost |
 | first-fit | the first instance, in launch order, that fits | the cheapest type that holds the job, when nothing fits | as mlfleet | as mlfleet |
@@ -15,7 +15,7 @@ import bisect
 import time
 
 from benchmarks.scheduler.simulate import Box, InstanceType, JobState, Simulation, accepts
-from lambdas.scheduler.placement import Fleet, JobRequest, Limits, Machine, Reservation, plan
+from lambdas.scheduler.planning import Fleet, JobRequest, Limits, Machine, Reservation, plan
 
 ECS_SCALE_IN_S = 15 * 60  # managed scaling removes an instance 15 minutes after its last task
 REAPER_EVERY_S = 10 * 60

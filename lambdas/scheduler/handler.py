@@ -8,7 +8,7 @@ reserved concurrency 1 makes runs sequential. A run:
   3. reads the admission flag; when closed, nothing is started or bought (running jobs continue);
   4. reads every fleet region (live spot prices, machines, free GPUs from the tasks on them, groups and
      the instances they are still launching, failed launches);
-  5. plans with lambdas.scheduler.placement.plan and acts: per placement a conditional claim
+  5. plans with lambdas.scheduler.planning.plan and acts: per placement a conditional claim
      QUEUED(n) -> STARTING(n+1) in the ledger BEFORE StartTask, so a message delivered twice or a
      second run can never start the same attempt twice; then STARTING -> RUNNING with the task ARN;
   6. raises the chosen groups' desired capacity within the fleet cap and the dollars-per-hour cap,
@@ -36,7 +36,7 @@ from lambdas.jobs import ledger as L
 from lambdas.jobs import queue
 from lambdas.jobs.fleets import FleetConfig, parse_fleets
 from lambdas.scheduler import actions, state
-from lambdas.scheduler.placement import Fleet, JobRequest, Limits, Machine, Reservation, ScaleOut, plan
+from lambdas.scheduler.planning import Fleet, JobRequest, Limits, Machine, Reservation, ScaleOut, plan
 
 PERMISSIONS = (
     *admission.READ_PERMISSIONS,

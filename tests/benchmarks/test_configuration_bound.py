@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks.configuration_bound import configuration_bound
-from lambdas.scheduler.placement import resource_prices
+from lambdas.scheduler.planning import resource_prices
 
 
 def test_a_job_cannot_borrow_vcpus_from_another_instance():

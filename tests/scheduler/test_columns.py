@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks.configuration_bound import configuration_bound
-from lambdas.scheduler.columns import _best_pattern, cheapest_cover
+from lambdas.scheduler.planning.columns import _best_pattern, cheapest_cover
 
 BOXES = [((1, 8.0, 32_000), 0.5), ((4, 48.0, 190_000), 1.3), ((8, 96.0, 380_000), 3.0), ((1, 4.0, 15_000), 0.21)]
 

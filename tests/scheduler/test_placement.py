@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lambdas.common.catalog import load_catalog
-import lambdas.scheduler.placement as placement
-from lambdas.scheduler.placement import (
+import lambdas.scheduler.planning.purchase as purchase
+from lambdas.scheduler.planning import (
     ADMISSION_CLOSED, NO_FLEET, Fleet, JobRequest, Limits, Machine, Reservation, plan, resource_prices,
 )
 
@@ -254,7 +254,7 @@ def test_the_cover_buys_near_the_configuration_bound_where_greedy_packing_does_n
         return sum(s.hourly_usd for s in result.scale_outs)
 
     planned = cost(plan(jobs, [], fleets, CATALOG, Limits(float("inf"), 0)))
-    monkeypatch.setattr(placement, "COVER_MAX_KINDS", 0)  # the greedy purchase alone
+    monkeypatch.setattr(purchase, "COVER_MAX_KINDS", 0)  # the greedy purchase alone
     greedy = cost(plan(jobs, [], fleets, CATALOG, Limits(float("inf"), 0)))
     assert bound.cost <= planned <= 1.02 * bound.cost < greedy
 

@@ -1,0 +1,34 @@
+"""Stage 1, live machines: each pending job onto the fittest machine that runs now.
+
+Hard constraints: the machine is not draining, has the free GPUs, vCPUs and memory, its type fully
+matches the job's pattern, its region and lifecycle are ones the job accepts. Among those, the fittest
+wins (packer.py: fullest after placing, rebalance and sweep-spread penalties). Reserved jobs first take
+an empty machine of their fleet (reservations.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from lambdas.scheduler.planning.constraints import Patterns
+from lambdas.scheduler.planning.model import JobRequest, Machine, Placement
+from lambdas.scheduler.planning.packer import Packer
+from lambdas.scheduler.planning.reservations import place_reservations
+
+
+def place_live(ordered: Sequence[JobRequest], machines: Sequence[Machine], catalog,
+               patterns: Patterns) -> tuple[list[Placement], list[JobRequest]]:
+    """Placements onto live machines, and the jobs left (in planning order)."""
+    live = Packer(machines, catalog, lambda job, g: patterns.accepts(job, g.instance_type, g.region, g.lifecycle))
+    reserved = place_reservations(ordered, live)
+    placements = [Placement(job_id, m.key, m.region, m.fleet) for job_id, m in reserved.items()]
+    unplaced: list[JobRequest] = []
+    for job in ordered:
+        if job.job_id in reserved:
+            continue
+        machine = live.place(job)
+        if machine is None:
+            unplaced.append(job)
+        else:
+            placements.append(Placement(job.job_id, machine.key, machine.region, machine.fleet))
+    return placements, unplaced

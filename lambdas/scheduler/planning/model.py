@@ -1,0 +1,105 @@
+"""The planner's plain data: what it is given (jobs, machines, fleets, limits) and what it returns.
+
+No AWS and no behaviour here: the scheduler Lambda builds these from what it reads, the benchmark from
+its simulation, and every stage of the plan works on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ADMISSION_CLOSED = "admission closed by budget guard"
+NO_FLEET = "no fleet can run it (instance-type pattern, region, lifecycle or size)"
+SCALING_PAUSED = "no free capacity; scaling paused (circuit breaker open)"
+
+Resources = tuple[int, float, int]  # GPUs, vCPUs, MiB
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A new instance bought for a set of jobs: equal reservations are one box's jobs."""
+    region: str
+    fleet: str
+    box: str
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    job_id: str
+    submission_id: str
+    gpus: int
+    vcpus: float
+    memory_mib: int
+    instance_type_pattern: str | None = None  # regex, full match on the type name
+    regions: tuple[str, ...] = ()  # empty = any
+    lifecycle: str | None = None  # "spot" | "on-demand" | None
+    submitted_at: float = 0.0  # epoch seconds; older first
+    reserved: Reservation | None = None  # the instance an earlier run bought for it, if any
+
+
+@dataclass(frozen=True)
+class Machine:
+    key: str  # container instance ARN (the StartTask target)
+    instance_id: str
+    region: str
+    fleet: str
+    instance_type: str
+    availability_zone: str
+    lifecycle: str
+    free_gpus: int
+    free_vcpus: float
+    free_memory_mib: int
+    price_per_hour: float
+    rebalance_recommended: bool = False
+    draining: bool = False
+    # Submissions with a job running on the machine (the sweep spread counts them in its pool).
+    submissions: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Fleet:
+    region: str
+    fleet: str
+    asg_name: str
+    instance_types: tuple[str, ...]
+    # Usable machines of the group (registered with ECS, not draining), and instances asked for that
+    # are not usable yet (desired capacity minus those). Together they count against the cap.
+    current_instances: int
+    pending_instances: int
+    max_instances: int
+    on_demand_base: int = 0
+    on_demand_percent_above_base: int = 0
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_hourly_usd: float
+    current_hourly_usd: float
+    admission_open: bool = True
+    scaling_allowed: bool = True  # False when the circuit breaker is open
+
+
+@dataclass(frozen=True)
+class Placement:
+    job_id: str
+    machine_key: str
+    region: str
+    fleet: str
+
+
+@dataclass(frozen=True)
+class ScaleOut:
+    region: str
+    fleet: str
+    asg_name: str
+    add_instances: int
+    hourly_usd: float
+    for_jobs: tuple[str, ...]
+    boxes: tuple[tuple[str, ...], ...] = ()  # the jobs planned onto each new instance (reserve them)
+
+
+@dataclass(frozen=True)
+class Plan:
+    placements: tuple[Placement, ...]
+    scale_outs: tuple[ScaleOut, ...]
+    waiting: tuple[tuple[str, str], ...]  # (job_id, reason)

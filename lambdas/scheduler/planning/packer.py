@@ -1,0 +1,175 @@
+"""Best-fit packing over a set of machines: the index the live, launching and purchase stages share.
+
+Fitness (in the spirit of Netflix Fenzo's fitness calculators): how full the machine is after placing,
+GPUs weighted most (they are what costs), then vCPUs and memory; a full machine frees whole machines
+for removal. Soft constraints lower the score: a machine under a rebalance recommendation, and a spot
+pool (region, instance type, AZ) that already holds a job of the same submission (spreading a sweep
+limits what one reclaimed pool takes down). Ties go to the cheaper GPU-hour, then the key.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from lambdas.scheduler.planning.constraints import capacity_of, constraint_key, demand_of, fits, weighted_share
+from lambdas.scheduler.planning.model import JobRequest, Machine, Resources
+
+REBALANCE_PENALTY = 0.5  # below any healthy machine: used only when nothing else fits
+SWEEP_SPREAD_PENALTY = 0.1  # less than one GPU step on a 4-GPU machine (0.15): packing wins there
+
+
+@dataclass
+class Bin:
+    """A machine's remaining room while planning."""
+    machine: Machine
+    free: list  # [GPUs, vCPUs, MiB]
+    capacity: Resources
+    price_per_gpu: float
+
+    def fullness(self) -> float:
+        return 1.0 - weighted_share(self.capacity, self.free)
+
+    def rank(self) -> tuple:
+        # Order inside a bucket: fullest first, then the cheaper GPU-hour, then the key (deterministic).
+        return -self.fullness(), self.price_per_gpu, self.machine.key
+
+
+@dataclass
+class Group:
+    """Machines alike for every job: same fleet and type (so same capacity), zone, lifecycle, rebalance.
+
+    Inside a group a job's fitness on a machine is the machine's fullness plus a term that depends only
+    on the job and the type, so the best machine of a group is the fullest one that fits. Buckets by
+    free GPUs let a job skip machines without enough of them.
+    """
+    fleet: str
+    instance_type: str
+    region: str
+    lifecycle: str
+    pool: tuple[str, str, str]
+    rebalance: bool
+    capacity: Resources
+    buckets: dict[int, list] = field(default_factory=dict)  # free GPUs -> sorted [(rank, Bin)]
+
+    def add(self, bin_: Bin) -> None:
+        bisect.insort(self.buckets.setdefault(int(bin_.free[0]), []), (bin_.rank(), id(bin_), bin_))
+
+    def remove(self, bin_: Bin, rank: tuple) -> None:
+        bucket = self.buckets[int(bin_.free[0])]
+        del bucket[bisect.bisect_left(bucket, (rank, id(bin_), bin_))]
+        if not bucket:
+            del self.buckets[int(bin_.free[0])]
+
+    def best_fit(self, need: Resources) -> Bin | None:
+        best = None
+        for free_gpus, bucket in self.buckets.items():
+            if free_gpus < need[0]:
+                continue
+            for rank, _, bin_ in bucket:
+                if fits(bin_.free, need):
+                    if best is None or rank < best[0]:
+                        best = (rank, bin_)
+                    break
+        return best[1] if best else None
+
+
+class Packer:
+    """Best-fit placement over a set of machines, indexed so that 10,000 jobs over 1,000 machines
+    cost milliseconds, not seconds: groups of alike machines, buckets by free GPUs, and a memo of job
+    sizes that already found no room (machines only fill up while planning)."""
+
+    def __init__(self, machines: Iterable[Machine], catalog, accepts: Callable[[JobRequest, Group], bool]):
+        self._catalog = catalog
+        self._accepts = accepts
+        self._groups: dict[tuple, Group] = {}
+        self._pool_submissions: dict[tuple[str, str, str], set[str]] = {}
+        # constraint key -> (a job with those constraints, the groups it may use)
+        self._eligible: dict[tuple, tuple[JobRequest, list[Group]]] = {}
+        self._no_room: dict[tuple, list[Resources]] = {}
+        self._bins: dict[str, tuple[Group, Bin]] = {}
+        self._empty: dict[tuple[str, str], list[str]] = {}  # (region, fleet) -> untouched healthy machines
+        for machine in sorted(machines, key=lambda m: m.key):
+            self.add(machine)
+
+    def add(self, machine: Machine) -> None:
+        if machine.draining:
+            return
+        capacity = capacity_of(self._catalog, machine.instance_type)
+        pool = (machine.region, machine.instance_type, machine.availability_zone)
+        key = (machine.fleet, *pool, machine.lifecycle, machine.rebalance_recommended)
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = Group(machine.fleet, machine.instance_type, machine.region,
+                                               machine.lifecycle, pool, machine.rebalance_recommended, capacity)
+            for job, groups in self._eligible.values():
+                if self._accepts(job, group):
+                    groups.append(group)
+        self._pool_submissions.setdefault(pool, set()).update(machine.submissions)
+        bin_ = Bin(machine, [machine.free_gpus, machine.free_vcpus, machine.free_memory_mib], capacity,
+                    machine.price_per_hour / max(1, capacity[0]))
+        group.add(bin_)
+        self._bins[machine.key] = (group, bin_)
+        # Every job holds a GPU, so all GPUs free means no job runs there (GPUs come from the catalog).
+        if machine.free_gpus >= capacity[0] and not machine.submissions and not machine.rebalance_recommended:
+            self._empty.setdefault((machine.region, machine.fleet), []).append(machine.key)
+        self._no_room.clear()  # new room: sizes that found none may fit now
+
+    def machine(self, key: str) -> Machine:
+        return self._bins[key][1].machine
+
+    def claim_empty(self, region: str, fleet: str) -> Machine | None:
+        """An empty healthy machine of the fleet, no longer offered to the next caller."""
+        keys = self._empty.get((region, fleet), [])
+        while keys:
+            group, bin_ = self._bins[keys.pop(0)]
+            if bin_.free[0] >= group.capacity[0]:  # still untouched
+                return bin_.machine
+        return None
+
+    def place_on(self, job: JobRequest, key: str) -> bool:
+        """Place the job on this machine if it may run there and fits (reservations choose the machine)."""
+        group, bin_ = self._bins[key]
+        need = demand_of(job)
+        if not self._accepts(job, group) or not fits(bin_.free, need):
+            return False
+        self._take(group, bin_, job, need)
+        return True
+
+    def _take(self, group: Group, bin_: Bin, job: JobRequest, need: Resources) -> None:
+        group.remove(bin_, bin_.rank())
+        bin_.free = [bin_.free[0] - need[0], bin_.free[1] - need[1], bin_.free[2] - need[2]]
+        group.add(bin_)
+        self._pool_submissions.setdefault(group.pool, set()).add(job.submission_id)
+
+    def _groups_for(self, job: JobRequest) -> list[Group]:
+        key = constraint_key(job)
+        if key not in self._eligible:
+            self._eligible[key] = (job, [g for g in self._groups.values() if self._accepts(job, g)])
+        return self._eligible[key][1]
+
+    def place(self, job: JobRequest) -> Machine | None:
+        need = demand_of(job)
+        memo_key = constraint_key(job)
+        if any(fits(need, small) for small in self._no_room.get(memo_key, ())):
+            return None  # a job no larger than this one already found no room
+        best, best_key = None, None
+        for group in self._groups_for(job):
+            candidate = group.best_fit(need)
+            if candidate is None:
+                continue
+            penalty = REBALANCE_PENALTY if group.rebalance else 0.0
+            if group.lifecycle == "spot" and job.submission_id in self._pool_submissions.get(group.pool, ()):
+                penalty += SWEEP_SPREAD_PENALTY
+            fitness = candidate.fullness() + weighted_share(group.capacity, need) - penalty
+            key = (-round(fitness, 12), candidate.price_per_gpu, candidate.machine.key)
+            if best_key is None or key < best_key:
+                best, best_key = (group, candidate), key
+        if best is None:
+            self._no_room.setdefault(memo_key, []).append(need)
+            return None
+        group, bin_ = best
+        self._take(group, bin_, job, need)
+        return bin_.machine
+
