@@ -20,7 +20,7 @@ from components.config import StackConfig
 from components.dashboard import FleetDashboard, FleetDashboardArgs
 from components.idle import Reaper, ReaperArgs
 from components.jobs.jobs import queue_name
-from components.network import Network, NetworkArgs
+from components.network import ImageCache, ImageCacheArgs, Network, NetworkArgs
 from components.resources import child
 
 
@@ -74,14 +74,20 @@ class FleetRegion(pulumi.ComponentResource):
                        manifest_ami_id=args.manifest_ami_id),
             opts=child(self),
         )
+        self.image_cache = ImageCache(
+            f"{name}-images",
+            ImageCacheArgs(region=region, environment=cfg.environment, tags=tags),
+            opts=child(self),
+        )
         self.cluster = EcsGpuCluster(
             f"{name}-ecs",
             EcsGpuClusterArgs(
                 region=region,
                 environment=cfg.environment,
-                job_image=cfg.job_image,
+                job_image=self.image_cache.image(cfg.job_image),
                 log_retention_days=cfg.log_retention_days,
                 tags=tags,
+                pull_through_repositories_arn=self.image_cache.repositories_arn,
             ),
             opts=child(self),
         )

@@ -8,12 +8,14 @@ teardowns hang. See docs/architecture.md, "Who owns desired capacity".
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
 
+from components.network.image_cache import PULL_THROUGH_ACTIONS
 from components.resources import assume_role_policy, child, managed_policy
 
 JOB_CONTAINER_NAME = "job"
@@ -43,9 +45,13 @@ def job_log_group_name(environment: str) -> str:
 class EcsGpuClusterArgs:
     region: str
     environment: str
-    job_image: str
+    # The default job image as the region's instances pull it (ImageCache.image: ECR Public images
+    # through the region's pull-through cache).
+    job_image: pulumi.Input[str]
     log_retention_days: int
     tags: Mapping[str, str]
+    # ARN pattern of the repositories of the region's pull-through cache (ImageCache); None: no cache.
+    pull_through_repositories_arn: pulumi.Input[str] | None = None
 
 
 class EcsGpuCluster(pulumi.ComponentResource):
@@ -101,6 +107,21 @@ class EcsGpuCluster(pulumi.ComponentResource):
             policy_arn=managed_policy("service-role/AmazonECSTaskExecutionRolePolicy"),
             opts=child(self),
         )
+        if args.pull_through_repositories_arn is not None:
+            # The ECS agent pulls job images with this role; the managed policy covers plain ECR pulls,
+            # not the first pull through the cache (import from upstream, create and tag the repository).
+            aws.iam.RolePolicy(
+                f"{name}-task-execution-pull-through",
+                role=execution_role.id,
+                policy=pulumi.Output.from_input(args.pull_through_repositories_arn).apply(
+                    lambda arn: json.dumps({
+                        "Version": "2012-10-17",
+                        "Statement": [{"Sid": "PullThroughCache", "Effect": "Allow",
+                                       "Action": list(PULL_THROUGH_ACTIONS), "Resource": arn}],
+                    })
+                ),
+                opts=child(self),
+            )
         # The identity job containers run as. No permissions by default: attach what jobs need
         # (an S3 prefix, a model registry) to this role outside mlfleet or in a later change.
         job_role = aws.iam.Role(

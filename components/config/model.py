@@ -18,11 +18,13 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
 
+from components.network.registries import DOCKER_HUB, reachable_without_egress, registry_of
 from lambdas.common import tags as tag_keys
 from lambdas.common.catalog import load_catalog
 
@@ -138,7 +140,8 @@ class StackConfig(_Model):
     ami_ids: dict[Region, Annotated[str, StringConstraints(pattern=AMI_ID.pattern)]] = Field(default_factory=dict)
     # A new AMI rolls out through an ASG instance refresh that keeps this share of the fleet in service.
     ami_refresh_min_healthy_percent: int = Field(default=90, ge=0, le=100)
-    job_image: str = Field(default="nvidia/cuda:12.6.3-base-ubuntu24.04", min_length=1)
+    # From ECR Public, which every region reaches through its pull-through cache (components/network).
+    job_image: str = Field(default="public.ecr.aws/nvidia/cuda:12.6.3-base-ubuntu24.04", min_length=1)
     log_retention_days: int = 30
 
     cost_allocation_tags: dict[TagKey, TagValue] = Field(default_factory=dict)
@@ -185,6 +188,27 @@ class StackConfig(_Model):
         if duplicates:
             raise ValueError(f"lists {', '.join(duplicates)} more than once")
         return regions
+
+    @field_validator("job_image")
+    @classmethod
+    def _job_image_reachable(cls, image: str, info: ValidationInfo) -> str:
+        """Regions whose VPC mlfleet creates without a NAT gateway reach only ECR (components/network/
+        registries.py); a team's own VPC (networks) is the team's to route."""
+        if info.data.get("nat_gateway", True) or "regions" not in info.data:
+            return image
+        closed = [r for r in info.data["regions"] if r not in info.data.get("networks", {})]
+        unreachable = [r for r in closed if not reachable_without_egress(image, r)]
+        if unreachable:
+            registry = registry_of(image)
+            fixes = ["an ECR Public image (public.ecr.aws/...: each region pulls it through its ECR cache)"]
+            if len(closed) == 1:
+                fixes.append(f"an image in {closed[0]}'s own ECR")
+            raise ValueError(
+                f"{image!r} comes from {'Docker Hub' if registry == DOCKER_HUB else registry}, which "
+                f"{', '.join(unreachable)} cannot reach without internet egress (natGateway is false); "
+                f"use {' or '.join(fixes)}, or set mlfleet:natGateway: true"
+            )
+        return image
 
     @field_validator("log_retention_days")
     @classmethod

@@ -1,3 +1,14 @@
+from .image_cache import ImageCache, ImageCacheArgs
 from .network import INTERFACE_ENDPOINT_SERVICES, Network, NetworkArgs
+from .service_calls import SERVICE_CALLS, ServiceCall, required_services
 
-__all__ = ["INTERFACE_ENDPOINT_SERVICES", "Network", "NetworkArgs"]
+__all__ = [
+    "INTERFACE_ENDPOINT_SERVICES",
+    "SERVICE_CALLS",
+    "ImageCache",
+    "ImageCacheArgs",
+    "Network",
+    "NetworkArgs",
+    "ServiceCall",
+    "required_services",
+]

@@ -2,9 +2,10 @@
 
 Either the team's existing VPC and subnets (mlfleet adds nothing to them: egress is theirs), or a new
 VPC with one private subnet per availability zone, chosen among the zones that offer the most of the
-fleets' instance types. Instances never get a public IP. They reach ECR, S3, ECS, CloudWatch and SSM
-through VPC endpoints, or through one NAT gateway when the config asks for internet egress (pip,
-model hubs). The S3 gateway endpoint is always there: it is free and carries ECR image layers.
+fleets' instance types. Instances never get a public IP. They reach the AWS services their agents and
+jobs call (service_calls.py) through VPC endpoints, or through one NAT gateway when the config asks for
+internet egress (pip, model hubs). The S3 gateway endpoint is always there: it is free and carries ECR
+image layers.
 """
 
 from __future__ import annotations
@@ -19,21 +20,11 @@ import pulumi_aws as aws
 
 from components.resources import child, invoke
 
-# Interface endpoints an ECS GPU instance needs without internet egress (ECS agent and telemetry,
-# image pulls, logs and agent metrics, Session Manager, and STS for task roles' SDKs).
-INTERFACE_ENDPOINT_SERVICES = (
-    "ecr.api",
-    "ecr.dkr",
-    "ecs",
-    "ecs-agent",
-    "ecs-telemetry",
-    "logs",
-    "monitoring",
-    "ssm",
-    "ssmmessages",
-    "ec2messages",
-    "sts",
-)
+from .service_calls import interface_endpoint_services
+
+# One interface endpoint per service the instances and jobs call (service_calls.py says who calls
+# what, with the source), so that a region without internet egress reaches each of them.
+INTERFACE_ENDPOINT_SERVICES = interface_endpoint_services()
 
 
 @dataclass(frozen=True)
