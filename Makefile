@@ -47,7 +47,7 @@ snapshots: venv
 
 shellcheck:
 	@command -v shellcheck >/dev/null || { echo "shellcheck is missing: apt-get install shellcheck"; exit 1; }
-	shellcheck components/compute/user_data.sh $(wildcard packer/scripts/*.sh) $(wildcard scripts/*.sh)
+	shellcheck components/compute/*.sh $(wildcard packer/scripts/*.sh) $(wildcard scripts/*.sh)
 
 lint: shellcheck
 

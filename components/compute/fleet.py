@@ -8,7 +8,9 @@ Who owns the group's desired capacity (DESIGN.md asks for exactly one owner per 
 - Pulumi sets min and max but ignores desired capacity after creation, so `pulumi up` never resets
   what the scheduler asked for; no ECS capacity provider, so ECS managed scaling never joins in.
 Instances are protected from scale-in so that nothing but the reaper's targeted termination (after
-draining) removes a machine that runs a job.
+draining) removes a machine that runs a job. Nothing in the group launches before it terminates
+(Capacity Rebalancing off, AZRebalance suspended, an instance refresh a full fleet can do by
+terminating first), so `max_size` is a hard cap and no zone rebalancing kills a busy machine.
 """
 
 from __future__ import annotations
@@ -27,12 +29,18 @@ from lambdas.common import tags as tag_keys
 from lambdas.common.catalog import ECS_RESERVED_MEMORY_MIB
 
 USER_DATA_TEMPLATE = Path(__file__).with_name("user_data.sh")
+# Written by the user data: the iptables rule that keeps job containers off IMDS, and the unit that
+# applies it at every boot.
+BLOCK_IMDS_SCRIPT = Path(__file__).with_name("block_imds.sh")
+BLOCK_IMDS_UNIT = Path(__file__).with_name("mlfleet-block-imds.service")
 ROOT_DEVICE = "/dev/xvda"  # root device of the Amazon Linux 2023 ECS GPU AMI
 INSTANCE_POLICIES = (
     "service-role/AmazonEC2ContainerServiceforEC2Role",  # the ECS agent
     "CloudWatchAgentServerPolicy",  # CPU, memory, disk and nvidia_gpu metrics
     "AmazonSSMManagedInstanceCore",  # Session Manager instead of SSH
 )
+# Processes the groups never run (see the group below).
+SUSPENDED_PROCESSES = ("AZRebalance",)
 # Group metrics are free at one-minute granularity; the dashboard charts them.
 GROUP_METRICS = (
     "GroupDesiredCapacity",
@@ -48,6 +56,20 @@ def fleet_group_name(environment: str, fleet: str) -> str:
     return f"mlfleet-{environment}-{fleet}"
 
 
+def refresh_min_healthy_percent(configured: int, max_instances: int) -> int:
+    """The instance refresh's minimum healthy percentage for a fleet: the configured share, lowered so that
+    a fleet at max_size can still replace an instance by terminating it first.
+
+    The provider always sends MaxHealthyPercentage (100 here; terraform-provider-aws
+    internal/service/autoscaling/group.go: schema Default 100, expandRefreshPreferences), and with it
+    set, "when it is mathematically impossible to replace instances while honoring both bounds, Auto
+    Scaling launches a new instance before terminating an old one (temporarily exceeding the desired
+    capacity)" (botocore autoscaling service-2.json, RefreshPreferences.MaxHealthyPercentage). With the
+    minimum rounded up, a full fleet of M can drop one instance only if ceil(M * p / 100) <= M - 1,
+    which holds for every p <= 100 * (M - 1) / M (0 for a fleet of one)."""
+    return min(configured, 100 * (max_instances - 1) // max_instances)
+
+
 def render_user_data(cluster_name: str, environment: str, fleet: str) -> str:
     script = USER_DATA_TEMPLATE.read_text()
     for marker, value in {
@@ -55,6 +77,8 @@ def render_user_data(cluster_name: str, environment: str, fleet: str) -> str:
         "ENVIRONMENT": environment,
         "FLEET": fleet,
         "RESERVED_MEMORY_MIB": str(ECS_RESERVED_MEMORY_MIB),
+        "BLOCK_IMDS_SCRIPT": BLOCK_IMDS_SCRIPT.read_text().rstrip("\n"),
+        "BLOCK_IMDS_UNIT": BLOCK_IMDS_UNIT.read_text().rstrip("\n"),
     }.items():
         script = script.replace(f"@@{marker}@@", value)
     return script
@@ -166,7 +190,19 @@ class GpuSpotFleet(pulumi.ComponentResource):
             min_size=fleet.min_instances,
             max_size=fleet.max_instances,
             vpc_zone_identifiers=args.subnet_ids,
-            capacity_rebalance=True,
+            # max_size is a hard cap only if nothing launches before it terminates. Capacity Rebalancing
+            # launches a replacement first and may exceed max_size by up to 10% (https://docs.aws.amazon.com/
+            # autoscaling/ec2/userguide/ec2-auto-scaling-capacity-rebalancing.html); mlfleet answers rebalance
+            # recommendations itself: lambdas/job_events tags the instance and the scheduler places no new
+            # job on it, without buying a machine outside the caps.
+            capacity_rebalance=False,
+            # AZRebalance, after the reaper's terminate-with-decrement leaves the zones uneven, would
+            # launch above max_size and terminate instances running jobs in other zones: "rebalancing might
+            # terminate instances in other zones" (TerminateInstanceInAutoScalingGroup, https://docs.aws.
+            # amazon.com/autoscaling/ec2/APIReference/API_TerminateInstanceInAutoScalingGroup.html;
+            # https://docs.aws.amazon.com/autoscaling/ec2/userguide/as-suspend-resume-processes.html).
+            # Launches still go to the least-used zone the group can launch in.
+            suspended_processes=list(SUSPENDED_PROCESSES),
             protect_from_scale_in=True,
             # Teardown: delete the group with its (scale-in protected) instances in one pass.
             force_delete=True,
@@ -192,12 +228,14 @@ class GpuSpotFleet(pulumi.ComponentResource):
             },
             # A new launch-template version (a new AMI) starts a rolling instance refresh. Every instance
             # is scale-in protected, so "Refresh" replaces protected ones too ("Ignore" would roll
-            # nothing out). max 100%: never above desired capacity, so the fleet cap holds. Jobs on a
-            # replaced machine go back to the queue (lambdas/job_events), attempt counted.
+            # nothing out). max 100% and a minimum a full fleet can honour (refresh_min_healthy_percent):
+            # never above max_size, so the fleet cap holds. Jobs on a replaced machine go back to the
+            # queue (lambdas/job_events), attempt counted.
             instance_refresh={
                 "strategy": "Rolling",
                 "preferences": {
-                    "min_healthy_percentage": args.refresh_min_healthy_percent,
+                    "min_healthy_percentage": refresh_min_healthy_percent(args.refresh_min_healthy_percent,
+                                                                          fleet.max_instances),
                     "max_healthy_percentage": 100,
                     "instance_warmup": "300",
                     "skip_matching": True,
@@ -205,6 +243,10 @@ class GpuSpotFleet(pulumi.ComponentResource):
                     "standby_instances": "Terminate",
                 },
             },
+            # No instance maintenance policy and no max_instance_lifetime: without a policy the group
+            # replaces an instance that fails its health check by terminating it first, so replacements
+            # never go above max_size either ("Instance maintenance event default behaviors",
+            # https://docs.aws.amazon.com/autoscaling/ec2/userguide/instance-maintenance-policy-overview-and-considerations.html).
             tags=asg_tags({**tags, "Name": f"mlfleet-{args.environment}-{args.fleet_name}"}),
             opts=child(self, ignore_changes=["desired_capacity"],
                        depends_on=[args.cluster] if args.cluster is not None else None),

@@ -17,7 +17,18 @@ ECS_INSTANCE_ATTRIBUTES={"mlfleet.fleet":"@@FLEET@@","mlfleet.environment":"@@EN
 ECSCONFIG
 
 # Job containers run in bridge mode and get AWS credentials from their task role, never from the
-# instance profile: drop their traffic to the instance metadata service. Docker keeps rules in
-# DOCKER-USER, and creating the chain before Docker starts is supported.
-iptables -N DOCKER-USER 2>/dev/null || true
-iptables -I DOCKER-USER 1 -i docker+ -d 169.254.169.254/32 -j DROP
+# instance profile: drop their traffic to the instance metadata service. User data runs once and
+# iptables rules do not survive a reboot, so a unit applies the rule at every boot, before Docker
+# (components/compute/block_imds.sh and mlfleet-block-imds.service, filled in by fleet.py).
+install -d -m 0755 /usr/local/sbin
+cat > /usr/local/sbin/mlfleet-block-imds <<'BLOCKIMDS'
+@@BLOCK_IMDS_SCRIPT@@
+BLOCKIMDS
+chmod 0755 /usr/local/sbin/mlfleet-block-imds
+cat > /etc/systemd/system/mlfleet-block-imds.service <<'UNIT'
+@@BLOCK_IMDS_UNIT@@
+UNIT
+systemctl daemon-reload
+# Enabled for every boot, and run now: Docker may already be up, and no container runs before the ECS
+# agent starts, which waits for this script (cloud-final).
+systemctl enable --now mlfleet-block-imds.service

@@ -204,7 +204,9 @@ def test_asg_is_a_capped_spot_first_mixed_fleet_owned_by_the_scheduler():
     assert rendering.outputs["asg"] == group["name"] == "mlfleet-test-gpu1"
     assert (group["minSize"], group["maxSize"]) == (0, 6)
     assert "desiredCapacity" not in group
-    assert group["protectFromScaleIn"] is True and group["capacityRebalance"] is True
+    assert group["protectFromScaleIn"] is True
+    # The hard cap: nothing launches before it terminates (tests/rules/test_hard_cap.py has the rules).
+    assert group["capacityRebalance"] is False and group["suspendedProcesses"] == ["AZRebalance"]
     assert group["vpcZoneIdentifiers"] == ["subnet-0aaa1111", "subnet-0bbb2222"]
     policy = group["mixedInstancesPolicy"]
     assert policy["instancesDistribution"] == {
@@ -223,8 +225,8 @@ def test_a_new_launch_template_version_rolls_out_by_instance_refresh_within_the_
     refresh = asg.inputs["instanceRefresh"]
     assert refresh["strategy"] == "Rolling"
     preferences = refresh["preferences"]
-    assert preferences["minHealthyPercentage"] == 90
-    # Never above desired capacity, so never above the fleet's hard cap during a roll-out.
+    # 90 configured, lowered so that a full fleet of 6 replaces by terminating first: 100 * 5 // 6.
+    assert preferences["minHealthyPercentage"] == 83
     assert preferences["maxHealthyPercentage"] == 100
     # Every fleet instance is scale-in protected: "Ignore" (the default) would replace none of them.
     assert preferences["scaleInProtectedInstances"] == "Refresh"
