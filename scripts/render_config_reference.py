@@ -47,7 +47,8 @@ catalog (`lambdas/common/data/instance_catalog.json`) with a price in each of it
 admission), and at most ten Budgets notifications with the forecast one; at most ten `alertEmails`;
 `logRetentionDays` one of CloudWatch Logs' periods; `reaperScheduleMinutes` 10 to 15;
 `slackWorkspaceId` and `slackChannelId` together; `networks` and `amiIds` only for regions the stack
-lists.
+lists; without `natGateway`, `jobImage` from ECR Public or the region's own ECR (what a region without
+internet egress can pull, docs/network.md).
 
 Keys of other namespaces: `aws:region` is required; `pulumi:disable-default-providers: ["aws"]` is set
 in every committed stack so that no resource can silently use an unconfigured provider (mlfleet
