@@ -21,8 +21,11 @@ from packer.manifest import ManifestError, load_manifest
 PACKER_MANIFEST = Path(__file__).resolve().parent.parent / "packer" / "manifest.json"
 
 
-class ProgramError(Exception):
-    """A problem found before any resource is declared (the preview stops with this message)."""
+class ProgramError(pulumi.RunError):
+    """A problem found before any resource is declared (the preview stops with this message).
+
+    A `pulumi.RunError`, so Pulumi prints the message alone, not a traceback (see components/config/loader.py).
+    """
 
 
 def deploy(cfg: StackConfig) -> dict:

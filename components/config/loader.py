@@ -1,22 +1,32 @@
-"""Read a stack's Pulumi config into the StackConfig model, or fail with one readable error."""
+"""Read a stack's Pulumi config into the StackConfig model, or fail with one readable error.
+
+ConfigError is a `pulumi.RunError`: Pulumi's Python program runner prints only the message of a RunError
+and a traceback for any other exception (pulumi/pulumi sdk/python/cmd/pulumi-language-python-exec:
+`except pulumi.RunError as e: pulumi.log.error(str(e))`, then `except Exception:` logs
+"Program failed with an unhandled exception" with the stack trace).
+"""
 
 from __future__ import annotations
 
 import difflib
 import json
+import typing
 from collections.abc import Mapping
 from typing import Any
 
 import pulumi
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from .model import StackConfig, stack_keys
+from .model import Problems, StackConfig, inner_type, stack_keys
 
 PROJECT = "mlfleet"
 
 
-class ConfigError(ValueError):
-    """The stack configuration is invalid. The message names every bad key and value."""
+class ConfigError(pulumi.RunError, ValueError):
+    """The stack configuration is invalid. The message names every bad key and value.
+
+    Still a ValueError, so callers that caught the config's ValueErrors keep working.
+    """
 
 
 def _decode(raw: Any) -> Any:
@@ -41,26 +51,63 @@ def _format_location(loc: tuple[Any, ...]) -> str:
     return key
 
 
+def _keys_at(loc: tuple[Any, ...]) -> tuple[str, ...]:
+    """The keys the model allows in the mapping at `loc` (a stack key, a fleet, a network), for did-you-mean."""
+    node: Any = StackConfig
+    for part in loc:
+        if isinstance(node, type) and issubclass(node, BaseModel):
+            field = next((f for f in node.model_fields.values() if f.alias == part), None)
+            if field is None:
+                return ()
+            node = inner_type(field.annotation)
+        elif typing.get_origin(node) in (dict, tuple):
+            node = inner_type(typing.get_args(node)[-1 if typing.get_origin(node) is dict else 0])
+        else:
+            return ()
+    if node is StackConfig:
+        return stack_keys()
+    if isinstance(node, type) and issubclass(node, BaseModel):
+        return tuple(f.alias for f in node.model_fields.values())
+    return ()
+
+
+def _suggestion(loc: tuple[Any, ...]) -> str | None:
+    """The allowed key closest to the unknown key at `loc`, if any is close."""
+    hint = difflib.get_close_matches(str(loc[-1]), _keys_at(loc[:-1]), n=1)
+    return hint[0] if hint else None
+
+
+def _unknown_key(loc: tuple[Any, ...]) -> str:
+    hint = _suggestion(loc)
+    if hint is None:
+        return f"{_format_location(loc)}: unknown key"
+    return f"{_format_location(loc)}: unknown key (did you mean {f'{PROJECT}:{hint}' if len(loc) == 1 else hint}?)"
+
+
 def _format_errors(error: ValidationError) -> list[str]:
     problems = error.errors(include_url=False)
     # A list whose item failed also reports "too short" once the item is dropped: say it once.
     failed_items = {tuple(p["loc"][:-1]) for p in problems if p["loc"] and isinstance(p["loc"][-1], int)}
+    # A misspelt required key is one problem: the unknown key's did-you-mean names the missing one.
+    misspelt = {(*p["loc"][:-1], _suggestion(tuple(p["loc"]))) for p in problems if p["type"] == "extra_forbidden"}
     lines = []
     for problem in problems:
         loc = tuple(problem["loc"])
         kind = problem["type"]
         if kind == "too_short" and loc in failed_items:
             continue
+        if kind == "missing" and loc in misspelt:
+            continue
         if kind == "extra_forbidden":
-            known = stack_keys() if len(loc) == 1 else ()
-            hint = difflib.get_close_matches(str(loc[-1]), known, n=1)
-            lines.append(f"{_format_location(loc)}: unknown key" + (f" (did you mean {PROJECT}:{hint[0]}?)" if hint else ""))
+            lines.append(_unknown_key(loc))
         elif kind == "missing":
             lines.append(f"{_format_location(loc)}: required key is not set")
         elif kind == "value_error":
-            # Our own validators name the value in their message already.
-            message = problem["msg"].removeprefix("Value error, ")
-            lines.append(f"{_format_location(loc)}: {message}" if loc else message)
+            # Our own validators name the value in their message already; a cross-field validator
+            # reports several problems at once, each counted and listed on its own line.
+            cause = (problem.get("ctx") or {}).get("error")
+            messages = cause.problems if isinstance(cause, Problems) else (problem["msg"].removeprefix("Value error, "),)
+            lines.extend(f"{_format_location(loc)}: {message}" if loc else message for message in messages)
         else:
             lines.append(f"{_format_location(loc)}: {problem['msg']} (got {problem.get('input')!r})")
     return lines

@@ -1,16 +1,19 @@
 """The stack configuration as one validated, immutable model.
 
 Every `mlfleet:*` key of a stack file maps to one field here (camelCase in YAML, snake_case in
-Python). Defaults live here and only here: Pulumi.yaml declares types and descriptions, never
-defaults. Cross-field rules (min <= max, fleet regions within the stack's regions, ...) are model
-validators so that one error lists every problem at once.
+Python), with its type, default and description. Defaults live here and only here: Pulumi.yaml's
+`config:` block is generated from this model (scripts/render_project_config.py, see
+components/config/project.py). Cross-field rules (min <= max, fleet regions within the stack's
+regions, ...) are model validators so that one error lists every problem at once.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
-from typing import Annotated
+import types
+import typing
+from typing import Annotated, Any
 
 from pydantic import (
     AfterValidator,
@@ -27,6 +30,7 @@ from pydantic.alias_generators import to_camel
 from components.network.registries import DOCKER_HUB, reachable_without_egress, registry_of
 from lambdas.common import tags as tag_keys
 from lambdas.common.catalog import load_catalog
+from lambdas.jobs.spec import MAX_ATTEMPTS_LIMIT
 
 from .regions import AWS_REGIONS
 
@@ -42,6 +46,14 @@ LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 
 MAX_BUDGET_NOTIFICATIONS = 10
 
 DEFAULT_INSTANCE_TYPES = ("g6.2xlarge", "g5.2xlarge", "g4dn.2xlarge", "g6.4xlarge", "g5.4xlarge")
+
+
+class Problems(ValueError):
+    """Several independent problems found by one validator; the loader lists (and counts) each."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n  - ".join(problems))
+        self.problems = tuple(problems)
 
 
 def _known_region(region: str) -> str:
@@ -124,55 +136,126 @@ class ExistingNetwork(_Model):
 
 
 class StackConfig(_Model):
-    """Everything one stack (one environment) declares."""
+    """Everything one stack (one environment) declares.
+
+    Each stack key's description lives here with its type and default; scripts/render_project_config.py
+    writes them into Pulumi.yaml and scripts/render_config_reference.py into docs/configuration.md.
+    """
 
     # Not stack keys: filled by the loader from the stack name and `aws:region`.
     environment: str
     home_region: Region
 
-    regions: tuple[Region, ...] = Field(min_length=1)
-    fleets: dict[Annotated[str, StringConstraints(pattern=FLEET_NAME.pattern)], FleetConfig] = Field(min_length=1)
-    networks: dict[Region, ExistingNetwork] = Field(default_factory=dict)
-    vpc_cidr: Annotated[str, StringConstraints(pattern=r"^\d{1,3}(\.\d{1,3}){3}/(1[6-9]|2[0-2])$")] = "10.80.0.0/16"
-    availability_zone_count: int = Field(default=3, ge=1, le=6)
-    nat_gateway: bool = False
-    root_volume_gib: int = Field(default=200, ge=100, le=16384, alias="rootVolumeGiB")
-    ami_ids: dict[Region, Annotated[str, StringConstraints(pattern=AMI_ID.pattern)]] = Field(default_factory=dict)
+    regions: tuple[Region, ...] = Field(
+        min_length=1,
+        description="Regions that run GPU fleets (each gets a VPC or uses `networks`, an ECS cluster and the fleets).")
+    fleets: dict[Annotated[str, StringConstraints(pattern=FLEET_NAME.pattern)], FleetConfig] = Field(
+        min_length=1,
+        description="GPU fleets: `{name: {instanceTypes, minInstances, maxInstances, onDemandBaseCapacity, "
+        "onDemandPercentageAboveBase, regions}}`. Fleet names are 1-12 lowercase letters/digits; all types of a fleet "
+        "have the same GPU count; `maxInstances` (1-1000) is the per-region hard cap; `regions` defaults to every "
+        "stack region.")
+    networks: dict[Region, ExistingNetwork] = Field(
+        default_factory=dict,
+        description="Existing VPCs: `{region: {vpcId, subnetIds}}`. mlfleet adds no route, NAT or endpoint to them.")
+    vpc_cidr: Annotated[str, StringConstraints(pattern=r"^\d{1,3}(\.\d{1,3}){3}/(1[6-9]|2[0-2])$")] = Field(
+        default="10.80.0.0/16",
+        description="CIDR of the VPC created in regions without an entry in `networks` (/16 to /22).")
+    availability_zone_count: int = Field(
+        default=3, ge=1, le=6,
+        description="How many availability zones a created VPC spans (zones that offer the fleets' instance types first).")
+    nat_gateway: bool = Field(
+        default=False,
+        description="Give created VPCs a NAT gateway for internet egress; without it, instances reach AWS through VPC "
+        "endpoints only.")
+    root_volume_gib: int = Field(
+        default=200, ge=100, le=16384, alias="rootVolumeGiB",
+        description="Size of each GPU instance's encrypted gp3 root volume (container images live there).")
+    ami_ids: dict[Region, Annotated[str, StringConstraints(pattern=AMI_ID.pattern)]] = Field(
+        default_factory=dict,
+        description="AMI pinned per region: `{region: ami-id}`; wins over every other source.")
     # A new AMI rolls out through an ASG instance refresh that keeps this share of the fleet in service.
-    ami_refresh_min_healthy_percent: int = Field(default=90, ge=0, le=100)
+    ami_refresh_min_healthy_percent: int = Field(
+        default=90, ge=0, le=100,
+        description="Share of a fleet (0-100) an instance refresh keeps in service while it rolls a new AMI out, "
+        "lowered for small fleets so that a refresh never launches above maxInstances.")
     # From ECR Public, which every region reaches through its pull-through cache (components/network).
-    job_image: str = Field(default="public.ecr.aws/nvidia/cuda:12.6.3-base-ubuntu24.04", min_length=1)
-    log_retention_days: int = 30
+    job_image: str = Field(
+        default="public.ecr.aws/nvidia/cuda:12.6.3-base-ubuntu24.04", min_length=1,
+        description="Default container image of the GPU job task-definition family (jobs name their own). ECR "
+        "Public images are pulled through each region's ECR pull-through cache.")
+    log_retention_days: int = Field(
+        default=30,
+        description="Retention of job and function log groups, one of CloudWatch Logs' allowed periods.")
 
-    cost_allocation_tags: dict[TagKey, TagValue] = Field(default_factory=dict)
+    cost_allocation_tags: dict[TagKey, TagValue] = Field(
+        default_factory=dict,
+        description="The team's cost allocation tags, added to everything taggable. Keys must not start with `aws:` "
+        "or `mlfleet:`.")
     # AWS Budgets takes at most ten e-mail subscribers per notification.
-    alert_emails: tuple[Annotated[str, StringConstraints(pattern=EMAIL.pattern)], ...] = Field(min_length=1, max_length=10)
-    slack_workspace_id: str | None = None
-    slack_channel_id: str | None = None
+    alert_emails: tuple[Annotated[str, StringConstraints(pattern=EMAIL.pattern)], ...] = Field(
+        min_length=1, max_length=10,
+        description="E-mail addresses for budget alerts, idle alarms and reaper summaries (each confirms once per topic).")
+    slack_workspace_id: str | None = Field(
+        default=None,
+        description="AWS Chatbot Slack workspace id (authorised once in the Chatbot console); set with slackChannelId.")
+    slack_channel_id: str | None = Field(
+        default=None,
+        description="Slack channel id that receives the environment's notifications through AWS Chatbot.")
 
     # Money. The budget may be derived from the caps (None: the fleets' worst-case monthly cost).
-    monthly_budget_usd: int | None = Field(default=None, gt=0)
-    budget_alert_percents: tuple[int, ...] = (25, 50, 75, 100)
-    budget_forecast_percent: int | None = Field(default=100, gt=0, le=1000)
+    monthly_budget_usd: int | None = Field(
+        default=None,
+        description="Expected monthly spend in dollars; alerts at each quarter of it. Unset means the fleets' "
+        "worst-case monthly cost at their caps.")
+    budget_alert_percents: tuple[int, ...] = Field(
+        default=(25, 50, 75, 100),
+        description="Percents of the monthly budget (actual spend) that send an alert, strictly increasing.")
+    budget_forecast_percent: int | None = Field(
+        default=100, gt=0, le=1000,
+        description="Percent of the monthly budget that forecast spend must reach to send an alert.")
     # Activating needs the tag to have appeared in billing data once (up to a day after first use).
-    activate_cost_allocation_tag: bool = False
-    max_hourly_usd: int = Field(gt=0)
+    activate_cost_allocation_tag: bool = Field(
+        default=False,
+        description="Activate the mlfleet:environment cost allocation tag from the program (it must have appeared in "
+        "billing data once).")
+    max_hourly_usd: int = Field(
+        gt=0,
+        description="Hard cap on the environment's instance spend in dollars per hour; the scheduler never scales past "
+        "it.")
 
     # Idleness (DESIGN.md "Idle").
-    idle_window_minutes: int = Field(default=90, ge=30, le=1440)
-    idle_cpu_percent: int = Field(default=10, ge=1, le=99)
-    idle_gpu_percent: int = Field(default=5, ge=1, le=99)
-    idle_grace_minutes: int = Field(default=30, ge=0, le=1440)
-    reaper_schedule_minutes: int = Field(default=10, ge=10, le=15)
-    reaper_dry_run: bool = False
-    reaper_max_actions_per_run: int = Field(default=20, gt=0, le=500)
+    idle_window_minutes: int = Field(
+        default=90, ge=30, le=1440,
+        description="How long an instance must be idle (no task, CPU and GPU under threshold, complete data) before "
+        "it is marked.")
+    idle_cpu_percent: int = Field(
+        default=10, ge=1, le=99, description="CPU utilisation below which an instance counts as idle.")
+    idle_gpu_percent: int = Field(
+        default=5, ge=1, le=99, description="GPU utilisation below which an instance counts as idle.")
+    idle_grace_minutes: int = Field(
+        default=30, ge=0, le=1440,
+        description="Time between marking an instance idle (and notifying) and reaping it.")
+    reaper_schedule_minutes: int = Field(
+        default=10, ge=10, le=15, description="How often the reaper runs (10 to 15 minutes).")
+    reaper_dry_run: bool = Field(
+        default=False, description="Log and notify what the reaper would do, but change nothing.")
+    reaper_max_actions_per_run: int = Field(
+        default=20, gt=0, le=500,
+        description="Cap on instances the reaper drains, terminates or stops in one run.")
 
-    # Jobs.
-    job_max_attempts: int = Field(default=3, ge=1, le=20)
-    rebalance_timeout_minutes: int = Field(default=30, ge=5, le=360)
+    # Jobs. A job spec may ask for at most MAX_ATTEMPTS_LIMIT attempts; the stack's default must be one it could ask for.
+    job_max_attempts: int = Field(
+        default=3, ge=1,
+        description="Default number of attempts a job gets (spot interruptions count) before it is dead-lettered.")
+    rebalance_timeout_minutes: int = Field(
+        default=30, ge=5, le=360,
+        description="How long an instance under a rebalance recommendation is avoided before the scheduler trusts it "
+        "again.")
 
     # Teardown: keep the job ledger when the stack is destroyed (prod).
-    retain_job_ledger: bool = False
+    retain_job_ledger: bool = Field(
+        default=False, description="Keep the DynamoDB job ledger when the stack is destroyed (set in prod).")
 
     @field_validator("environment")
     @classmethod
@@ -209,6 +292,26 @@ class StackConfig(_Model):
                 f"use {' or '.join(fixes)}, or set mlfleet:natGateway: true"
             )
         return image
+
+    @field_validator("monthly_budget_usd")
+    @classmethod
+    def _positive_budget(cls, budget: int | None) -> int | None:
+        if budget is not None and budget <= 0:
+            raise ValueError(
+                f"{budget} is not a budget: it must be a positive number of dollars, or left unset so that the "
+                "budget is derived from the fleets' worst-case monthly cost at their caps"
+            )
+        return budget
+
+    @field_validator("job_max_attempts")
+    @classmethod
+    def _attempts_a_job_may_ask_for(cls, attempts: int) -> int:
+        if attempts > MAX_ATTEMPTS_LIMIT:
+            raise ValueError(
+                f"{attempts} is more attempts than a job may ask for (at most {MAX_ATTEMPTS_LIMIT}, the job spec's "
+                "limit), so every submission that takes the default would be refused"
+            )
+        return attempts
 
     @field_validator("log_retention_days")
     @classmethod
@@ -267,7 +370,7 @@ class StackConfig(_Model):
                 f"{MAX_BUDGET_NOTIFICATIONS} AWS Budgets allows per budget"
             )
         if problems:
-            raise ValueError("\n  - ".join(problems))
+            raise Problems(problems)
         return self
 
     def fleet_regions(self, fleet: FleetConfig) -> tuple[str, ...]:
@@ -283,6 +386,18 @@ class StackConfig(_Model):
             tag_keys.ENVIRONMENT: self.environment,
             tag_keys.MANAGED_BY: tag_keys.MANAGED_BY_VALUE,
         }
+
+
+def inner_type(annotation: Any) -> Any:
+    """A field's type without Annotated[...] constraints and without `| None`: `tuple[str, ...]`, a model class."""
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin is typing.Annotated:
+            annotation = typing.get_args(annotation)[0]
+        elif origin in (typing.Union, types.UnionType):
+            annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
+        else:
+            return annotation
 
 
 # Filled by the loader (stack name, `aws:region`), not set as `mlfleet:` keys.

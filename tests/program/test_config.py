@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import json
+import runpy
+import subprocess
+import sys
+import types
 import typing
 
+import pulumi
 import pytest
 import yaml
+from pulumi_harness import ROOT, STACKS, RecordingMocks, render_config, render_program, render_stack, stack_file_config
+from pydantic import ValidationError
 
-from components.config import ConfigError, StackConfig, parse_stack_config, stack_keys
+from components import program
+from components.config import ConfigError, StackConfig, StackFileError, parse_stack_config, read_stack_file, stack_keys
 from components.config.model import DEFAULT_INSTANCE_TYPES
-from pulumi_harness import ROOT, STACKS, RecordingMocks, render_config, stack_file_config
+from components.config.project import render_pulumi_yaml
+from lambdas.jobs.spec import MAX_ATTEMPTS_LIMIT
 
 MINIMAL = {
     "aws:region": "us-east-1",
@@ -59,9 +68,9 @@ def test_defaults_live_in_the_model():
 
 def test_model_is_immutable():
     cfg = parse_stack_config(MINIMAL, "dev")
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="frozen"):
         cfg.regions = ("us-west-2",)  # type: ignore[misc]
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="frozen"):
         cfg.fleets["gpu1"].max_instances = 99  # type: ignore[misc]
 
 
@@ -83,7 +92,15 @@ BAD_CASES = [
     pytest.param({"regionz": ["us-east-1"]}, ["mlfleet:regionz: unknown key (did you mean mlfleet:regions?)"], id="misspelt-key"),
     pytest.param({"colour": "blue"}, ["mlfleet:colour: unknown key"], id="unknown-key"),
     pytest.param({"fleets": {"gpu1": {"maxInstances": 2, "maxInstance": 3}}},
-                 ["mlfleet:fleets.gpu1.maxInstance: unknown key"], id="misspelt-nested-key"),
+                 ["mlfleet:fleets.gpu1.maxInstance: unknown key (did you mean maxInstances?)"], id="misspelt-nested-key"),
+    pytest.param({"fleets": {"gpu1": {"maxInstanses": 2}}},
+                 ["1 configuration error", "mlfleet:fleets.gpu1.maxInstanses: unknown key (did you mean maxInstances?)"],
+                 id="misspelt-required-nested-key-is-one-error"),
+    pytest.param({"networks": {"us-east-1": {"vpcID": "vpc-12345678", "subnetIds": ["subnet-12345678"]}}},
+                 ["1 configuration error", "mlfleet:networks.us-east-1.vpcID: unknown key (did you mean vpcId?)"],
+                 id="misspelt-network-key"),
+    pytest.param({"networks": {"us-east-1": {"vpcId": "vpc-12345678", "subnetIds": ["subnet-12345678"], "colour": 1}}},
+                 ["mlfleet:networks.us-east-1.colour: unknown key"], id="unknown-network-key-without-a-close-one"),
     pytest.param({"fleets": {"gpu1": {"maxInstances": 2, "instanceTypes": ["g5.2xlarge", "g5.12xlarge"]}}},
                  ["mlfleet:fleets.gpu1.instanceTypes", "mixes GPU counts"], id="mixed-gpu-counts"),
     pytest.param({"fleets": {"gpu1": {"maxInstances": 2, "regions": ["us-west-2"]}}},
@@ -92,8 +109,14 @@ BAD_CASES = [
     pytest.param({"fleets": {"GPU-1": {"maxInstances": 1}}}, ["mlfleet:fleets.GPU-1", "pattern"], id="bad-fleet-name"),
     pytest.param({"alertEmails": []}, ["mlfleet:alertEmails", "at least 1"], id="no-email"),
     pytest.param({"alertEmails": ["not-an-address"]}, ["mlfleet:alertEmails[0]", "not-an-address"], id="bad-email"),
-    pytest.param({"monthlyBudgetUsd": "0"}, ["mlfleet:monthlyBudgetUsd", "greater than 0"], id="zero-budget"),
-    pytest.param({"monthlyBudgetUsd": "-100"}, ["mlfleet:monthlyBudgetUsd", "got '-100'"], id="negative-budget"),
+    pytest.param({"monthlyBudgetUsd": "0"}, ["mlfleet:monthlyBudgetUsd: 0 is not a budget",
+                                             "left unset so that the budget is derived from the fleets' worst-case"],
+                 id="zero-budget"),
+    pytest.param({"monthlyBudgetUsd": "-100"}, ["mlfleet:monthlyBudgetUsd: -100 is not a budget"], id="negative-budget"),
+    pytest.param({"jobMaxAttempts": str(MAX_ATTEMPTS_LIMIT + 5)},
+                 [f"mlfleet:jobMaxAttempts: {MAX_ATTEMPTS_LIMIT + 5} is more attempts than a job may ask for",
+                  f"at most {MAX_ATTEMPTS_LIMIT}"], id="default-attempts-above-the-job-limit"),
+    pytest.param({"jobMaxAttempts": "0"}, ["mlfleet:jobMaxAttempts", "greater than or equal to 1"], id="zero-attempts"),
     pytest.param({"budgetAlertPercents": [50, 25, 75]}, ["mlfleet:budgetAlertPercents", "strictly increasing", "[50, 25, 75]"], id="thresholds-out-of-order"),
     pytest.param({"budgetAlertPercents": [25, 50, 75]}, ["mlfleet:budgetAlertPercents", "must include 100"], id="no-100-percent-alert"),
     pytest.param({"alertEmails": [f"a{i}@example.com" for i in range(11)]}, ["mlfleet:alertEmails", "at most 10"], id="too-many-emails"),
@@ -135,6 +158,88 @@ def test_every_problem_is_listed_at_once():
     assert "3 configuration error(s)" in str(error.value)
 
 
+def test_the_count_is_the_number_of_problems_listed_even_when_one_validator_finds_several():
+    values = with_values(networks={"eu-west-1": {"vpcId": "vpc-12345678", "subnetIds": ["subnet-12345678"]}},
+                         amiIds={"ap-south-1": "ami-12345678"}, slackChannelId="C01")
+    with pytest.raises(ConfigError) as error:
+        parse_stack_config(values, "dev")
+    header, *lines = str(error.value).splitlines()
+    assert header == f"stack 'dev' has {len(lines)} configuration error(s):" and len(lines) == 3
+    assert all(line.startswith("  - mlfleet:") for line in lines), lines
+
+
+def test_the_default_attempts_may_be_anything_a_job_may_ask_for():
+    assert parse_stack_config(with_values(jobMaxAttempts=str(MAX_ATTEMPTS_LIMIT)), "dev").job_max_attempts == MAX_ATTEMPTS_LIMIT
+
+
+# --- errors reach the user as Pulumi prints them ---------------------------------------------------
+# Pulumi's Python program runner (pulumi/pulumi sdk/python/cmd/pulumi-language-python-exec) logs
+# `str(e)` for a pulumi.RunError and "Program failed with an unhandled exception" plus the stack trace
+# for anything else.
+
+def test_a_config_error_from_the_real_entry_point_is_a_run_error_carrying_the_whole_message():
+    bad = with_values(regions=["us-east-9"], colour="x")
+    with pytest.raises(pulumi.RunError) as error:
+        render_program(lambda: runpy.run_path(str(ROOT / "__main__.py"), run_name="__main__"), "dev", bad)
+    assert isinstance(error.value, ConfigError) and isinstance(error.value, ValueError)
+    assert str(error.value).splitlines() == [
+        "stack 'dev' has 2 configuration error(s):",
+        "  - mlfleet:regions[0]: 'us-east-9' is not an AWS region mlfleet knows",
+        "  - mlfleet:colour: unknown key",
+    ]
+
+
+def test_a_program_error_is_a_run_error(tmp_path, monkeypatch):
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text("{not json")
+    monkeypatch.setattr(program, "PACKER_MANIFEST", manifest)
+    with pytest.raises(pulumi.RunError) as error:
+        render_stack("dev")
+    assert isinstance(error.value, program.ProgramError) and "make ami ENV=dev" in str(error.value)
+
+
+# --- stack files read by our own tools -------------------------------------------------------------
+
+BROKEN_YAML = "config:\n  aws:region: us-east-1\n  mlfleet:regions: [us-east-1\n  mlfleet:maxHourlyUsd: 5\n"
+
+
+def test_a_yaml_syntax_error_in_a_stack_file_is_one_message_with_file_line_and_column(tmp_path):
+    path = tmp_path / "Pulumi.dev.yaml"
+    path.write_text(BROKEN_YAML)
+    with pytest.raises(StackFileError) as error:
+        read_stack_file(path)
+    assert str(error.value) == (
+        f"{path}:4:23: not valid YAML: expected ',' or ']', but got ':' "
+        "(while parsing a flow sequence that starts at line 3, column 20)"
+    )
+    path.write_text("config: [a\n")
+    with pytest.raises(StackFileError, match=r"Pulumi\.dev\.yaml:2:1: not valid YAML"):
+        read_stack_file(path)
+    path.write_text("- just a list\n")
+    with pytest.raises(StackFileError, match="a stack file is a mapping whose `config:` maps keys to values"):
+        read_stack_file(path)
+
+
+def test_stack_value_script_prints_the_yaml_error_not_a_traceback(tmp_path):
+    """scripts/stack_value.py (Make's reader) with the system Python's needs only: PyYAML."""
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "components" / "config").mkdir(parents=True)
+    (tmp_path / "stacks").mkdir()
+    (tmp_path / "scripts" / "stack_value.py").write_text((ROOT / "scripts" / "stack_value.py").read_text())
+    stack_file = ROOT / "components" / "config" / "stack_file.py"
+    (tmp_path / "components" / "config" / "stack_file.py").write_text(stack_file.read_text())
+    (tmp_path / "stacks" / "Pulumi.dev.yaml").write_text(BROKEN_YAML)
+    result = subprocess.run([sys.executable, "scripts/stack_value.py", "dev", "aws:region"], cwd=tmp_path,
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 2
+    assert result.stderr == ("stacks/Pulumi.dev.yaml:4:23: not valid YAML: expected ',' or ']', but got ':' "
+                             "(while parsing a flow sequence that starts at line 3, column 20)\n")
+    assert f"```\n{result.stderr}```" in (ROOT / "docs" / "configuration.md").read_text()
+    result = subprocess.run([sys.executable, "scripts/stack_value.py", "qa", "aws:region"], cwd=tmp_path,
+                            capture_output=True, text=True, check=False)
+    assert (result.returncode, result.stderr) == (2, "no stack file stacks/Pulumi.qa.yaml\n")
+
+
 def test_bad_config_fails_before_any_resource_is_declared():
     mocks = RecordingMocks()
     with pytest.raises(Exception) as error:
@@ -143,15 +248,15 @@ def test_bad_config_fails_before_any_resource_is_declared():
     assert [r.type for r in mocks.resources if r.type != "pulumi:pulumi:Stack"] == []
 
 
-# --- Pulumi.yaml declares exactly the model's keys, typed, described, without defaults ------------
-
-OBJECT_KEYS = {"fleets", "networks", "amiIds", "costAllocationTags"}
+# --- Pulumi.yaml's config block is generated from the model ----------------------------------------
+# (tests/rules/test_pulumi_project.py checks it, and every stack, against the Pulumi CLI's own rules.)
 
 
 def _pulumi_type(annotation) -> str:
+    """The Pulumi project type a model annotation needs, worked out here independently of the generator."""
     origin = typing.get_origin(annotation)
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)) and len(args) == 1:
+    if origin in (typing.Union, types.UnionType) and len(args) == 1:
         return _pulumi_type(args[0])
     if origin is typing.Annotated:
         return _pulumi_type(args[0])
@@ -162,23 +267,46 @@ def _pulumi_type(annotation) -> str:
     return {bool: "boolean", int: "integer", str: "string"}[annotation]
 
 
-def test_pulumi_yaml_schema_matches_the_model():
+def _plain(value):
+    return [_plain(v) for v in value] if isinstance(value, tuple) else value
+
+
+def test_pulumi_yaml_is_what_the_generator_writes():
+    result = subprocess.run([sys.executable, "scripts/render_project_config.py", "--check"], cwd=ROOT,
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    text = (ROOT / "Pulumi.yaml").read_text()
+    assert render_pulumi_yaml(text) == text
+    stale = text.replace("    default: 90\n", "    default: 80\n", 1)
+    assert stale != text and render_pulumi_yaml(stale) == text
+
+
+def test_pulumi_yaml_declares_each_key_with_the_models_type_and_default():
     project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
     assert project["name"] == "mlfleet"
     assert project["stackConfigDir"] == "stacks"
     assert project["runtime"]["name"] == "python" and project["runtime"]["options"]["virtualenv"] == "venv"
     declared = project["config"]
     fields = {f.alias: f for f in StackConfig.model_fields.values() if f.alias in stack_keys()}
-    assert set(declared) | OBJECT_KEYS == set(fields), "Pulumi.yaml and components/config/model.py disagree"
+    unset_by_default = {key for key, f in fields.items() if not f.is_required() and f.get_default() is None}
+    assert unset_by_default == {"monthlyBudgetUsd", "slackWorkspaceId", "slackChannelId"}
+    assert set(declared) == set(fields) - unset_by_default, "Pulumi.yaml and components/config/model.py disagree"
     for key, declaration in declared.items():
-        assert "default" not in declaration, f"{key}: defaults live in the model only"
-        assert declaration.get("description"), f"{key} has no description"
-        assert declaration["type"] == _pulumi_type(fields[key].annotation), key
-        if declaration["type"] == "array":
+        field = fields[key]
+        assert declaration.get("description") == field.description and field.description, key
+        if field.is_required():
+            assert "default" not in declaration, f"{key} is required: Pulumi must name it when a stack omits it"
+        else:
+            assert declaration["default"] == _plain(field.get_default(call_default_factory=True)), key
+        expected = _pulumi_type(field.annotation)
+        if expected == "object":
+            assert "type" not in declaration, f"{key}: Pulumi has no object type"
+        else:
+            assert declaration["type"] == expected, key
+        if expected == "array":
             assert declaration["items"]["type"] in ("string", "integer")
-    for key in OBJECT_KEYS:
-        assert _pulumi_type(fields[key].annotation) == "object"
-        assert f"mlfleet:{key}" in (ROOT / "Pulumi.yaml").read_text(), f"{key} is not documented in Pulumi.yaml"
+    for key in unset_by_default:
+        assert f"mlfleet:{key}: {fields[key].description}" in (ROOT / "Pulumi.yaml").read_text()
 
 
 def test_stacks_disable_the_default_aws_provider():
@@ -188,9 +316,6 @@ def test_stacks_disable_the_default_aws_provider():
 
 
 def test_configuration_reference_is_generated_from_the_model():
-    import subprocess
-    import sys
-
     result = subprocess.run([sys.executable, "scripts/render_config_reference.py", "--check"], cwd=ROOT,
-                            capture_output=True, text=True)
+                            capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
