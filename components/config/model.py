@@ -2,7 +2,7 @@
 
 Every `mlfleet:*` key of a stack file maps to one field here (camelCase in YAML, snake_case in
 Python), with its type, default and description. Defaults live here and only here: Pulumi.yaml's
-`config:` block is generated from this model (scripts/render_project_config.py, see
+`config:` block is generated from this model (scripts/render_config.py, see
 components/config/project.py). Cross-field rules (min <= max, fleet regions within the stack's
 regions, ...) are model validators so that one error lists every problem at once.
 """
@@ -138,8 +138,8 @@ class ExistingNetwork(_Model):
 class StackConfig(_Model):
     """Everything one stack (one environment) declares.
 
-    Each stack key's description lives here with its type and default; scripts/render_project_config.py
-    writes them into Pulumi.yaml and scripts/render_config_reference.py into docs/configuration.md.
+    Each stack key's description lives here with its type and default; scripts/render_config.py writes
+    them into Pulumi.yaml and docs/configuration.md.
     """
 
     # Not stack keys: filled by the loader from the stack name and `aws:region`.

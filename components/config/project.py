@@ -14,8 +14,8 @@ sdk/go/common/workspace/project.json, `simpleConfigType`); object-valued keys ar
 type, which the CLI accepts and does not check (config.go, validateStackConfigValues checks only
 explicitly typed keys). The model checks them.
 
-    python scripts/render_project_config.py          # rewrite Pulumi.yaml's config block
-    python scripts/render_project_config.py --check  # exit 1 if Pulumi.yaml is stale
+    python scripts/render_config.py          # rewrite Pulumi.yaml's config block (and docs/configuration.md)
+    python scripts/render_config.py --check  # exit 1 if either is stale
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from pydantic.fields import FieldInfo
 
 from .model import DERIVED_FIELDS, StackConfig, inner_type
 
-# Everything from this line on is rewritten by scripts/render_project_config.py.
-MARKER = "# Generated from components/config/model.py by scripts/render_project_config.py: do not edit below."
+# Everything from this line on is rewritten by scripts/render_config.py.
+MARKER = "# Generated from components/config/model.py by scripts/render_config.py: do not edit below."
 
 _SCALARS = {bool: "boolean", int: "integer", str: "string"}
 
@@ -112,8 +112,8 @@ def render_config_block() -> str:
 
 
 def render_pulumi_yaml(current: str) -> str:
-    """`current` (Pulumi.yaml's text) with everything from MARKER on replaced by the generated config block."""
-    head, marker, _ = current.partition(MARKER)
-    if not marker:
+    """`current` (Pulumi.yaml's text) with everything from the generated-block line on rewritten."""
+    start = current.find("\n" + MARKER.split(" by ")[0])
+    if start < 0:
         raise ValueError(f"Pulumi.yaml has no line {MARKER!r} to generate the config block after")
-    return head + render_config_block()
+    return current[:start + 1] + render_config_block()

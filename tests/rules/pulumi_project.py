@@ -6,18 +6,19 @@ Pulumi.yaml and a stack file before the program runs, and the config the program
     merged = merge_config("dev", project, stack)             # mergeConfig + validateStackConfigValues
     values = program_config(merged)                          # {"mlfleet:regions": '["us-east-1"]', ...}
 
-Sources (github.com/pulumi/pulumi, read from its master branch; each rule below names its function):
-- sdk/go/common/workspace/loaders.go      projectLoader.load: the order of the steps
-- sdk/go/common/workspace/project.json    the project file's JSON schema (config declarations)
+Sources (github.com/pulumi/pulumi, at the commit given; each rule below names its function):
+- sdk/go/common/workspace/loaders.go      projectLoader.load: the order of the steps (0498be11)
+- sdk/go/common/workspace/project.json    the project file's JSON schema, config declarations (5351d868)
 - sdk/go/common/workspace/project.go      ValidateProject, RewriteConfigPathIntoStackConfigDir,
                                           RewriteShorthandConfigValues, Project.Validate,
-                                          ValidateConfigValue, InferFullTypeName, isPrimitiveValue
+                                          ValidateConfigValue, InferFullTypeName, isPrimitiveValue (0351806b)
 - sdk/go/common/workspace/config.go       mergeConfig, validateStackConfigValues,
                                           validateStackConfigValue, createConfigValue,
-                                          formatMissingKeys, parseConfigKey
-- sdk/go/common/resource/config/key.go    ParseKey
-- sdk/go/common/resource/config/value.go  Value.unmarshalValue (how a stack file's value is read)
-- sdk/go/common/encoding/marshal.go       YAML files are read with gopkg.in/yaml.v2 (YAML 1.1, like PyYAML)
+                                          formatMissingKeys, parseConfigKey (0a7aa0e2)
+- sdk/go/common/resource/config/key.go    ParseKey (30ed5568)
+- sdk/go/common/resource/config/value.go  Value.unmarshalValue: how a stack file's value is read (099d2642)
+- sdk/go/common/encoding/marshal.go       YAML files are read with gopkg.in/yaml.v2 (YAML 1.1, like
+                                          PyYAML) (478141e6)
 
 Not ported, and refused rather than guessed: ESC environments (a stack file's `environment:`), property
 paths in config keys (`a.b[0]`), decrypting secrets (pass `decrypter` to check a secure value's type).

@@ -240,7 +240,7 @@ def test_stack_values_are_read_as_the_cli_reads_them(tmp_path):
 
 
 def test_the_errors_docs_configuration_md_shows_are_what_the_cli_and_the_program_print(tmp_path):
-    from scripts import render_config_reference as reference  # the generator of docs/configuration.md
+    from scripts import render_config as reference  # the generator of docs/configuration.md
 
     docs = (ROOT / "docs" / "configuration.md").read_text()
     with pytest.raises(PulumiConfigError) as missing:

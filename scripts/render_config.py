@@ -1,7 +1,8 @@
-"""Write docs/configuration.md from the config model (one source for keys, types, defaults, descriptions).
+"""Write what the config model (components/config/model.py) is the one source of: the `config:` block
+of Pulumi.yaml (components/config/project.py) and docs/configuration.md.
 
-    python scripts/render_config_reference.py          # rewrite the file
-    python scripts/render_config_reference.py --check  # exit 1 if the committed file is stale
+    python scripts/render_config.py          # rewrite both files
+    python scripts/render_config.py --check  # exit 1 if either committed file is stale
 
 The error examples on the page are produced here, by the loader itself, so they are real output.
 """
@@ -18,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from components.config import ConfigError, StackConfig, parse_stack_config, stack_keys
-from components.config.project import required_keys, undeclared_keys
+from components.config.project import render_pulumi_yaml, required_keys, undeclared_keys
 
 # What the Pulumi CLI prints for the two rules it checks itself, from its source (config.go,
 # missingStackConfigurationKeysError and validateStackConfigValue); tests/rules/test_pulumi_project.py
@@ -43,8 +44,7 @@ HEADER = """# Configuration reference
 A stack file `stacks/Pulumi.<env>.yaml` sets `aws:region` (the home region) and `mlfleet:` keys. The
 stack name is the environment name. Every key's type, default and description lives in one place, the
 config model (`components/config/model.py`). This page and the `config:` block of `Pulumi.yaml` are
-generated from it (`python scripts/render_config_reference.py`, `python scripts/render_project_config.py`);
-a test fails when either is stale.
+generated from it by `python scripts/render_config.py`; a test fails when either is stale.
 
 ## How defaults reach the program
 
@@ -157,14 +157,15 @@ def render() -> str:
 
 
 def main() -> int:
-    target = ROOT / "docs" / "configuration.md"
-    text = render()
+    pulumi_yaml, reference = ROOT / "Pulumi.yaml", ROOT / "docs" / "configuration.md"
+    targets = {pulumi_yaml: render_pulumi_yaml(pulumi_yaml.read_text()), reference: render()}
     if "--check" in sys.argv:
-        if target.read_text() != text:
-            print("docs/configuration.md is stale: run python scripts/render_config_reference.py")
-            return 1
-        return 0
-    target.write_text(text)
+        stale = [str(path.relative_to(ROOT)) for path, text in targets.items() if path.read_text() != text]
+        if stale:
+            print(f"{' and '.join(stale)} stale: run python scripts/render_config.py")
+        return 1 if stale else 0
+    for path, text in targets.items():
+        path.write_text(text)
     return 0
 
 
