@@ -62,7 +62,8 @@ def _stack_fields() -> dict[str, FieldInfo]:
 
 def undeclared_keys() -> tuple[str, ...]:
     """Stack keys whose model default is None: declaring them would make Pulumi require them."""
-    return tuple(key for key, f in _stack_fields().items() if not f.is_required() and f.get_default(call_default_factory=True) is None)
+    return tuple(key for key, f in _stack_fields().items()
+                 if not f.is_required() and f.get_default(call_default_factory=True) is None)
 
 
 def required_keys() -> tuple[str, ...]:
@@ -92,8 +93,10 @@ class _Dumper(yaml.SafeDumper):
     """Mappings in block style, lists of defaults on one line (`default: [25, 50, 75, 100]`)."""
 
 
-_Dumper.add_representer(list, lambda dumper, data: dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=True))
-_Dumper.add_representer(dict, lambda dumper, data: dumper.represent_mapping("tag:yaml.org,2002:map", data, flow_style=False))
+_Dumper.add_representer(
+    list, lambda dumper, data: dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=True))
+_Dumper.add_representer(
+    dict, lambda dumper, data: dumper.represent_mapping("tag:yaml.org,2002:map", data, flow_style=False))
 
 
 def render_config_block() -> str:
