@@ -1,9 +1,17 @@
 """An encrypted SNS topic that AWS services may publish to, with the team's e-mail subscriptions.
 
 The topic is encrypted with a customer-managed KMS key because the AWS-managed `alias/aws/sns` key
-cannot grant Budgets, CloudWatch or EventBridge the right to encrypt messages. Its policy allows only
-this account and those services (for this account) to publish, and refuses publishing without TLS.
-CloudWatch alarms can only notify a topic in their own region, so every region with alarms gets one.
+cannot grant Budgets or CloudWatch the right to encrypt messages. Its policy allows only this account
+and those services, each only on behalf of this account's alarms and budgets, to publish, and refuses
+publishing without TLS. CloudWatch alarms can only notify a topic in their own region, so every region
+with alarms gets one.
+
+Confused deputy: a service principal is granted the key and the topic only with `aws:SourceAccount`
+and `aws:SourceArn` conditions, so another account's alarm or budget cannot use AWS to publish here
+(https://docs.aws.amazon.com/IAM/latest/UserGuide/confused-deputy.html; the key policy form for
+services publishing to encrypted topics:
+https://docs.aws.amazon.com/sns/latest/dg/sns-key-management.html#compatibility-with-aws-services).
+EventBridge is not granted: no rule targets these topics (rules invoke the Lambdas).
 """
 
 from __future__ import annotations
@@ -17,8 +25,21 @@ import pulumi_aws as aws
 
 from components.resources import child, invoke
 
-# Services that publish mlfleet's notifications: alarms, budgets, event rules (spot interruptions).
-PUBLISHING_SERVICES = ("cloudwatch.amazonaws.com", "budgets.amazonaws.com", "events.amazonaws.com")
+# Services that publish mlfleet's notifications (idle and billing alarms, budgets), each with the ARN
+# pattern of the resources it publishes for (aws:SourceArn), in the ARN formats of the IAM reference.
+PUBLISHING_SERVICES: Mapping[str, str] = {
+    "cloudwatch.amazonaws.com": "arn:aws:cloudwatch:*:{account}:alarm:*",
+    "budgets.amazonaws.com": "arn:aws:budgets::{account}:*",
+}
+
+
+def _on_behalf_of_this_account(service: str, account: str) -> dict:
+    return {"StringEquals": {"aws:SourceAccount": account},
+            "ArnLike": {"aws:SourceArn": PUBLISHING_SERVICES[service].format(account=account)}}
+
+
+def _sid(service: str) -> str:
+    return service.split(".")[0].capitalize()
 
 
 def key_policy(account: str) -> str:
@@ -27,8 +48,9 @@ def key_policy(account: str) -> str:
         "Statement": [
             {"Sid": "AccountAdministers", "Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam::{account}:root"},
              "Action": "kms:*", "Resource": "*"},
-            {"Sid": "ServicesEncryptMessages", "Effect": "Allow", "Principal": {"Service": list(PUBLISHING_SERVICES)},
-             "Action": ["kms:Decrypt", "kms:GenerateDataKey*"], "Resource": "*"},
+            *({"Sid": f"{_sid(service)}EncryptsMessagesForThisAccount", "Effect": "Allow",
+               "Principal": {"Service": service}, "Action": ["kms:Decrypt", "kms:GenerateDataKey*"], "Resource": "*",
+               "Condition": _on_behalf_of_this_account(service, account)} for service in PUBLISHING_SERVICES),
         ],
     }, sort_keys=True)
 
@@ -40,9 +62,9 @@ def topic_policy(topic_arn: str, account: str) -> str:
             {"Sid": "AccountUsesTopic", "Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam::{account}:root"},
              "Action": ["SNS:Publish", "SNS:Subscribe", "SNS:GetTopicAttributes", "SNS:ListSubscriptionsByTopic"],
              "Resource": topic_arn},
-            {"Sid": "ServicesPublishForThisAccount", "Effect": "Allow", "Principal": {"Service": list(PUBLISHING_SERVICES)},
-             "Action": "SNS:Publish", "Resource": topic_arn,
-             "Condition": {"StringEquals": {"aws:SourceAccount": account}}},
+            *({"Sid": f"{_sid(service)}PublishesForThisAccount", "Effect": "Allow", "Principal": {"Service": service},
+               "Action": "SNS:Publish", "Resource": topic_arn,
+               "Condition": _on_behalf_of_this_account(service, account)} for service in PUBLISHING_SERVICES),
             {"Sid": "TlsOnly", "Effect": "Deny", "Principal": "*", "Action": "SNS:Publish", "Resource": topic_arn,
              "Condition": {"Bool": {"aws:SecureTransport": "false"}}},
         ],

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 
 from lambdas.common.aws import chunks, client, paginate
 from lambdas.common.logs import log_decision
-from lambdas.common.permissions import needs
+from lambdas.common.permissions import ISO_8601_TIME, needs
 from lambdas.common.settings import from_env
 from lambdas.common.tags import ENVIRONMENT
 from lambdas.job_events import decide as D
@@ -23,9 +23,12 @@ from lambdas.jobs.fleets import REBALANCE_TAG, parse_fleets
 
 CLUSTER_ARN = "arn:{partition}:ecs:*:{account}:cluster/mlfleet-{environment}"
 
+INSTANCES = ("arn:{partition}:ec2:*:{account}:instance/*",)
+
 PERMISSIONS = (
     *L.WRITE_PERMISSIONS,
     *queue.SEND_PERMISSIONS,
+    *queue.DEAD_LETTER_PERMISSIONS,
     needs("ecs:ListContainerInstances", resources=(CLUSTER_ARN,), why="find an interrupted instance's registration"),
     needs("ecs:DescribeContainerInstances", "ecs:UpdateContainerInstancesState",
           resources=("arn:{partition}:ecs:*:{account}:container-instance/mlfleet-{environment}/*",),
@@ -34,8 +37,10 @@ PERMISSIONS = (
           condition={"ArnLike": {"ecs:cluster": CLUSTER_ARN}},
           why="give interrupted jobs their SIGTERM now; stop tasks of superseded attempts"),
     needs("ec2:DescribeInstances", why="is the instance ours; find rebalance tags"),
-    needs("ec2:CreateTags", "ec2:DeleteTags", resources=("arn:{partition}:ec2:*:{account}:instance/*",), tag_scoped=True,
-          why="mark an instance under a rebalance recommendation, and undo it after the timeout"),
+    needs("ec2:CreateTags", resources=INSTANCES, tag_scoped=True, tag_keys=(REBALANCE_TAG,), tag_values=ISO_8601_TIME,
+          why="mark an instance under a rebalance recommendation (the rebalance-at tag only)"),
+    needs("ec2:DeleteTags", resources=INSTANCES, tag_scoped=True, tag_keys=(REBALANCE_TAG,),
+          why="undo the mark after the timeout"),
 )
 
 

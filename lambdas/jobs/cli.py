@@ -44,14 +44,19 @@ from lambdas.jobs.spec import (
 # awslogs streams are job/<container>/<task id>.
 JOB_CONTAINER = "job"
 ACTIVE_STATES = (L.QUEUED, L.STARTING, L.RUNNING)
+# What the job-service parameter must name for environment {environment}: the resources the policy below
+# grants (components/jobs and components/compute name them).
+SCHEDULER_NAME = "mlfleet-{environment}-scheduler"
+CLUSTER_NAME = "mlfleet-{environment}"
+JOB_LOG_GROUP = "/mlfleet/{environment}/jobs"
 
 PERMISSIONS = (
     needs("ssm:GetParameter", resources=("arn:{partition}:ssm:{region}:{account}:parameter/mlfleet/{environment}/job-service",
                                          "arn:{partition}:ssm:{region}:{account}:parameter/mlfleet/{environment}/admission"),
           why="find the job service; tell whether jobs are admitted"),
-    *L.WRITE_PERMISSIONS,
+    *L.USER_PERMISSIONS,
     *queue.SEND_PERMISSIONS,
-    needs("lambda:InvokeFunction", resources=("arn:{partition}:lambda:{region}:{account}:function:mlfleet-{environment}-scheduler",),
+    needs("lambda:InvokeFunction", resources=("arn:{partition}:lambda:{region}:{account}:function:" + SCHEDULER_NAME,),
           why="wake the scheduler right after a submission"),
     needs("ecs:StopTask", resources=("arn:{partition}:ecs:*:{account}:task/mlfleet-{environment}/*",),
           condition={"ArnLike": {"ecs:cluster": "arn:{partition}:ecs:*:{account}:cluster/mlfleet-{environment}"}},
@@ -91,13 +96,38 @@ def discover(environment: str, region: str) -> JobService:
     name = f"/mlfleet/{environment}/job-service"
     ssm = client("ssm", region)
     try:
-        value = json.loads(ssm.get_parameter(Name=name)["Parameter"]["Value"])
+        text = ssm.get_parameter(Name=name)["Parameter"]["Value"]
     except ssm.exceptions.ParameterNotFound:
         raise CliError(f"no parameter {name} in {region}: is stack {environment!r} deployed with {region} as "
                        "its home region (aws:region)?") from None
-    return JobService(environment, value["homeRegion"], value["queueUrl"], value["ledgerTable"],
-                      value["schedulerFunction"], parse_fleets(json.dumps(value["fleets"])),
-                      int(value["defaultMaxAttempts"]), value["jobLogGroup"])
+    try:
+        value = json.loads(text)
+        service = JobService(environment, value["homeRegion"], value["queueUrl"], value["ledgerTable"],
+                             value["schedulerFunction"], parse_fleets(json.dumps(value["fleets"])),
+                             int(value["defaultMaxAttempts"]), value["jobLogGroup"])
+    except (ValueError, KeyError, TypeError) as error:
+        raise CliError(f"parameter {name} in {region} is not a job-service description ({error!r}); "
+                       "run `pulumi up` for the stack again") from None
+    mismatches = service_mismatches(service, environment, region, value.get("environment", environment))
+    if mismatches:
+        raise CliError(f"parameter {name} in {region} does not describe environment {environment!r}: "
+                       f"{'; '.join(mismatches)}. Nothing was written; check the parameter (was it "
+                       "copied from another stack?) and run `pulumi up` for the stack again")
+    return service
+
+
+def service_mismatches(service: JobService, environment: str, region: str, claimed_environment: str) -> list[str]:
+    """What of a job-service description names another environment's resources (or another region)."""
+    names = {key: value.format(environment=environment) for key, value in (
+        ("queue", queue.QUEUE_NAME), ("ledger", L.TABLE_NAME), ("scheduler", SCHEDULER_NAME),
+        ("cluster", CLUSTER_NAME), ("log group", JOB_LOG_GROUP))}
+    found = [("environment", claimed_environment, environment), ("homeRegion", service.region, region),
+             ("queueUrl", service.queue_url.rstrip("/").rsplit("/", 1)[-1], names["queue"]),
+             ("ledgerTable", service.ledger_table, names["ledger"]),
+             ("schedulerFunction", service.scheduler_function, names["scheduler"]),
+             ("jobLogGroup", service.job_log_group, names["log group"]),
+             *((f"fleets[{fleet.fleet}].cluster", fleet.cluster, names["cluster"]) for fleet in service.fleets)]
+    return [f"{key} is {actual!r}, expected {expected!r}" for key, actual, expected in found if actual != expected]
 
 
 # --- submit -------------------------------------------------------------------------------------------
@@ -227,9 +257,7 @@ def cancel(service: JobService, target: str, *, who: str) -> list[tuple[str, str
         if record.state in L.TERMINAL:
             results.append((record.job_id, f"already {record.state}"))
             continue
-        outcome = service.ledger.transition(record.job_id, L.CANCELLED, expect_states=[record.state],
-                                            expect_attempt=record.attempt, reason=f"cancelled by {who}",
-                                            now=time.time())
+        outcome = service.ledger.cancel(record, reason=f"cancelled by {who}", now=time.time())
         if not outcome.applied:
             current = outcome.record.state if outcome.record else "gone"
             results.append((record.job_id, f"not cancelled: it changed meanwhile (now {current}); run cancel again"))

@@ -42,12 +42,25 @@ TRANSITIONS: Mapping[str, frozenset[str]] = {
 MAX_REASONS = 20
 BY_STATE, BY_SUBMISSION = "by-state", "by-submission"
 
-TABLE_ARNS = ("arn:{partition}:dynamodb:{region}:{account}:table/mlfleet-{environment}-jobs",
-              "arn:{partition}:dynamodb:{region}:{account}:table/mlfleet-{environment}-jobs/index/*")
+TABLE_NAME = "mlfleet-{environment}-jobs"  # components/jobs ledger_name
+TABLE_ARNS = ("arn:{partition}:dynamodb:{region}:{account}:table/" + TABLE_NAME,
+              "arn:{partition}:dynamodb:{region}:{account}:table/" + TABLE_NAME + "/index/*")
 READ_PERMISSIONS = (needs("dynamodb:GetItem", "dynamodb:Query", resources=TABLE_ARNS, why="read the job ledger"),)
 WRITE_PERMISSIONS = (
     *READ_PERMISSIONS,
     needs("dynamodb:PutItem", resources=TABLE_ARNS[:1], why="record jobs and their state changes (conditional puts)"),
+)
+# What a user's cancel writes (Ledger.cancel): the IAM policy of the mlfleet command allows UpdateItem on
+# these attributes only (dynamodb:Attributes names every attribute a request touches, the key included;
+# https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/specifying-conditions.html).
+CANCEL_ATTRIBUTES = ("job_id", "state", "updated_at", "version", "reasons", "reserved")
+USER_PERMISSIONS = (
+    *READ_PERMISSIONS,
+    needs("dynamodb:PutItem", resources=TABLE_ARNS[:1], why="submit new jobs (the command puts only new items)"),
+    needs("dynamodb:UpdateItem", resources=TABLE_ARNS[:1],
+          condition={"ForAllValues:StringEquals": {"dynamodb:Attributes": list(CANCEL_ATTRIBUTES)},
+                     "StringEqualsIfExists": {"dynamodb:ReturnValues": ["NONE", "UPDATED_OLD", "UPDATED_NEW"]}},
+          why="cancel jobs: state, history and version, nothing else of a record"),
 )
 RESERVE_PERMISSIONS = (
     needs("dynamodb:UpdateItem", resources=TABLE_ARNS[:1],
@@ -178,6 +191,35 @@ class Ledger:
             return True
         except self.dynamodb.exceptions.ConditionalCheckFailedException:
             return False
+
+    def cancel(self, record: JobRecord, *, reason: str, now: float) -> Outcome:
+        """The one transition a user makes: an active job (as read in `record`) -> CANCELLED.
+
+        One conditional UpdateItem that writes CANCEL_ATTRIBUTES only, applied only while the item is
+        still the version the user saw and in an active state. applied=False, changing nothing, when
+        the job moved on meanwhile (the record then shows where).
+        """
+        if CANCELLED not in TRANSITIONS[record.state]:
+            raise IllegalTransition(f"job state {record.state} -> {CANCELLED} is not a legal transition")
+        entry = {"at": now, "attempt": record.attempt, "state": CANCELLED, "reason": reason}
+        updated = replace(record, state=CANCELLED, updated_at=now, version=record.version + 1,
+                          reasons=(*record.reasons, entry)[-MAX_REASONS:], reserved=None)
+        active = sorted(state for state, targets in TRANSITIONS.items() if CANCELLED in targets)
+        values = {f":active{i}": {"S": state} for i, state in enumerate(active)}
+        try:
+            self.dynamodb.update_item(
+                TableName=self.table, Key={"job_id": {"S": record.job_id}},
+                UpdateExpression="SET #state = :cancelled, updated_at = :now, version = :next, reasons = :reasons "
+                                 "REMOVE reserved",
+                ConditionExpression=f"version = :version AND #state IN ({', '.join(values)})",
+                ExpressionAttributeNames={"#state": "state"},
+                ExpressionAttributeValues={
+                    ":cancelled": {"S": CANCELLED}, ":now": _serializer.serialize(_to_dynamo(now)),
+                    ":next": {"N": str(updated.version)}, ":version": {"N": str(record.version)},
+                    ":reasons": _serializer.serialize(_to_dynamo([dict(r) for r in updated.reasons])), **values})
+        except self.dynamodb.exceptions.ConditionalCheckFailedException:
+            return Outcome(False, self.get(record.job_id), "the job changed before the cancel was written")
+        return Outcome(True, updated)
 
     def get(self, job_id: str) -> JobRecord | None:
         item = self.dynamodb.get_item(TableName=self.table, Key={"job_id": {"S": job_id}}, ConsistentRead=True).get("Item")

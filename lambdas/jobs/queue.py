@@ -15,11 +15,19 @@ from dataclasses import dataclass
 from lambdas.common.aws import chunks
 from lambdas.common.permissions import needs
 
-QUEUE_ARN = "arn:{partition}:sqs:{region}:{account}:mlfleet-{environment}-jobs*"
+# The exact queues, never a prefix: `mlfleet-dev-jobs*` would also cover the dead-letter queue and other
+# environments' queues such as mlfleet-dev-jobs2. components/jobs names them (queue_name).
+QUEUE_NAME = "mlfleet-{environment}-jobs"
+DEAD_LETTER_QUEUE_NAME = "mlfleet-{environment}-jobs-dlq"
+QUEUE_ARN = "arn:{partition}:sqs:{region}:{account}:" + QUEUE_NAME
+DEAD_LETTER_QUEUE_ARN = "arn:{partition}:sqs:{region}:{account}:" + DEAD_LETTER_QUEUE_NAME
 SEND_PERMISSIONS = (needs("sqs:SendMessage", resources=(QUEUE_ARN,),
-                          why="queue jobs (SendMessage also covers SendMessageBatch) and dead-letter exhausted ones"),)
-CONSUME_PERMISSIONS = (needs("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility",
-                             resources=(QUEUE_ARN,), why="drain the job queue"),)
+                          why="queue jobs (SendMessage also covers SendMessageBatch)"),)
+# Only the functions that dead-letter exhausted jobs; the mlfleet command's users cannot forge dead letters.
+DEAD_LETTER_PERMISSIONS = (needs("sqs:SendMessage", resources=(DEAD_LETTER_QUEUE_ARN,),
+                                 why="dead-letter jobs that exhausted their attempts, with the reason"),)
+CONSUME_PERMISSIONS = (needs("sqs:ReceiveMessage", "sqs:DeleteMessage", resources=(QUEUE_ARN,),
+                             why="drain the job queue (DeleteMessage also covers DeleteMessageBatch)"),)
 
 
 class MessageError(ValueError):

@@ -15,16 +15,19 @@ from botocore.exceptions import ClientError
 
 from lambdas.common import tags as tag_keys
 from lambdas.common.aws import chunks
-from lambdas.common.permissions import PUBLISH_TO_ENCRYPTED_TOPICS, needs
+from lambdas.common.permissions import ISO_8601_TIME, PUBLISH_TO_ENCRYPTED_TOPICS, needs
 
 DRAIN_BATCH = 10  # UpdateContainerInstancesState takes at most 10 container instances a call
 TAG_BATCH = 1000
 METRIC_NAMESPACE = "mlfleet"
+INSTANCES = ("arn:{partition}:ec2:{region}:{account}:instance/*",)
 
 PERMISSIONS = (
-    needs("ec2:CreateTags", "ec2:DeleteTags", "ec2:StopInstances",
-          resources=("arn:{partition}:ec2:{region}:{account}:instance/*",), tag_scoped=True,
-          why="mark, unmark and stop only this environment's instances"),
+    needs("ec2:CreateTags", resources=INSTANCES, tag_scoped=True, tag_keys=(tag_keys.IDLE_SINCE,),
+          tag_values=ISO_8601_TIME, why="mark this environment's idle instances (the idle-since tag only)"),
+    needs("ec2:DeleteTags", resources=INSTANCES, tag_scoped=True, tag_keys=(tag_keys.IDLE_SINCE,),
+          why="unmark them when they are busy again"),
+    needs("ec2:StopInstances", resources=INSTANCES, tag_scoped=True, why="stop only this environment's instances"),
     needs("ecs:UpdateContainerInstancesState",
           resources=("arn:{partition}:ecs:{region}:{account}:container-instance/mlfleet-{environment}/*",),
           why="drain idle fleet instances"),

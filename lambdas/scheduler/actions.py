@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from botocore.exceptions import ClientError
 
 from lambdas.common.logs import log_decision
-from lambdas.common.permissions import PUBLISH_TO_ENCRYPTED_TOPICS, needs
+from lambdas.common.permissions import ISO_8601_TIME, PUBLISH_TO_ENCRYPTED_TOPICS, needs
 from lambdas.jobs.ledger import JobRecord
+from lambdas.scheduler.state import SCALING_PAUSED_TAG
 
 JOB_ID_TAG, ATTEMPT_TAG = "mlfleet:job-id", "mlfleet:attempt"
 # Revisions looked at (newest first) for one whose image matches, before registering a new one.
@@ -23,23 +24,29 @@ COPIED_FIELDS = ("taskRoleArn", "executionRoleArn", "networkMode", "volumes", "p
                  "requiresCompatibilities", "cpu", "memory", "pidMode", "ipcMode", "ephemeralStorage",
                  "runtimePlatform")
 CLUSTER_ARN = "arn:{partition}:ecs:*:{account}:cluster/mlfleet-{environment}"
+# RegisterTaskDefinition is authorized on the task-definition ARN (family:revision) it creates: the
+# scheduler registers revisions of the environment's job family only.
+JOB_FAMILY_REVISIONS = "arn:{partition}:ecs:*:{account}:task-definition/mlfleet-{environment}-gpu-job:*"
 
 PERMISSIONS = (
-    needs("ecs:StartTask", resources=("arn:{partition}:ecs:*:{account}:task-definition/mlfleet-{environment}-gpu-job:*",),
+    needs("ecs:StartTask", resources=(JOB_FAMILY_REVISIONS,),
           condition={"ArnLike": {"ecs:cluster": CLUSTER_ARN}}, why="start jobs on the chosen container instances"),
     needs("ecs:StopTask", resources=("arn:{partition}:ecs:*:{account}:task/mlfleet-{environment}/*",),
           condition={"ArnLike": {"ecs:cluster": CLUSTER_ARN}}, why="stop a task whose job was cancelled while starting"),
-    needs("ecs:TagResource", resources=("arn:{partition}:ecs:*:{account}:task/mlfleet-{environment}/*",
-                                        "arn:{partition}:ecs:*:{account}:task-definition/mlfleet-{environment}-gpu-job:*"),
+    needs("ecs:TagResource", resources=("arn:{partition}:ecs:*:{account}:task/mlfleet-{environment}/*", JOB_FAMILY_REVISIONS),
           condition={"StringEquals": {"ecs:CreateAction": ["StartTask", "RegisterTaskDefinition"]}},
           why="tag tasks with their job and attempt, and per-image revisions like the family"),
-    needs("ecs:RegisterTaskDefinition", "ecs:ListTaskDefinitions", "ecs:DescribeTaskDefinition",
-          why="a revision of the job family per image (these actions take no resource ARN)"),
+    needs("ecs:RegisterTaskDefinition", resources=(JOB_FAMILY_REVISIONS,),
+          why="a revision of the environment's job family per image"),
+    needs("ecs:ListTaskDefinitions", "ecs:DescribeTaskDefinition",
+          why="find the family's revisions (these actions take no resource ARN)"),
     needs("iam:PassRole", resources=("arn:{partition}:iam::{account}:role/mlfleet/{environment}/*",),
           condition={"StringEquals": {"iam:PassedToService": "ecs-tasks.amazonaws.com"}},
           why="register revisions that keep the family's task and execution roles"),
-    needs("autoscaling:SetDesiredCapacity", "autoscaling:CreateOrUpdateTags", "autoscaling:DeleteTags",
-          tag_scoped=True, why="scale out a fleet; mark and clear the circuit breaker on the group"),
+    needs("autoscaling:SetDesiredCapacity", tag_scoped=True, why="scale out a fleet of this environment"),
+    needs("autoscaling:CreateOrUpdateTags", tag_scoped=True, tag_keys=(SCALING_PAUSED_TAG,), tag_values=ISO_8601_TIME,
+          why="mark the circuit breaker on the group (the scaling-paused-at tag only)"),
+    needs("autoscaling:DeleteTags", tag_scoped=True, tag_keys=(SCALING_PAUSED_TAG,), why="clear the mark"),
     needs("sns:Publish", resources=("arn:{partition}:sns:{region}:{account}:mlfleet-{environment}-alerts",),
           why="alert when the circuit breaker stops a fleet's scaling"),
     PUBLISH_TO_ENCRYPTED_TOPICS,
@@ -149,7 +156,7 @@ def raise_desired_capacity(autoscaling, asg_name: str, add: int, cap: int) -> tu
 
 def set_scaling_paused(autoscaling, asg_name: str, paused_at: str | None) -> None:
     """Mark (or clear) the circuit breaker on the group, so the alert goes out once per opening."""
-    tag = {"ResourceId": asg_name, "ResourceType": "auto-scaling-group", "Key": "mlfleet:scaling-paused-at"}
+    tag = {"ResourceId": asg_name, "ResourceType": "auto-scaling-group", "Key": SCALING_PAUSED_TAG}
     if paused_at is None:
         autoscaling.delete_tags(Tags=[tag])
     else:

@@ -38,9 +38,12 @@ SCALING_PAUSED_TAG = "mlfleet:scaling-paused-at"
 MIN_REMAINING_MS = 60_000
 
 PERMISSIONS = (
-    needs("ecs:ListContainerInstances", "ecs:ListTasks",
-          resources=("arn:{partition}:ecs:*:{account}:cluster/mlfleet-{environment}",),
-          why="list the fleets' container instances and tasks"),
+    needs("ecs:ListContainerInstances", resources=("arn:{partition}:ecs:*:{account}:cluster/mlfleet-{environment}",),
+          why="list the fleets' container instances"),
+    # IAM authorizes ListTasks on container-instance ARNs, or on "*" narrowed by the ecs:cluster key (an
+    # ARN; the IAM reference, ecs:ListTasks): granted on the cluster ARN, every call would be denied.
+    needs("ecs:ListTasks", condition={"ArnLike": {"ecs:cluster": "arn:{partition}:ecs:*:{account}:cluster/mlfleet-{environment}"}},
+          why="list the tasks on the environment's clusters"),
     needs("ecs:DescribeContainerInstances", "ecs:DescribeTasks",
           resources=("arn:{partition}:ecs:*:{account}:container-instance/mlfleet-{environment}/*",
                      "arn:{partition}:ecs:*:{account}:task/mlfleet-{environment}/*"),

@@ -101,14 +101,20 @@ def test_every_topic_is_kms_encrypted_and_only_aws_services_of_this_account_publ
     assert all(t.inputs["kmsMasterKeyId"] for t in topics)
     keys = rendering.of_type("aws:kms/key:Key")
     assert keys and all(k.inputs["enableKeyRotation"] for k in keys)
-    for key in keys:
-        services = [s for s in json.loads(key.inputs["policy"])["Statement"] if "Service" in s["Principal"]]
-        assert {"budgets.amazonaws.com", "cloudwatch.amazonaws.com"} <= set(services[0]["Principal"]["Service"])
+    on_behalf_of_this_account = {
+        "budgets.amazonaws.com": {"StringEquals": {"aws:SourceAccount": "123456789012"},
+                                  "ArnLike": {"aws:SourceArn": "arn:aws:budgets::123456789012:*"}},
+        "cloudwatch.amazonaws.com": {"StringEquals": {"aws:SourceAccount": "123456789012"},
+                                     "ArnLike": {"aws:SourceArn": "arn:aws:cloudwatch:*:123456789012:alarm:*"}},
+    }
+    for document in [*(k.inputs["policy"] for k in keys),
+                     *(p.inputs["policy"] for p in rendering.of_type("aws:sns/topicPolicy:TopicPolicy"))]:
+        statements = {s["Sid"]: s for s in json.loads(document)["Statement"]}
+        services = {s["Principal"]["Service"]: s["Condition"] for s in statements.values()
+                    if "Service" in s["Principal"]}
+        assert services == on_behalf_of_this_account  # confused deputy: only for this account's alarms and budgets
     for policy in rendering.of_type("aws:sns/topicPolicy:TopicPolicy"):
         statements = {s["Sid"]: s for s in json.loads(policy.inputs["policy"])["Statement"]}
-        publish = statements["ServicesPublishForThisAccount"]
-        assert "budgets.amazonaws.com" in publish["Principal"]["Service"]
-        assert publish["Condition"] == {"StringEquals": {"aws:SourceAccount": "123456789012"}}
         assert statements["TlsOnly"]["Effect"] == "Deny"
     subscriptions = rendering.of_type("aws:sns/topicSubscription:TopicSubscription")
     emails = sorted(s.inputs["endpoint"] for s in subscriptions if s.inputs["protocol"] == "email")

