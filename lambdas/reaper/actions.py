@@ -36,7 +36,10 @@ PERMISSIONS = (
           tag_scoped=True, why="terminate idle fleet instances and shrink their group"),
     needs("cloudwatch:PutMetricData", condition={"StringEquals": {"cloudwatch:namespace": METRIC_NAMESPACE}},
           why="publish idle-marked, reaped and lifecycle counts for the dashboard"),
-    needs("sns:Publish", resources=("arn:{partition}:sns:{region}:{account}:mlfleet-{environment}-alerts*",),
+    # The region's alert topic: the environment's own in its home region, mlfleet-<env>-alerts-<region>
+    # elsewhere (components/region.py); never a prefix that other topics could share.
+    needs("sns:Publish", resources=("arn:{partition}:sns:{region}:{account}:mlfleet-{environment}-alerts",
+                                    "arn:{partition}:sns:{region}:{account}:mlfleet-{environment}-alerts-{region}"),
           why="one summary per run"),
     PUBLISH_TO_ENCRYPTED_TOPICS,
 )

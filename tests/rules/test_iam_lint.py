@@ -123,6 +123,15 @@ def test_queue_grants_name_the_exact_queues_and_users_cannot_dead_letter(stack_r
 
 
 @pytest.mark.parametrize("stack", STACKS)
+def test_queues_and_topics_are_named_exactly_never_by_prefix(stack_renderings, stack):
+    """`mlfleet-dev-jobs*` also matches mlfleet-dev-jobs-dlq and mlfleet-dev-jobs2 (another environment)."""
+    prefixed = [(d.where, r) for d in every_document(stack_renderings[stack]) for s in d.policy["Statement"]
+                for r in (s.get("Resource") if isinstance(s.get("Resource"), list) else [s.get("Resource")])
+                if isinstance(r, str) and r.startswith(("arn:aws:sqs:", "arn:aws:sns:")) and "*" in r.split(":", 5)[5]]
+    assert prefixed == []
+
+
+@pytest.mark.parametrize("stack", STACKS)
 def test_task_definitions_are_registered_in_the_job_family_only(stack_renderings, stack):
     documents = every_document(stack_renderings[stack])
     (grant,) = [s for _, s in allows(documents, "ecs:RegisterTaskDefinition")]
