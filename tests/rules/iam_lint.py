@@ -141,10 +141,30 @@ def _as_policy(value: Any) -> Mapping[str, Any] | None:
     return value if isinstance(value, Mapping) and "Statement" in value else None
 
 
+def lambda_permission_statement(inputs: Mapping[str, Any]) -> dict:
+    """The statement an aws.lambda_.Permission adds to its function's resource policy (AddPermission):
+    the function is its resource, `source_arn` / `source_account` become aws:SourceArn / aws:SourceAccount
+    (https://docs.aws.amazon.com/lambda/latest/dg/access-control-resource-based.html)."""
+    principal = str(inputs.get("principal", ""))
+    condition: dict = {}
+    if inputs.get("sourceArn"):
+        condition["ArnLike"] = {"aws:SourceArn": inputs["sourceArn"]}
+    if inputs.get("sourceAccount"):
+        condition["StringEquals"] = {"aws:SourceAccount": inputs["sourceAccount"]}
+    return {"Sid": inputs.get("statementId", "permission"), "Effect": "Allow", "Action": inputs.get("action"),
+            "Principal": {"Service": principal} if principal.endswith(".amazonaws.com") else {"AWS": principal},
+            "Resource": "*", **({"Condition": condition} if condition else {})}
+
+
 def rendered_documents(rendering) -> list[Document]:
-    """Every policy document among a rendering's resource inputs (any input holding a Statement)."""
+    """Every policy document among a rendering's resource inputs (any input holding a Statement), and the
+    statements Lambda permissions add to their functions' resource policies."""
     found = []
     for resource in rendering.resources:
+        if resource.type == "aws:lambda/permission:Permission":
+            found.append(Document(f"{rendering.stack}: {resource.type} {resource.name}", RESOURCE,
+                                  {"Version": "2012-10-17", "Statement": [lambda_permission_statement(resource.inputs)]}))
+            continue
         for key, value in resource.inputs.items():
             where = f"{rendering.stack}: {resource.type} {resource.name}.{key}"
             if key == "inlinePolicies" and isinstance(value, list):

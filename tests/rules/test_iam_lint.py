@@ -11,7 +11,8 @@ import json
 import pytest
 from iam_lint import (
     AWS_MANAGED_POLICIES, EXCEPTIONS, IDENTITY, RESOURCE, ROOT, RULE_SOURCE, TRUST, Document, arn_matches,
-    documented_policies, excepted, expand_action, lint, managed_policy_findings, rendered_documents,
+    documented_policies, excepted, expand_action, lambda_permission_statement, lint, managed_policy_findings,
+    rendered_documents,
 )
 
 from lambdas.common import tags
@@ -213,6 +214,17 @@ def test_a_service_principal_without_source_conditions_fails_in_resource_policie
     assert findings_of(statement, TRUST) == []
     statement["Condition"] = {"StringEquals": {"aws:SourceAccount": "123456789012"}}
     assert findings_of(statement, RESOURCE) == []
+
+
+def test_a_lambda_permission_for_a_service_without_its_source_fails():
+    bare = {"action": "lambda:InvokeFunction", "function": "mlfleet-dev-reaper", "principal": "events.amazonaws.com"}
+    document = Document("test", RESOURCE, policy(lambda_permission_statement(bare)))
+    assert [f.rule for f in lint(document)] == ["confused-deputy"]
+    sourced = {**bare, "sourceArn": "arn:aws:events:us-east-1:123456789012:rule/mlfleet-dev-reaper"}
+    assert lint(Document("test", RESOURCE, policy(lambda_permission_statement(sourced)))) == []
+    misspelt = {**sourced, "action": "lambda:InvokeFunctions"}
+    assert [f.rule for f in lint(Document("test", RESOURCE, policy(lambda_permission_statement(misspelt))))] == [
+        "unknown-action"]
 
 
 def test_an_unlisted_managed_policy_fails(stack_renderings):
