@@ -173,7 +173,7 @@ def test_a_cancel_keeps_everything_but_state_and_history(service):
         ledger().cancel(after, reason="again", now=8.0)
 
 
-@pytest.mark.parametrize("changes, named", [
+MISMATCHES = [  # (what the parameter says, what the error must name); one moto setup for all of them
     ({"queueUrl": f"https://sqs.{HOME}.amazonaws.com/{ACCOUNT}/mlfleet-prod-jobs"}, "queueUrl is 'mlfleet-prod-jobs'"),
     ({"queueUrl": f"https://sqs.{HOME}.amazonaws.com/{ACCOUNT}/mlfleet-dev-jobs2"}, "queueUrl is 'mlfleet-dev-jobs2'"),
     ({"ledgerTable": "mlfleet-prod-jobs"}, "ledgerTable is 'mlfleet-prod-jobs'"),
@@ -182,15 +182,19 @@ def test_a_cancel_keeps_everything_but_state_and_history(service):
     ({"homeRegion": "us-west-2"}, "homeRegion is 'us-west-2'"),
     ({"environment": "prod"}, "environment is 'prod'"),
     ({"fleets": [{**json.loads(fleets_json())[0], "cluster": "mlfleet-prod"}]}, "fleets[gpu1].cluster is 'mlfleet-prod'"),
-])
-def test_a_parameter_describing_another_environment_stops_the_command_before_any_write(service, requests, capsys,
-                                                                                     changes, named):
-    publish(describe(**changes))
-    code, _ = mlfleet("submit", "--image", IMAGE, "--gpus", "1", "--vcpus", "1", "--memory", "1GiB")
-    error = capsys.readouterr().err
-    assert code == 2 and named in error and "does not describe environment 'dev'" in error
-    assert error.count("\n") == 1  # one clear error, no traceback
-    assert [a for a, _ in requests] == ["ssm:GetParameter"]  # nothing else was called, nothing written
+]
+
+
+def test_a_parameter_describing_another_environment_stops_the_command_before_any_write(service, requests, capsys):
+    for changes, named in MISMATCHES:
+        publish(describe(**changes))
+        requests.clear()
+        code, _ = mlfleet("submit", "--image", IMAGE, "--gpus", "1", "--vcpus", "1", "--memory", "1GiB")
+        error = capsys.readouterr().err
+        assert code == 2 and named in error and "does not describe environment 'dev'" in error, (changes, error)
+        assert error.count("\n") == 1  # one clear error, no traceback
+        assert [a for a, _ in requests] == ["ssm:GetParameter"], changes  # nothing else called, nothing written
+    assert ledger().by_state(L.QUEUED) == []
 
 
 def test_the_whole_of_another_environments_parameter_is_named_at_once(service, capsys):
@@ -201,9 +205,9 @@ def test_the_whole_of_another_environments_parameter_is_named_at_once(service, c
         assert key in error
 
 
-@pytest.mark.parametrize("value", ["not json", json.dumps({"queueUrl": "x"}), json.dumps([1])])
-def test_a_malformed_parameter_is_one_clear_error(service, capsys, value):
-    publish(value)
-    assert mlfleet("list")[0] == 2
-    error = capsys.readouterr().err
-    assert "is not a job-service description" in error and "Traceback" not in error
+def test_a_malformed_parameter_is_one_clear_error(service, capsys):
+    for value in ("not json", json.dumps({"queueUrl": "x"}), json.dumps([1])):
+        publish(value)
+        assert mlfleet("list")[0] == 2
+        error = capsys.readouterr().err
+        assert "is not a job-service description" in error and "Traceback" not in error, value
