@@ -43,6 +43,9 @@ class Recorded:
     name: str
     inputs: dict[str, Any]
     provider: str | None
+    # What the mocks answered that the program did not set (id, ARN, URL, ...): in a real run AWS assigns
+    # these, so rule checks treat them as references, not as values mlfleet chose.
+    generated: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         inputs = dict(args.inputs)
-        self.resources.append(Recorded(args.typ, args.name, inputs, args.provider))
+        recorded = Recorded(args.typ, args.name, inputs, args.provider)
+        self.resources.append(recorded)
         region = _region_of(args.provider) or inputs.get("region", "us-east-1")
         state = dict(inputs)
         physical = inputs.get("name") or f"{args.name}-mock"
@@ -125,6 +129,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
             state["latestVersion"] = 1
         if args.typ == "aws:sqs/queue:Queue":
             state["url"] = f"https://sqs.{region}.amazonaws.com/{ACCOUNT_ID}/{physical}"
+        recorded.generated = {"id": f"{args.name}-id", **{k: v for k, v in state.items() if k not in inputs}}
         return [f"{args.name}-id", state]
 
     def call(self, args: pulumi.runtime.MockCallArgs):
@@ -139,7 +144,10 @@ class RecordingMocks(pulumi.runtime.Mocks):
             locations = [z for z in zones[:3] for _ in types] + [zones[3]]
             return {"locations": locations, "instanceTypes": [*types * 3, types[0]], "locationTypes": [], "id": region}
         if args.token == "aws:ssm/getParameter:getParameter":
-            return {"name": args.args["name"], "value": STOCK_AMI, "type": "String", "id": args.args["name"]}
+            # Like the provider: `value` is always secret, whatever the parameter's type; `insecureValue`
+            # never is (pulumi_aws.ssm.GetParameterResult docstrings).
+            return {"name": args.args["name"], "value": _secret(STOCK_AMI), "insecureValue": STOCK_AMI,
+                    "type": "String", "id": args.args["name"]}
         if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
             return {"accountId": ACCOUNT_ID, "arn": f"arn:aws:iam::{ACCOUNT_ID}:user/ci", "userId": "AIDA", "id": ACCOUNT_ID}
         if args.token == "aws:index/getPartition:getPartition":
@@ -147,6 +155,13 @@ class RecordingMocks(pulumi.runtime.Mocks):
         if args.token == "aws:ec2/getAmiIds:getAmiIds":
             return {"ids": list(self.account_images.get(region, [])), "id": region}
         raise NotImplementedError(f"the test mocks do not answer {args.token}")
+
+
+def _secret(value: Any) -> dict:
+    """A value as the engine marks a secret on the wire (what a provider returns for a sensitive output)."""
+    from pulumi.runtime import rpc
+
+    return {rpc._special_sig_key: rpc._special_secret_sig, "value": value}
 
 
 def _region_of(provider_ref: str | None) -> str | None:

@@ -64,15 +64,17 @@ class GpuAmi(pulumi.ComponentResource):
                 self.source, image_id = "account", built[0]
             else:
                 self.source, image_id = "stock", None
-        if image_id:
-            self.image_id = pulumi.Output.from_input(image_id)
-        else:
+        if not image_id:
             pulumi.log.warn(
                 f"{args.region}: no mlfleet image pinned, in packer/manifest.json or built by this account for "
                 f"{args.environment!r}; fleets boot the stock ECS GPU AMI ({STOCK_GPU_AMI_PARAMETER}) without "
                 "GPU metrics, so the reaper treats them as busy. Build mlfleet's image with `make ami ENV=...`",
                 resource=self,
             )
-            self.image_id = aws.ssm.get_parameter_output(name=STOCK_GPU_AMI_PARAMETER, opts=invoke(self)).value
+            # `insecure_value` of the plain invoke: pulumi-aws marks `value` secret whatever the parameter's type,
+            # and an invoke *output* is secret as a whole when any field is, so either would make the preview
+            # show `[secret]` where reviewers need the image id (a public AMI id is no secret).
+            image_id = aws.ssm.get_parameter(name=STOCK_GPU_AMI_PARAMETER, opts=invoke(self)).insecure_value
+        self.image_id = pulumi.Output.from_input(image_id)
         pulumi.log.info(f"{args.region}: GPU AMI from {self.source}", resource=self)
         self.register_outputs({"image_id": self.image_id, "source": self.source})
