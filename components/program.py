@@ -76,6 +76,7 @@ def deploy(cfg: StackConfig) -> dict:
                 opts=with_provider(providers[region]),
             )
     if cfg.slack_workspace_id and cfg.slack_channel_id:
+        # The billing topic is the alert topic when home is us-east-1: SlackChannel takes each topic once.
         topics = [home.alert_topic_arn, home.billing_topic_arn]
         topics += [r.alert_topic_arn for name, r in regions.items() if name != cfg.home_region]
         SlackChannel(

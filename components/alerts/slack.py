@@ -3,11 +3,17 @@
 The Slack workspace must be authorised once in the Chatbot console; its id and the channel id come
 from the stack config. Chatbot is a global service served from us-east-2, so the channel
 configuration sets `region` explicitly rather than following the home region's provider.
+
+The provider's `sns_topic_arns` is a set (terraform-provider-aws,
+internal/service/chatbot/slack_channel_configuration.go: `schema.SetAttribute`) and the bridge refuses a
+set with a duplicate element ("Duplicate Set Element", pulumi/pulumi-terraform-bridge#924). Callers may
+pass the same topic twice (the billing topic is the alert topic when home is us-east-1), and the ARNs are
+Outputs, so they are made distinct once resolved, in the order given.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -16,6 +22,11 @@ import pulumi_aws as aws
 from components.resources import assume_role_policy, child, managed_policy
 
 CHATBOT_REGION = "us-east-2"
+
+
+def distinct(values: Iterable[str]) -> list[str]:
+    """Each value once, in first-seen order."""
+    return list(dict.fromkeys(values))
 
 
 @dataclass(frozen=True)
@@ -45,7 +56,7 @@ class SlackChannel(pulumi.ComponentResource):
             configuration_name=f"mlfleet-{args.environment}",
             slack_team_id=args.workspace_id,
             slack_channel_id=args.channel_id,
-            sns_topic_arns=list(args.topic_arns),
+            sns_topic_arns=pulumi.Output.all(*args.topic_arns).apply(distinct),
             iam_role_arn=role.arn,
             # What people in the channel may do through the bot: read, never change.
             guardrail_policy_arns=[managed_policy("ReadOnlyAccess")],
