@@ -34,7 +34,10 @@ from lambdas.jobs.spec import MAX_ATTEMPTS_LIMIT
 
 from .regions import AWS_REGIONS
 
-ENVIRONMENT_NAME = re.compile(r"^[a-z][a-z0-9-]{1,19}$")
+# 18 characters at most: Pulumi names resources `<env>-<region>-...` and adds 8 characters to the names it
+# generates, so the longest region (14) leaves 18 for an EventBridge target id (64, `<env>-<region>-reaper-
+# schedule-target`) and an instance role name (64, `<env>-<region>-<fleet>-instance`) (tests/rules).
+ENVIRONMENT_NAME = re.compile(r"^[a-z][a-z0-9-]{1,17}$")
 EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 AMI_ID = re.compile(r"^ami-[0-9a-f]{8}([0-9a-f]{9})?$")
 VPC_ID = re.compile(r"^vpc-[0-9a-f]{8}([0-9a-f]{9})?$")
@@ -44,6 +47,15 @@ FLEET_NAME = re.compile(r"^[a-z][a-z0-9]{0,11}$")
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
 # AWS Budgets allows at most ten notifications per budget.
 MAX_BUDGET_NOTIFICATIONS = 10
+# The job functions receive every fleet-region pair with its instance types (FLEETS, in a Lambda environment
+# AWS caps at 4 KB) and the job-service SSM parameter lists them too (4 KB for a standard parameter). With
+# the longest names these counts fit both (tests/rules renders that stack and checks both sizes).
+MAX_REGIONS = 8
+MAX_FLEET_REGIONS = 8
+MAX_FLEET_REGION_INSTANCE_TYPES = 40  # instance types summed over the fleet-region pairs
+# AWS resources take 50 user tags; mlfleet adds up to 4 of its own (environment, managed-by, Name, and
+# mlfleet:fleet or mlfleet:tier).
+MAX_COST_ALLOCATION_TAGS = 46
 
 DEFAULT_INSTANCE_TYPES = ("g6.2xlarge", "g5.2xlarge", "g4dn.2xlarge", "g6.4xlarge", "g5.4xlarge")
 
@@ -148,13 +160,15 @@ class StackConfig(_Model):
 
     regions: tuple[Region, ...] = Field(
         min_length=1,
-        description="Regions that run GPU fleets (each gets a VPC or uses `networks`, an ECS cluster and the fleets).")
+        description="Regions that run GPU fleets, at most 8 (each gets a VPC or uses `networks`, an ECS cluster and "
+        "the fleets).")
     fleets: dict[Annotated[str, StringConstraints(pattern=FLEET_NAME.pattern)], FleetConfig] = Field(
         min_length=1,
         description="GPU fleets: `{name: {instanceTypes, minInstances, maxInstances, onDemandBaseCapacity, "
         "onDemandPercentageAboveBase, regions}}`. Fleet names are 1-12 lowercase letters/digits; all types of a fleet "
         "have the same GPU count; `maxInstances` (1-1000) is the per-region hard cap; `regions` defaults to every "
-        "stack region.")
+        "stack region. At most 8 fleet-region pairs and 40 instance types summed over them (the job functions get "
+        "every fleet in a 4 KB environment).")
     networks: dict[Region, ExistingNetwork] = Field(
         default_factory=dict,
         description="Existing VPCs: `{region: {vpcId, subnetIds}}`. mlfleet adds no route, NAT or endpoint to them.")
@@ -189,9 +203,9 @@ class StackConfig(_Model):
         description="Retention of job and function log groups, one of CloudWatch Logs' allowed periods.")
 
     cost_allocation_tags: dict[TagKey, TagValue] = Field(
-        default_factory=dict,
-        description="The team's cost allocation tags, added to everything taggable. Keys must not start with `aws:` "
-        "or `mlfleet:`.")
+        default_factory=dict, max_length=MAX_COST_ALLOCATION_TAGS,
+        description="The team's cost allocation tags, added to everything taggable (at most 46: AWS takes 50 per "
+        "resource). Keys must not start with `aws:` or `mlfleet:`.")
     # AWS Budgets takes at most ten e-mail subscribers per notification.
     alert_emails: tuple[Annotated[str, StringConstraints(pattern=EMAIL.pattern)], ...] = Field(
         min_length=1, max_length=10,
@@ -261,7 +275,7 @@ class StackConfig(_Model):
     @classmethod
     def _environment_name(cls, name: str) -> str:
         if not ENVIRONMENT_NAME.match(name):
-            raise ValueError(f"stack name {name!r} must be 2-20 characters of a-z, 0-9 and '-', starting with a letter")
+            raise ValueError(f"stack name {name!r} must be 2-18 characters of a-z, 0-9 and '-', starting with a letter")
         return name
 
     @field_validator("regions")
@@ -371,6 +385,23 @@ class StackConfig(_Model):
             )
         if problems:
             raise Problems(problems)
+        return self
+
+    @model_validator(mode="after")
+    def _fits_the_job_functions(self) -> StackConfig:
+        pairs = [(name, region) for name, fleet in self.fleets.items() for region in self.fleet_regions(fleet)]
+        types = sum(len(self.fleets[name].instance_types) for name, _ in pairs)
+        why = "the job functions get every fleet in a 4 KB Lambda environment"
+        problems = []
+        if len(self.regions) > MAX_REGIONS:
+            problems.append(f"mlfleet:regions: {len(self.regions)} regions, at most {MAX_REGIONS} ({why})")
+        if len(pairs) > MAX_FLEET_REGIONS:
+            problems.append(f"mlfleet:fleets: {len(pairs)} fleet-region pairs, at most {MAX_FLEET_REGIONS} ({why})")
+        if types > MAX_FLEET_REGION_INSTANCE_TYPES:
+            problems.append(f"mlfleet:fleets: {types} instance types over the fleet-region pairs, at most "
+                            f"{MAX_FLEET_REGION_INSTANCE_TYPES} ({why})")
+        if problems:
+            raise ValueError("\n  - ".join(problems))
         return self
 
     def fleet_regions(self, fleet: FleetConfig) -> tuple[str, ...]:

@@ -10,10 +10,10 @@ import pulumi
 import pulumi_aws as aws
 import pytest
 from pulumi.runtime import rpc
+from pulumi_harness import STACKS, STOCK_AMI, render_in_region, render_stack
 
 from components.ami import GpuAmi, GpuAmiArgs
 from components.ami.gpu_ami import STOCK_GPU_AMI_PARAMETER
-from pulumi_harness import STACKS, STOCK_AMI, render_in_region, render_stack
 
 
 def _doc(field: str) -> str:

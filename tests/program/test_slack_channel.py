@@ -7,10 +7,10 @@ component de-duplicates their resolved values, keeping the given order.
 from __future__ import annotations
 
 import pulumi
+from pulumi_harness import COMPONENT_TAGS, render_in_region
 
 from components.alerts import SlackChannel, SlackChannelArgs
 from components.alerts.slack import distinct
-from pulumi_harness import COMPONENT_TAGS, render_in_region
 
 ALERTS = "arn:aws:sns:us-east-1:123456789012:mlfleet-test-alerts"
 WEST = "arn:aws:sns:us-west-2:123456789012:mlfleet-test-alerts-us-west-2"

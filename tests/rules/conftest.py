@@ -9,11 +9,27 @@ broken input, so the check itself can be seen to fail.
 from __future__ import annotations
 
 import pytest
-
-from pulumi_harness import STACKS, Rendering, render_stack
+from pulumi_harness import STACKS, Rendering, render_config, render_stack
 
 
 @pytest.fixture(scope="session")
 def stack_renderings() -> dict[str, Rendering]:
     """Every committed stack rendered once per test session (rendering is deterministic)."""
     return {stack: render_stack(stack) for stack in STACKS}
+
+
+@pytest.fixture(scope="session")
+def longest_rendering(tmp_path_factory) -> Rendering:
+    """The stack at the longest names and the largest counts the config model allows (tests/rules/longest.py)."""
+    from longest import every_region_priced, longest_config
+
+    from components.config import model
+
+    stack, values = longest_config(
+        regions=model.MAX_REGIONS,
+        fleets=model.MAX_FLEET_REGIONS,
+        types_per_fleet=model.MAX_FLEET_REGION_INSTANCE_TYPES // model.MAX_FLEET_REGIONS,
+        tags=model.MAX_COST_ALLOCATION_TAGS,
+    )
+    with every_region_priced(tmp_path_factory.mktemp("catalog")):
+        return render_config(values, stack)
