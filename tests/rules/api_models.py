@@ -186,6 +186,9 @@ DOCUMENTED = (
                "Controls the percentages of On-Demand Instances and Spot Instances", minimum=0, maximum=100),
     Documented(*_ASG, "HealthCheckType", "The valid values are EC2, EBS, ELB, and VPC_LATTICE",
                pattern=rf"{_HEALTH_CHECKS}(,{_HEALTH_CHECKS})*"),
+    Documented("autoscaling", "SuspendProcesses", "ScalingProcesses[]", "One or more of the following processes:",
+               enum=("Launch", "Terminate", "AddToLoadBalancer", "AlarmNotification", "AZRebalance", "HealthCheck",
+                     "InstanceRefresh", "ReplaceUnhealthy", "ScheduledActions")),
     Documented("autoscaling", "EnableMetricsCollection", "Granularity", "The only valid value is 1Minute", enum=("1Minute",)),
     Documented("autoscaling", "EnableMetricsCollection", "Metrics[]", "You can specify one or more of the following metrics:",
                enum=_group_metrics()),
@@ -361,6 +364,8 @@ def _autoscaling_group(r: Resource):
     if refresh:
         calls.append(("autoscaling", "StartInstanceRefresh", {
             "AutoScalingGroupName": name, "Strategy": refresh.get("strategy"), "Preferences": preferences}))
+    if r.get("suspendedProcesses"):
+        calls.append(("autoscaling", "SuspendProcesses", {"AutoScalingGroupName": name, "ScalingProcesses": r["suspendedProcesses"]}))
     calls.append(("autoscaling", "DeleteAutoScalingGroup", {"AutoScalingGroupName": name, "ForceDelete": r.get("forceDelete")}))
     return calls
 
@@ -658,6 +663,34 @@ def _vpc_endpoint(r: Resource):
         "PrivateDnsEnabled": r.get("privateDnsEnabled"), "SubnetIds": r.get("subnetIds"),
         "SecurityGroupIds": r.get("securityGroupIds"), "RouteTableIds": r.get("routeTableIds"),
         "PolicyDocument": r.get("policy"), "TagSpecifications": _tag_specs(r.tags(), "vpc-endpoint")})]
+
+
+@translates("aws:ecr/pullThroughCacheRule:PullThroughCacheRule")
+def _ecr_pull_through_cache_rule(r: Resource):
+    return [("ecr", "CreatePullThroughCacheRule", {
+        "ecrRepositoryPrefix": r["ecrRepositoryPrefix"],
+        "upstreamRegistryUrl": r["upstreamRegistryUrl"],
+        "upstreamRepositoryPrefix": r.get("upstreamRepositoryPrefix"),
+        "credentialArn": r.get("credentialArn"),
+        "customRoleArn": r.get("customRoleArn"),
+    })]
+
+
+@translates("aws:ecr/repositoryCreationTemplate:RepositoryCreationTemplate")
+def _ecr_repository_creation_template(r: Resource):
+    # The provider sends the one encryption block as the API's single structure (same member names).
+    encryption = (r.get("encryptionConfigurations") or [None])[0]
+    return [("ecr", "CreateRepositoryCreationTemplate", {
+        "prefix": r["prefix"],
+        "description": r.get("description"),
+        "appliedFor": r.get("appliedFors"),
+        "encryptionConfiguration": encryption,
+        "imageTagMutability": r.get("imageTagMutability"),
+        "repositoryPolicy": r.get("repositoryPolicy"),
+        "lifecyclePolicy": r.get("lifecyclePolicy"),
+        "customRoleArn": r.get("customRoleArn"),
+        "resourceTags": _tag_list(r.get("resourceTags") or {}),
+    })]
 
 
 @translates("aws:ecs/cluster:Cluster")

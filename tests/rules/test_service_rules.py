@@ -35,9 +35,6 @@ PENDING = {
         "reserved concurrency",
         "issue 12: 'a reserved concurrency of 1 fails on accounts whose Lambda concurrency quota is 10' "
         "(teardown helper: single-writer scheduling without a reservation)"),
-    "asg-hard-cap": Pending(
-        "capacity_rebalance",
-        "issue 12: 'capacity_rebalance may launch up to 10% above max_size' (networking helper turns it off)"),
 }
 
 
@@ -315,6 +312,7 @@ BROKEN = [
      "is not the task's region"),
     ("ecs-task-definition", "prod", _container(lambda c: c["logConfiguration"]["options"].update({"awslogs-group": "/nowhere"})),
      "is not a log group of"),
+    ("asg-hard-cap", "prod", _set(ASG, "capacityRebalance", True, "gpu1"), "capacity_rebalance may launch above max_size"),
     ("asg-hard-cap", "prod", _set(ASG, "minSize", 30.0, "gpu1"), "min_size 30 above max_size 24"),
     ("asg-hard-cap", "prod", _distribution("onDemandBaseCapacity", 25.0), "on-demand base 25 above max_size"),
     ("asg-hard-cap", "prod", _refresh("minHealthyPercentage", 110.0), "min healthy above max healthy"),
