@@ -111,7 +111,9 @@ SET_ARGUMENTS = (
     SetArgument("aws:chatbot/slackChannelConfiguration:SlackChannelConfiguration", "snsTopicArns",
                 "chatbot/slack_channel_configuration.go (schema.SetAttribute)", framework=True),
     *(SetArgument("aws:autoscaling/group:Group", path, "autoscaling/group.go (schema.TypeSet)")
-      for path in ("vpcZoneIdentifiers", "enabledMetrics", "tags")),
+      for path in ("vpcZoneIdentifiers", "enabledMetrics", "suspendedProcesses", "tags")),
+    SetArgument("aws:ecr/repositoryCreationTemplate:RepositoryCreationTemplate", "appliedFors",
+                "ecr/repository_creation_template.go (schema.TypeSet)"),
     *(SetArgument("aws:ec2/securityGroup:SecurityGroup", path, "ec2/vpc_security_group.go (schema.TypeSet)")
       for path in ("ingress", "egress")),
     *(SetArgument("aws:ec2/vpcEndpoint:VpcEndpoint", path, "ec2/vpc_endpoint.go (schema.TypeSet)")

@@ -174,12 +174,15 @@ def _remove_permission(name_part: str):
     return change
 
 
-def _six_targets(resources):
-    target = _one(resources, "aws:cloudwatch/eventTarget:EventTarget", "reaper-schedule-target")
-    for index in range(5):
-        twin = copy.deepcopy(target)
-        twin.name = f"{target.name}-{index}"
-        resources.append(twin)
+def _copies(type_token: str, name_part: str, count: int):
+    """Add `count` copies of a resource (under new names)."""
+    def change(resources):
+        original = _one(resources, type_token, name_part)
+        for index in range(count):
+            twin = copy.deepcopy(original)
+            twin.name = f"{original.name}-{index}"
+            resources.append(twin)
+    return change
 
 
 def _target_without_role(resources):
@@ -204,14 +207,6 @@ def _eleven_notifications(resources):
 def _many_tags(resources):
     role = _one(resources, "aws:iam/role:Role")
     role.inputs["tags"] = {**role.inputs["tags"], **{f"t{i}": "v" for i in range(50)}}
-
-
-def _eleven_attachments(resources):
-    attachment = _one(resources, "aws:iam/rolePolicyAttachment:RolePolicyAttachment", "gpu1-instance")
-    for index in range(11):
-        twin = copy.deepcopy(attachment)
-        twin.name = f"{attachment.name}-{index}"
-        resources.append(twin)
 
 
 def _big_inline_policy(resources):
@@ -292,7 +287,8 @@ BROKEN = [
     ("alarm-evaluation-window", "prod", _set(ALARM, "datapointsToAlarm", 400.0, "-idle"), "exceeds evaluationPeriods"),
     ("budget-notifications", "prod", _eleven_emails, "has 11 e-mail and 1 SNS subscribers"),
     ("budget-notifications", "prod", _eleven_notifications, "11 notifications, more than 10"),
-    ("event-targets", "prod", _six_targets, "6 targets, more than 5"),
+    ("event-targets", "prod", _copies("aws:cloudwatch/eventTarget:EventTarget", "reaper-schedule-target", 5),
+     "6 targets, more than 5"),
     ("event-targets", "prod", _target_without_role, "in another region without a role"),
     ("event-targets", "prod", _lambda_target_elsewhere, "is not an event bus"),
     ("event-pattern-size", "prod", _set("aws:cloudwatch/eventRule:EventRule", "eventPattern", "{" + " " * 2048 + "}", "ecs"),
@@ -321,7 +317,8 @@ BROKEN = [
     ("iam-policy-sizes", "prod", _set("aws:iam/role:Role", "assumeRolePolicy", json.dumps({"Sid": "x" * 2100})),
      "trust policy of"),
     ("iam-policy-sizes", "prod", _big_inline_policy, "more than 10,240"),
-    ("iam-policy-sizes", "prod", _eleven_attachments, "managed policies, more than 10"),
+    ("iam-policy-sizes", "prod", _copies("aws:iam/rolePolicyAttachment:RolePolicyAttachment", "gpu1-instance", 11),
+     "managed policies, more than 10"),
     ("kms-key-policy-size", "prod", _set("aws:kms/key:Key", "policy", json.dumps({"Sid": "x" * 33000})), "more than 32 KB"),
     ("encrypted-topic-publishers", "prod", _key_without_cloudwatch, "cloudwatch.amazonaws.com publishes to it"),
     ("private-dns-needs-vpc-dns", "prod", _set("aws:ec2/vpc:Vpc", "enableDnsHostnames", False),
