@@ -85,15 +85,17 @@ class ImageCache(pulumi.ComponentResource):
         self.repositories_arn = pulumi.Output.concat(
             "arn:aws:ecr:", args.region, ":", account, ":repository/", self.prefix, "/*"
         )
+        # "-ecr-templates": at the longest environment and region names, `<name>-repository-creation`
+        # plus Pulumi's random suffix would pass IAM's 64-character role-name limit (tests/rules/api_models.py).
         role = aws.iam.Role(
-            f"{name}-repository-creation",
+            f"{name}-ecr-templates",
             assume_role_policy=assume_role_policy("ecr.amazonaws.com"),
             description=f"ECR creates and tags the {self.prefix} cache repositories in {args.region}",
             tags=tags,
             opts=child(self),
         )
         aws.iam.RolePolicy(
-            f"{name}-repository-creation",
+            f"{name}-ecr-templates",
             role=role.id,
             policy=self.repositories_arn.apply(lambda arn: json.dumps({
                 "Version": "2012-10-17",

@@ -24,26 +24,8 @@ def test_every_request_of_a_committed_stack_passes_the_models(stack_renderings, 
     assert not problems, "\n".join(map(str, problems))
 
 
-# Findings at the longest names whose fix belongs to another helper's files (fragment -> what to do).
-PENDING_AT_THE_LONGEST = {
-    "images-repository-creation": "components/network/image_cache.py (networking helper): the role "
-    "`<env>-<region>-images-repository-creation` gets a 68-character generated name at an 18-character environment "
-    "and a 14-character region; a suffix of at most 16 characters (e.g. `-ecr-templates`) fits IAM's 64",
-}
-
-
-def _pending(problem) -> bool:
-    return any(fragment in str(problem) for fragment in PENDING_AT_THE_LONGEST)
-
-
 def test_every_request_passes_at_the_longest_names_and_largest_counts(longest_rendering):
-    problems = [p for p in api_models.check(longest_rendering) if not _pending(p)]
-    assert not problems, "\n".join(map(str, problems))
-
-
-@pytest.mark.xfail(strict=True, reason="; ".join(PENDING_AT_THE_LONGEST.values()))
-def test_pending_findings_at_the_longest_names_are_fixed(longest_rendering):
-    problems = [p for p in api_models.check(longest_rendering) if _pending(p)]
+    problems = api_models.check(longest_rendering)
     assert not problems, "\n".join(map(str, problems))
 
 

@@ -90,7 +90,7 @@ def test_created_repositories_are_encrypted_tagged_and_expire(stack_renderings):
         assert inputs["imageTagMutability"] == "MUTABLE"
         assert inputs["resourceTags"]["mlfleet:environment"] == "prod"
         # Tags need a role ECR assumes (repository-creation-templates-create-iam.html).
-        role_name = template.name.replace("-ecr-public", "-repository-creation")
+        role_name = template.name.replace("-ecr-public", "-ecr-templates")
         assert inputs["customRoleArn"].endswith(f"{role_name}-mock")
         (role,) = [r for r in prod.of_type("aws:iam/role:Role") if r.name == role_name]
         assert json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]["Principal"] == {"Service": "ecr.amazonaws.com"}
