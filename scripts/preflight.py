@@ -70,7 +70,7 @@ def stack_file(stack: str) -> Path:
 
 
 def check_stack(stack: str) -> list[str]:
-    if not re.fullmatch(r"[a-z][a-z0-9-]{1,19}", stack or ""):
+    if not re.fullmatch(r"[a-z][a-z0-9-]{1,17}", stack or ""):
         return [f"STACK={stack!r} is not a stack name: make <target> STACK=dev|staging|prod"]
     if not stack_file(stack).is_file():
         known = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))

@@ -37,7 +37,10 @@ from .regions import AWS_REGIONS
 # 18 characters at most: Pulumi names resources `<env>-<region>-...` and adds 8 characters to the names it
 # generates, so the longest region (14) leaves 18 for an EventBridge target id (64, `<env>-<region>-reaper-
 # schedule-target`) and an instance role name (64, `<env>-<region>-<fleet>-instance`) (tests/rules).
-ENVIRONMENT_NAME = re.compile(r"^[a-z][a-z0-9-]{1,17}$")
+# Single hyphens between letters and digits only: the name becomes an ECR repository prefix
+# (mlfleet/<env>), whose pattern refuses a trailing or doubled separator (botocore ecr
+# PullThroughCacheRuleRepositoryPrefix).
+ENVIRONMENT_NAME = re.compile(r"^(?=.{2,18}$)[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 AMI_ID = re.compile(r"^ami-[0-9a-f]{8}([0-9a-f]{9})?$")
 VPC_ID = re.compile(r"^vpc-[0-9a-f]{8}([0-9a-f]{9})?$")
@@ -275,7 +278,8 @@ class StackConfig(_Model):
     @classmethod
     def _environment_name(cls, name: str) -> str:
         if not ENVIRONMENT_NAME.match(name):
-            raise ValueError(f"stack name {name!r} must be 2-18 characters of a-z, 0-9 and '-', starting with a letter")
+            raise ValueError(f"stack name {name!r} must be 2-18 characters of a-z and 0-9, starting with a letter, "
+                             "with single '-' between them (not at the end)")
         return name
 
     @field_validator("regions")

@@ -119,6 +119,11 @@ def test_the_execution_role_may_pull_through_its_region_cache_only(stack_renderi
         assert policy.inputs["role"] == policy.name.replace("-pull-through", "-id")
 
 
+@pytest.mark.parametrize("environment", ["dev-", "ml--team", "a" * 19, "-dev", "Dev"])
+def test_environment_names_that_would_make_an_invalid_ecr_prefix_are_refused(environment):
+    assert not ENVIRONMENT_NAME.match(environment)
+
+
 @pytest.mark.parametrize("environment", ["dev", "a" * 18, "ml-team-2", "a1-b2-c3-d4-e5-f6g"])
 def test_the_cache_prefix_is_a_valid_ecr_prefix(environment):
     """Checked against botocore's ECR model at the longest environment name the config allows."""
