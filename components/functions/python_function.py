@@ -114,8 +114,8 @@ class PythonFunctionArgs:
     variables: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
     timeout_seconds: int = 300
     memory_mib: int = 512
-    # None: no reservation. 1: at most one run at a time (the scheduler).
-    reserved_concurrency: int | None = None
+    # No reserved concurrency, on purpose: a reservation fails on accounts whose Lambda concurrency quota
+    # is 10 (lambdas/scheduler/lease.py says why and how the scheduler runs one at a time instead).
     # None: what the function's modules declare (declared_permissions).
     permissions: Sequence[Permission] | None = None
 
@@ -170,7 +170,6 @@ class PythonFunction(pulumi.ComponentResource):
             role=role.arn,
             timeout=args.timeout_seconds,
             memory_size=args.memory_mib,
-            reserved_concurrent_executions=args.reserved_concurrency,
             environment={"variables": {"ENVIRONMENT": args.environment, **args.variables}},
             tags=tags,
             # The log group and the policy exist before the first invocation can need them.

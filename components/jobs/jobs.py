@@ -5,7 +5,9 @@
   receives; jobs that exhaust their attempts are sent there by the functions, with the reason.
 - `mlfleet-<env>-jobs` (DynamoDB): the ledger, source of truth for every job's state; conditional
   writes make a twice-delivered message start an attempt at most once (lambdas/jobs/ledger.py).
-- `mlfleet-<env>-scheduler`: one run at a time (reserved concurrency 1), every minute and on new jobs.
+- `mlfleet-<env>-scheduler`: every minute and on new jobs, one run at a time: two runs would plan on the
+  same free GPUs, so each run holds a lease in the ledger (lambdas/scheduler/lease.py), which unlike
+  reserved concurrency needs no Lambda concurrency quota.
 - `/mlfleet/<env>/job-service` (SSM): what the `mlfleet` command needs to find all of the above (queue,
   ledger, scheduler, fleets, log group), so data scientists need neither the repository nor Pulumi.
 - `mlfleet-<env>-job_events`: spot interruptions, rebalance recommendations and task state changes from
@@ -162,7 +164,6 @@ class JobService(pulumi.ComponentResource):
                 description="Places queued GPU jobs on the fleets and buys capacity within the caps",
                 timeout_seconds=SCHEDULER_TIMEOUT_SECONDS,
                 memory_mib=1024,
-                reserved_concurrency=1,  # one run at a time: two runs would plan on the same free GPUs
                 **common,
             ),
             opts=child(self),

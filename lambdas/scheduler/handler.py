@@ -1,7 +1,9 @@
 """Lambda entry point: one scheduler run places queued jobs and buys capacity for the rest.
 
-Triggered every minute by a schedule and, asynchronously, by the CLI right after a submission;
-reserved concurrency 1 makes runs sequential. A run:
+Triggered every minute by a schedule and, asynchronously, by the CLI right after a submission.
+Runs are sequential: a run first takes the scheduler lease (lambdas/scheduler/lease.py); one that
+cannot, because another run holds it, logs one line and returns. A submission made during a run is
+then placed by the next scheduled run, within a minute. A run:
   1. drains up to MAX_MESSAGES queue messages (10 a call, stopping with < 60 s of Lambda time left)
      and checks each against the ledger: a message whose job moved past its attempt is a duplicate;
   2. recovers jobs stuck in STARTING (a run that died between its claim and StartTask);
@@ -22,6 +24,8 @@ MAX_HOURLY_USD, ALERT_TOPIC_ARN, DEFAULT_MAX_ATTEMPTS, REBALANCE_TIMEOUT_MINUTES
 from __future__ import annotations
 
 from collections.abc import Callable
+import time
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
@@ -35,7 +39,7 @@ from lambdas.common.settings import SettingsError, from_env
 from lambdas.jobs import ledger as L
 from lambdas.jobs import queue
 from lambdas.jobs.fleets import FleetConfig, parse_fleets
-from lambdas.scheduler import actions, state
+from lambdas.scheduler import actions, lease, state
 from lambdas.scheduler.planning import Fleet, JobRequest, Limits, Machine, Reservation, ScaleOut, plan
 
 PERMISSIONS = (
@@ -47,6 +51,7 @@ PERMISSIONS = (
     *queue.DEAD_LETTER_PERMISSIONS,
     *state.PERMISSIONS,
     *actions.PERMISSIONS,
+    *lease.PERMISSIONS,
 )
 
 MAX_MESSAGES = 100
@@ -82,9 +87,21 @@ class Settings:
 
 def handler(event, context=None):
     settings = from_env(Settings)
-    log_decision("scheduler-run", trigger=(event or {}).get("source") or (event or {}).get("trigger") or "invoke")
+    trigger = (event or {}).get("source") or (event or {}).get("trigger") or "invoke"
     remaining = context.get_remaining_time_in_millis if context is not None else (lambda: 900_000)
-    return run(settings, remaining)
+    owner = getattr(context, "aws_request_id", None) or f"local-{uuid.uuid4()}"
+    dynamodb = client("dynamodb")
+    taken = lease.acquire(dynamodb, settings.jobs_table, owner, now=time.time(), run_seconds=remaining() / 1000)
+    if not taken.granted:
+        holder = taken.holder
+        log_decision("scheduler-skipped", trigger=trigger, reason="another run holds the scheduler lease",
+                     holder=holder.owner if holder else None, holder_expires_at=holder.expires_at if holder else None)
+        return {"skipped": "another run holds the scheduler lease"}
+    try:
+        log_decision("scheduler-run", trigger=trigger, lease_owner=owner)
+        return run(settings, remaining)
+    finally:
+        lease.release(dynamodb, settings.jobs_table, taken.lease)
 
 
 def run(settings: Settings, remaining_ms: Callable[[], int], now: datetime | None = None) -> dict:
