@@ -45,6 +45,7 @@ class SlackChannel(pulumi.ComponentResource):
             f"{name}-role",
             assume_role_policy=assume_role_policy("chatbot.amazonaws.com"),
             description="AWS Chatbot renders mlfleet alerts (read-only CloudWatch for charts)",
+            force_detach_policies=True,
             tags=dict(args.tags),
             opts=child(self),
         )

@@ -98,6 +98,7 @@ class EcsGpuCluster(pulumi.ComponentResource):
             # on role/mlfleet/<env>/*) when it registers a job image's task-definition revision.
             path=task_role_path(args.environment),
             description="Lets ECS pull job images and write job logs",
+            force_detach_policies=True,
             tags=tags,
             opts=child(self),
         )
@@ -129,6 +130,7 @@ class EcsGpuCluster(pulumi.ComponentResource):
             assume_role_policy=assume_role_policy("ecs-tasks.amazonaws.com"),
             path=task_role_path(args.environment),
             description="Identity of mlfleet job containers",
+            force_detach_policies=True,  # teams attach their own policies here; destroy must not stop on them
             tags=tags,
             opts=child(self),
         )

@@ -118,6 +118,7 @@ class GpuSpotFleet(pulumi.ComponentResource):
             f"{name}-instance",
             assume_role_policy=assume_role_policy("ec2.amazonaws.com"),
             description=f"GPU instances of fleet {args.fleet_name} in {args.region}",
+            force_detach_policies=True,
             tags=tags,
             opts=child(self),
         )

@@ -142,6 +142,8 @@ class PythonFunction(pulumi.ComponentResource):
             f"{name}-role",
             assume_role_policy=assume_role_policy("lambda.amazonaws.com"),
             description=f"mlfleet {args.function} function in {args.environment}/{args.region}",
+            # A policy a team attached by hand must not stop `pulumi destroy` (DeleteConflict).
+            force_detach_policies=True,
             tags=tags,
             opts=child(self),
         )

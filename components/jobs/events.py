@@ -57,6 +57,7 @@ class EventForwarder(pulumi.ComponentResource):
             f"{name}-role",
             assume_role_policy=assume_role_policy("events.amazonaws.com"),
             description=f"Forwards mlfleet {args.environment} job events from {args.region} to {args.home_region}",
+            force_detach_policies=True,
             tags=tags,
             opts=child(self),
         )

@@ -13,6 +13,7 @@ from pulumi_harness import STACKS, render_stack
 ASG = "aws:autoscaling/group:Group"
 CLUSTER = "aws:ecs/cluster:Cluster"
 TABLE = "aws:dynamodb/table:Table"
+ROLE = "aws:iam/role:Role"
 # Outlives the stack on purpose: activating a cost-allocation tag is an account-wide billing setting
 # that other stacks may rely on, and AWS cannot "deactivate" history. Listed in the README.
 RETAINED_ALWAYS = {"aws:costexplorer/costAllocationTag:CostAllocationTag"}
@@ -34,6 +35,26 @@ def test_only_the_prod_job_ledger_and_tag_activation_outlive_the_stack(rendering
     if rendering.stack == "prod":  # stacks/Pulumi.prod.yaml: retainJobLedger: true
         expected |= {(TABLE, r.name) for r in rendering.of_type(TABLE)}
     assert retained == expected
+
+
+def roles_that_block_destroy(rendering) -> list[str]:
+    """Roles DeleteRole would refuse while a policy a team attached by hand is still on them (IAM
+    DeleteConflict): those without `force_detach_policies` (pulumi_aws iam.Role: "Whether to force
+    detaching any policies the role has before destroying it. Defaults to `false`")."""
+    return sorted(role.name for role in rendering.of_type(ROLE) if role.inputs.get("forceDetachPolicies") is not True)
+
+
+def test_every_role_detaches_policies_a_team_attached_before_it_is_deleted(rendering):
+    assert rendering.of_type(ROLE)
+    assert roles_that_block_destroy(rendering) == []
+
+
+def test_the_role_check_finds_a_role_without_force_detach():
+    """The check above on a deliberately broken rendering: one role declared the old way."""
+    broken = render_stack("dev")
+    job_role = next(r for r in broken.of_type(ROLE) if r.name.endswith("-job"))
+    del job_role.inputs["forceDetachPolicies"]
+    assert roles_that_block_destroy(broken) == [job_role.name]
 
 
 def test_data_is_deletable_unless_the_config_keeps_it(rendering):
