@@ -118,7 +118,6 @@ class HomeRegion(pulumi.ComponentResource):
                 guard_topic_arn=guard_topic.topic_arn,
                 billing_topic_arn=billing_topic_arn,
                 billing_provider=args.billing_provider,
-                activate_cost_allocation_tag=cfg.activate_cost_allocation_tag,
                 tags=tags,
             ),
             opts=child(self),

@@ -2,6 +2,8 @@
 
 1. An AWS Budgets cost budget filtered to this environment's cost-allocation tag, notifying at each
    configured percent of actual spend and at a percent of forecast spend (e-mail and SNS).
+   The tag counts only once it is activated for cost allocation, an account step the program cannot
+   take (scripts/cost_allocation_tag.py, `make cost-tag`): until then the budget sees $0.
    The 100% notification goes to the budget guard's topic instead of the alert topic: the guard
    closes job admission and tells the alert topic so.
 2. CloudWatch `AWS/Billing EstimatedCharges` alarms at the same thresholds. That metric exists only in
@@ -47,7 +49,6 @@ class BillingAlertsArgs:
     # A topic in us-east-1 for the EstimatedCharges alarms, and the provider to declare them with.
     billing_topic_arn: pulumi.Input[str]
     billing_provider: pulumi.ProviderResource
-    activate_cost_allocation_tag: bool
     tags: Mapping[str, str]
 
 
@@ -58,23 +59,6 @@ class BillingAlerts(pulumi.ComponentResource):
         super().__init__("mlfleet:billing:BillingAlerts", name, None, opts)
         tags = dict(args.tags)
         emails = list(args.emails)
-
-        if args.activate_cost_allocation_tag:
-            # Account-wide and shared by every environment's stack: keep it active when one stack goes.
-            aws.costexplorer.CostAllocationTag(
-                f"{name}-environment-tag",
-                tag_key=tag_keys.ENVIRONMENT,
-                status="Active",
-                opts=child(self, retain_on_delete=True),
-            )
-        else:
-            pulumi.log.warn(
-                f"the budget filters on the cost allocation tag {tag_keys.ENVIRONMENT}, which this stack does not "
-                "activate (mlfleet:activateCostAllocationTag is false): activate it once in the Billing console, or "
-                "set the key to true once the tag has appeared in billing data (up to 24 h after first use). "
-                "Until then the budget sees no spend; the EstimatedCharges alarms still cover the account.",
-                resource=self,
-            )
 
         notifications = []
         for percent in args.percents:

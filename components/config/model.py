@@ -59,6 +59,12 @@ MAX_FLEET_REGION_INSTANCE_TYPES = 40  # instance types summed over the fleet-reg
 # AWS resources take 50 user tags; mlfleet adds up to 4 of its own (environment, managed-by, Name, and
 # mlfleet:fleet or mlfleet:tier).
 MAX_COST_ALLOCATION_TAGS = 46
+# Keys mlfleet no longer reads, with what to do instead.
+REMOVED_KEYS = {
+    "activateCostAllocationTag": "AWS activates a cost allocation tag only from the management account, once the tag "
+    "has appeared in billing data; remove the key and run `make cost-tag` once, a day after the first deployment, "
+    "with management-account credentials (docs/billing.md)",
+}
 
 DEFAULT_INSTANCE_TYPES = ("g6.2xlarge", "g5.2xlarge", "g4dn.2xlarge", "g6.4xlarge", "g5.4xlarge")
 
@@ -231,11 +237,6 @@ class StackConfig(_Model):
     budget_forecast_percent: int | None = Field(
         default=100, gt=0, le=1000,
         description="Percent of the monthly budget that forecast spend must reach to send an alert.")
-    # Activating needs the tag to have appeared in billing data once (up to a day after first use).
-    activate_cost_allocation_tag: bool = Field(
-        default=False,
-        description="Activate the mlfleet:environment cost allocation tag from the program (it must have appeared in "
-        "billing data once).")
     max_hourly_usd: int = Field(
         gt=0,
         description="Hard cap on the environment's instance spend in dollars per hour; the scheduler never scales past "
@@ -273,6 +274,15 @@ class StackConfig(_Model):
     # Teardown: keep the job ledger when the stack is destroyed (prod).
     retain_job_ledger: bool = Field(
         default=False, description="Keep the DynamoDB job ledger when the stack is destroyed (set in prod).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed_keys(cls, document):
+        """A key mlfleet no longer reads says what replaced it, instead of "unknown key"."""
+        present = [key for key in REMOVED_KEYS if isinstance(document, dict) and key in document]
+        if present:
+            raise ValueError("\n  - ".join(f"mlfleet:{key} is no longer a stack key: {REMOVED_KEYS[key]}" for key in present))
+        return document
 
     @field_validator("environment")
     @classmethod

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from components.billing import estimate, over_budget_warning
-from components.config import parse_stack_config
+from components.config import ConfigError, parse_stack_config
 from components.functions import policy_document
 from lambdas.budget_guard.handler import PERMISSIONS as GUARD_PERMISSIONS
 from pulumi_harness import render_config, stack_file_config
@@ -169,11 +169,21 @@ def test_scheduler_dollar_cap_bounds_the_worst_case():
     assert cost.caps_spot_hourly < cost.caps_on_demand_hourly
 
 
-def test_cost_allocation_tag_is_activated_and_kept_when_asked():
-    rendering = render_config(config(10_000, activateCostAllocationTag=True), "dev")
-    (tag,) = rendering.of_type("aws:costexplorer/costAllocationTag:CostAllocationTag")
-    assert tag.inputs == {"tagKey": "mlfleet:environment", "status": "Active"}
-    assert not any("does not activate" in w for w in rendering.warnings)
-    without = render_config(config(10_000), "dev")
-    assert without.of_type("aws:costexplorer/costAllocationTag:CostAllocationTag") == []
-    assert any("does not activate" in w for w in without.warnings)
+def test_no_stack_declares_the_cost_allocation_tag_activation():
+    """Activating needs the tag in billing data and the management account: an account step
+    (`make cost-tag`), never a resource of the first `pulumi up`."""
+    for stack in ("dev", "staging", "prod"):
+        rendering = render_config(stack_file_config(stack), stack)
+        assert rendering.of_type("aws:costexplorer/costAllocationTag:CostAllocationTag") == []
+        # The budget still filters on the tag; it counts once the tag is active.
+        (budget,) = rendering.of_type(BUDGET)
+        assert budget.inputs["costFilters"] == [{"name": "TagKeyValue", "values": [f"user:mlfleet:environment${stack}"]}]
+
+
+@pytest.mark.parametrize("value", ["true", "false"])
+def test_the_removed_key_is_one_error_that_says_what_to_run_instead(value):
+    with pytest.raises(ConfigError) as raised:
+        parse_stack_config(config(10_000, activateCostAllocationTag=value), "dev")
+    message = str(raised.value)
+    assert "1 configuration error" in message
+    assert "mlfleet:activateCostAllocationTag is no longer a stack key" in message and "make cost-tag" in message

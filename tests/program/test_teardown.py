@@ -14,9 +14,6 @@ ASG = "aws:autoscaling/group:Group"
 CLUSTER = "aws:ecs/cluster:Cluster"
 TABLE = "aws:dynamodb/table:Table"
 ROLE = "aws:iam/role:Role"
-# Outlives the stack on purpose: activating a cost-allocation tag is an account-wide billing setting
-# that other stacks may rely on, and AWS cannot "deactivate" history. Listed in the README.
-RETAINED_ALWAYS = {"aws:costexplorer/costAllocationTag:CostAllocationTag"}
 
 
 @pytest.fixture(scope="module", params=STACKS)
@@ -29,9 +26,9 @@ def test_nothing_is_protected(rendering):
     assert protected == []
 
 
-def test_only_the_prod_job_ledger_and_tag_activation_outlive_the_stack(rendering):
+def test_only_the_prod_job_ledger_outlives_the_stack(rendering):
     retained = {(kind, name) for (kind, name), options in rendering.options.items() if options.retain_on_delete}
-    expected = {(kind, name) for (kind, name) in rendering.options if kind in RETAINED_ALWAYS}
+    expected = set()
     if rendering.stack == "prod":  # stacks/Pulumi.prod.yaml: retainJobLedger: true
         expected |= {(TABLE, r.name) for r in rendering.of_type(TABLE)}
     assert retained == expected
