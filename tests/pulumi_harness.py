@@ -55,6 +55,7 @@ class Options:
     retain_on_delete: bool
     depends_on: tuple[str, ...]  # names of the explicit dependencies
     parent: str | None
+    import_id: str | None = None  # the `import_` option: the ID of an existing resource to adopt
 
 
 @dataclass
@@ -205,6 +206,7 @@ def render_program(program, stack: str = "test", config: dict[str, Any] | None =
             retain_on_delete=bool(opts.retain_on_delete),
             depends_on=tuple(getattr(d, "_name", str(d)) for d in depends_on),
             parent=getattr(opts.parent, "_name", None),
+            import_id=opts.import_,
         )
         return None
 

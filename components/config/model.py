@@ -271,9 +271,14 @@ class StackConfig(_Model):
         description="How long an instance under a rebalance recommendation is avoided before the scheduler trusts it "
         "again.")
 
-    # Teardown: keep the job ledger when the stack is destroyed (prod).
+    # Teardown: keep the job ledger when the stack is destroyed (prod), and take a kept one back on the
+    # next `pulumi up` (an import, docs/runbook.md "Tearing down an environment").
     retain_job_ledger: bool = Field(
         default=False, description="Keep the DynamoDB job ledger when the stack is destroyed (set in prod).")
+    adopt_job_ledger: bool = Field(
+        default=False,
+        description="Import the ledger a destroyed stack kept (retainJobLedger) on the next up instead of creating "
+        "it; needs retainJobLedger.")
 
     @model_validator(mode="before")
     @classmethod
@@ -397,6 +402,10 @@ class StackConfig(_Model):
                 f"mlfleet:budgetAlertPercents: {notifications} notifications (with the forecast one) exceed the "
                 f"{MAX_BUDGET_NOTIFICATIONS} AWS Budgets allows per budget"
             )
+        if self.adopt_job_ledger and not self.retain_job_ledger:
+            problems.append("mlfleet:adoptJobLedger takes back a ledger kept by retainJobLedger: true; set both (the "
+                            "import needs the declared table to match the kept one: deletion protection and "
+                            "point-in-time recovery on)")
         if problems:
             raise Problems(problems)
         return self

@@ -14,7 +14,9 @@
   every fleet region (components/jobs/events.py), plus a 5-minute check that undoes stale rebalances.
 
 The ledger is the only stateful resource mlfleet declares: retained (and deletion-protected, with
-point-in-time recovery) only when the stack config says `retainJobLedger: true`.
+point-in-time recovery) only when the stack config says `retainJobLedger: true`. A kept ledger keeps its
+name, so after a destroy the next `up` could not create it again (CreateTable: ResourceInUseException);
+`adoptJobLedger: true` imports it instead, by that name (docs/runbook.md "Tearing down an environment").
 """
 
 from __future__ import annotations
@@ -122,6 +124,11 @@ class JobService(pulumi.ComponentResource):
         )
 
         retain = cfg.retain_job_ledger
+        # The import ID of a table is its name (pulumi_aws dynamodb.Table, "Import"). The engine imports
+        # only when the stack does not hold the table yet (or holds another ID), so the key may stay set
+        # (pulumi/pulumi pkg/resource/deploy/step_generator.go, `isImport`); the import fails when the kept
+        # table differs from the declaration below (docs/architecture/deployment-execution/import.md).
+        adopt = ledger_name(env) if cfg.adopt_job_ledger else None
         ledger = aws.dynamodb.Table(
             f"{name}-ledger",
             name=ledger_name(env),
@@ -141,7 +148,7 @@ class JobService(pulumi.ComponentResource):
             point_in_time_recovery={"enabled": retain},
             deletion_protection_enabled=retain,
             tags=tags,
-            opts=child(self, retain_on_delete=retain),
+            opts=child(self, retain_on_delete=retain, import_=adopt),
         )
 
         variables = {

@@ -6,7 +6,12 @@ so these tests see protect / retain_on_delete / depends_on exactly as the engine
 
 from __future__ import annotations
 
+import fnmatch
+import json
+
 import pytest
+
+from components.config import ConfigError
 
 from pulumi_harness import STACKS, render_stack
 
@@ -52,6 +57,39 @@ def test_the_role_check_finds_a_role_without_force_detach():
     job_role = next(r for r in broken.of_type(ROLE) if r.name.endswith("-job"))
     del job_role.inputs["forceDetachPolicies"]
     assert roles_that_block_destroy(broken) == [job_role.name]
+
+
+def test_a_stack_imports_no_ledger_unless_it_adopts_one(rendering):
+    assert [name for (_, name), options in rendering.options.items() if options.import_id] == []
+
+
+def test_prod_adopts_its_kept_ledger_by_name_and_everything_still_points_at_it():
+    """After `pulumi destroy`, prod's ledger is still there under its fixed name: with adoptJobLedger the
+    next `up` imports it (the import ID of a table is its name), so CreateTable never runs."""
+    adopted = render_stack("prod", adoptJobLedger=True)
+    (table,) = adopted.of_type(TABLE)
+    options = adopted.options[(TABLE, table.name)]
+    assert options.import_id == table.inputs["name"] == "mlfleet-prod-jobs"
+    assert options.retain_on_delete and table.inputs["deletionProtectionEnabled"] is True
+    # The declaration is the one the table was kept with, or the import would fail on a diff.
+    assert table.inputs == render_stack("prod").named(table.name).inputs
+    discovery = json.loads(next(p for p in adopted.of_type("aws:ssm/parameter:Parameter")
+                                if p.inputs["name"] == "/mlfleet/prod/job-service").inputs["insecureValue"])
+    assert discovery["ledgerTable"] == "mlfleet-prod-jobs"
+    functions = [f for f in adopted.of_type("aws:lambda/function:Function")
+                 if "JOBS_TABLE" in f.inputs["environment"]["variables"]]
+    assert functions and {f.inputs["environment"]["variables"]["JOBS_TABLE"] for f in functions} == {"mlfleet-prod-jobs"}
+    table_arn = "arn:aws:dynamodb:us-east-1:123456789012:table/mlfleet-prod-jobs"
+    granted = [resource for policy in adopted.of_type("aws:iam/rolePolicy:RolePolicy")
+               for statement in json.loads(policy.inputs["policy"])["Statement"]
+               if any(a.startswith("dynamodb:") for a in statement["Action"]) for resource in statement["Resource"]]
+    assert granted and all(fnmatch.fnmatchcase(table_arn, r) or fnmatch.fnmatchcase(f"{table_arn}/index/by-state", r)
+                           for r in granted)
+
+
+def test_adopting_needs_the_ledger_to_have_been_kept():
+    with pytest.raises(ConfigError, match="adoptJobLedger takes back a ledger kept by retainJobLedger"):
+        render_stack("dev", adoptJobLedger=True)
 
 
 def test_data_is_deletable_unless_the_config_keeps_it(rendering):
