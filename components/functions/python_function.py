@@ -115,7 +115,7 @@ class PythonFunctionArgs:
     timeout_seconds: int = 300
     memory_mib: int = 512
     # No reserved concurrency, on purpose: a reservation fails on accounts whose Lambda concurrency quota
-    # is 10 (lambdas/scheduler/lease.py says why and how the scheduler runs one at a time instead).
+    # is 10 (lambdas/common/lease.py says why and how the scheduler runs one at a time instead).
     # None: what the function's modules declare (declared_permissions).
     permissions: Sequence[Permission] | None = None
 

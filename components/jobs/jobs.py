@@ -6,7 +6,7 @@
 - `mlfleet-<env>-jobs` (DynamoDB): the ledger, source of truth for every job's state; conditional
   writes make a twice-delivered message start an attempt at most once (lambdas/jobs/ledger.py).
 - `mlfleet-<env>-scheduler`: every minute and on new jobs, one run at a time: two runs would plan on the
-  same free GPUs, so each run holds a lease in the ledger (lambdas/scheduler/lease.py), which unlike
+  same free GPUs, so each run holds the placement lease in the ledger (lambdas/common/lease.py), which unlike
   reserved concurrency needs no Lambda concurrency quota.
 - `/mlfleet/<env>/job-service` (SSM): what the `mlfleet` command needs to find all of the above (queue,
   ledger, scheduler, fleets, log group), so data scientists need neither the repository nor Pulumi.

@@ -3,7 +3,7 @@
 Table (name in JOBS_TABLE, `mlfleet-<env>-jobs`): partition key `job_id` (S); GSI `by-state`
 (`state` S, `submitted_at` N) lists pending/running jobs in submission order; GSI `by-submission`
 (`submission_id` S, `job_id` S) lists a submission. Both indexes project ALL attributes.
-The table holds one item that is not a job, the scheduler's lease (lambdas/scheduler/lease.py): its key
+The table holds one item that is not a job, the placement lease (lambdas/common/lease.py): its key
 is no job id and it has no `state` or `submission_id`, so no index lists it and `get` ignores it.
 
 Every write is conditional. A new job is put with attribute_not_exists(job_id); every state change is a
@@ -224,7 +224,7 @@ class Ledger:
         return Outcome(True, updated)
 
     def get(self, job_id: str) -> JobRecord | None:
-        if not is_job_id(job_id):  # the table's other items (the scheduler lease) are not jobs
+        if not is_job_id(job_id):  # the table's other items (the placement lease) are not jobs
             return None
         item = self.dynamodb.get_item(TableName=self.table, Key={"job_id": {"S": job_id}}, ConsistentRead=True).get("Item")
         return decode(item) if item else None

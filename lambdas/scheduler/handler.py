@@ -1,8 +1,8 @@
 """Lambda entry point: one scheduler run places queued jobs and buys capacity for the rest.
 
 Triggered every minute by a schedule and, asynchronously, by the CLI right after a submission.
-Runs are sequential: a run first takes the scheduler lease (lambdas/scheduler/lease.py); one that
-cannot, because another run holds it, logs one line and returns. A submission made during a run is
+Runs are sequential: a run first takes the placement lease (lambdas/common/lease.py); one that
+cannot, because another run or a removal holds it, logs one line and returns. A submission made during a run is
 then placed by the next scheduled run, within a minute. A run:
   1. drains up to MAX_MESSAGES queue messages (10 a call, stopping with < 60 s of Lambda time left)
      and checks each against the ledger: a message whose job moved past its attempt is a duplicate;
@@ -31,7 +31,7 @@ from datetime import datetime, timedelta, timezone
 
 from botocore.exceptions import ClientError
 
-from lambdas.common import admission
+from lambdas.common import admission, lease
 from lambdas.common.aws import client
 from lambdas.common.catalog import load_catalog
 from lambdas.common.logs import log_decision
@@ -39,7 +39,7 @@ from lambdas.common.settings import SettingsError, from_env
 from lambdas.jobs import ledger as L
 from lambdas.jobs import queue
 from lambdas.jobs.fleets import FleetConfig, parse_fleets
-from lambdas.scheduler import actions, lease, state
+from lambdas.scheduler import actions, state
 from lambdas.scheduler.planning import Fleet, JobRequest, Limits, Machine, Reservation, ScaleOut, plan
 
 PERMISSIONS = (
@@ -89,14 +89,14 @@ def handler(event, context=None):
     settings = from_env(Settings)
     trigger = (event or {}).get("source") or (event or {}).get("trigger") or "invoke"
     remaining = context.get_remaining_time_in_millis if context is not None else (lambda: 900_000)
-    owner = getattr(context, "aws_request_id", None) or f"local-{uuid.uuid4()}"
+    owner = f"scheduler:{getattr(context, 'aws_request_id', None) or uuid.uuid4()}"
     dynamodb = client("dynamodb")
     taken = lease.acquire(dynamodb, settings.jobs_table, owner, now=time.time(), run_seconds=remaining() / 1000)
     if not taken.granted:
         holder = taken.holder
-        log_decision("scheduler-skipped", trigger=trigger, reason="another run holds the scheduler lease",
+        log_decision("scheduler-skipped", trigger=trigger, reason="another run or a removal holds the placement lease",
                      holder=holder.owner if holder else None, holder_expires_at=holder.expires_at if holder else None)
-        return {"skipped": "another run holds the scheduler lease"}
+        return {"skipped": "another run or a removal holds the placement lease"}
     try:
         log_decision("scheduler-run", trigger=trigger, lease_owner=owner)
         return run(settings, remaining)

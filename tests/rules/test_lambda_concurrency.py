@@ -6,7 +6,7 @@ functions that don't have reserved concurrency"
 a concurrency quota of 10, and then any reservation fails: "Specified ReservedConcurrentExecutions for
 function decreases account's UnreservedConcurrentExecution below its minimum value of [10]"
 (aws-samples/amazon-rekognition-serverless-large-scale-image-and-video-processing#6). The scheduler
-runs one at a time with a lease in its ledger instead (lambdas/scheduler/lease.py).
+runs one at a time with a lease in its ledger instead (lambdas/common/lease.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The scheduler lease against moto: one run at a time without reserved concurrency (lambdas/scheduler/lease.py).
+"""The placement lease against moto: one scheduler run at a time, without reserved concurrency (lambdas/common/lease.py).
 
 Races named here: a second run starting while the first plans (it must return without acting), a run
 killed before it released (its lease must expire, then be taken over), a host whose clock runs ahead
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from dataclasses import dataclass
 
 import boto3
@@ -18,13 +19,13 @@ from conftest import ENV, HOME, build_fleet, open_admission, scheduler_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from lambdas.common import lease
 from lambdas.common.catalog import load_catalog
 from lambdas.jobs import cli
 from lambdas.jobs import ledger as L
 from lambdas.jobs.queue import JobMessage, send_jobs
 from lambdas.jobs.spec import assign_ids, is_job_id, parse_spec
 from lambdas.scheduler import handler as scheduler
-from lambdas.scheduler import lease
 from lambdas.scheduler.handler import triage_messages
 from lambdas.scheduler.state import receive_messages
 
@@ -141,9 +142,9 @@ def test_two_concurrent_invocations_one_acts_the_other_returns_at_once(environme
     first.join(10)
 
     assert runs == [environment["table"]]  # only the first planned
-    assert results["b"] == {"skipped": "another run holds the scheduler lease"}
+    assert results["b"] == {"skipped": "another run or a removal holds the placement lease"}
     assert [line["decision"] for line in skipped_lines] == ["scheduler-skipped"]  # one line, nothing else
-    assert skipped_lines[0]["holder"] == "req-a" and skipped_lines[0]["trigger"] == "mlfleet.cli"
+    assert skipped_lines[0]["holder"] == "scheduler:req-a" and skipped_lines[0]["trigger"] == "mlfleet.cli"
     assert results["a"] == {"started": []} and lease_item(environment["table"]) is None
 
 
@@ -173,9 +174,9 @@ def test_a_refused_invocation_touches_no_job_message_or_machine(environment):
     build_fleet(size=1)
     open_admission()
     job_ids = queue_jobs(environment, 2)
-    assert lease.acquire(dynamodb(), environment["table"], "someone-else", now=__import__("time").time(),
+    assert lease.acquire(dynamodb(), environment["table"], "someone-else", now=time.time(),
                          run_seconds=RUN).granted
-    assert scheduler.handler({}, Context("req-b")) == {"skipped": "another run holds the scheduler lease"}
+    assert scheduler.handler({}, Context("req-b")) == {"skipped": "another run or a removal holds the placement lease"}
     ledger = L.Ledger(dynamodb(), environment["table"])
     assert [ledger.get(j).state for j in job_ids] == [L.QUEUED, L.QUEUED]
     visible = boto3.client("sqs", HOME).get_queue_attributes(

@@ -1,6 +1,10 @@
-"""One scheduler run at a time: a lease in the job ledger, which needs no account quota.
+"""The placement lease: one actor at a time changes what runs where, without any account quota.
 
-Reserved concurrency 1 would also serialise runs, but a reservation comes out of the account's
+Two things change what runs where: a scheduler run (it starts tasks) and a removal (it stops a machine,
+docs/removal.md). Each holds this lease while it acts, so a scheduler run never overlaps another one (two
+runs would plan on the same free GPUs) and a removal never interleaves with a placement.
+
+Reserved concurrency 1 would also serialise scheduler runs, but a reservation comes out of the account's
 unreserved concurrency, which Lambda never lets fall below its minimum ("You can reserve up to the
 Unreserved account concurrency value minus 100",
 https://docs.aws.amazon.com/lambda/latest/dg/configuration-concurrency.html). Accounts whose
@@ -8,20 +12,20 @@ concurrency quota is 10 refuse any reservation: "Specified ReservedConcurrentExe
 decreases account's UnreservedConcurrentExecution below its minimum value of [10]"
 (aws-samples/amazon-rekognition-serverless-large-scale-image-and-video-processing#6).
 
-The lease is one item of the ledger table, key LEASE_KEY. No job id can take that key (job ids are
-`sub-<14 digits>-<6 hex>-<5 digits>`, lambdas/jobs/spec.py) and the item has neither `state` nor
-`submission_id`, so the sparse indexes `by-state` and `by-submission` never list it.
+The lease is one item of the job ledger table (home region), key LEASE_KEY. No job id can take that
+key (job ids are `sub-<14 digits>-<6 hex>-<5 digits>`, lambdas/jobs/spec.py) and the item has neither
+`state` nor `submission_id`, so the sparse indexes `by-state` and `by-submission` never list it.
 
-- acquire: a conditional PutItem, `attribute_not_exists(job_id) OR expires_at < :now`. The owner is
-  the Lambda request id; the lease expires CLOCK_SKEW_SECONDS after the run's own deadline (Lambda
-  stops a run at its timeout, so the run's remaining time bounds it).
+- acquire: a conditional PutItem, `attribute_not_exists(job_id) OR expires_at < :now`. The owner names
+  the actor and its Lambda request id (`scheduler:<id>`); the lease expires CLOCK_SKEW_SECONDS after the
+  holder's own deadline (Lambda stops a run at its timeout, so its remaining time bounds it).
 - release: a conditional DeleteItem, `owner = :me`, at the end of every run, failed or not.
 - a run killed before it released (timeout, out of memory) leaves its lease to expire; the first
-  run after the expiry takes over, and says so.
+  actor after the expiry takes over, and says so.
 
 DynamoDB conditions have no server clock, so `:now` is the caller's clock. Lambda hosts keep time
-with the Amazon Time Sync Service; CLOCK_SKEW_SECONDS is far more than they drift apart, and a run on
-a host whose clock is ahead by less than that still cannot take over a live run's lease.
+with the Amazon Time Sync Service; CLOCK_SKEW_SECONDS is far more than they drift apart, and an actor
+on a host whose clock is ahead by less than that still cannot take over a live holder's lease.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from lambdas.common.logs import log_decision
 from lambdas.common.permissions import needs
 from lambdas.jobs.ledger import TABLE_ARNS
 
-LEASE_KEY = "#lease/scheduler"
+LEASE_KEY = "#lease/placement"
 CLOCK_SKEW_SECONDS = 30
 
 # dynamodb:LeadingKeys limits these to the lease item
@@ -45,7 +49,7 @@ CLOCK_SKEW_SECONDS = 30
 PERMISSIONS = (
     needs("dynamodb:PutItem", "dynamodb:DeleteItem", resources=TABLE_ARNS[:1],
           condition={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": LEASE_KEY}},
-          why="take and release the scheduler lease, one item of the job ledger"),
+          why="take and release the placement lease, one item of the job ledger"),
 )
 
 
@@ -77,9 +81,10 @@ def _lease(item: dict[str, Any] | None) -> Lease | None:
 
 
 def acquire(dynamodb, table: str, owner: str, *, now: float, run_seconds: float) -> Acquired:
-    """Take the lease for a run that may last `run_seconds` from `now` (epoch seconds)."""
+    """Take the lease for a run that may last `run_seconds` from `now` (epoch seconds). `dynamodb` is a
+    client of the ledger's (home) region."""
     if not owner:
-        raise ValueError("a lease needs an owner (the Lambda request id)")
+        raise ValueError("a lease needs an owner (actor:request id)")
     if not (math.isfinite(now) and math.isfinite(run_seconds)) or run_seconds <= 0:
         raise ValueError(f"lease for now={now!r}, run_seconds={run_seconds!r}: both must be finite, run_seconds > 0")
     lease = Lease(owner, now, now + run_seconds + CLOCK_SKEW_SECONDS)
@@ -97,9 +102,9 @@ def acquire(dynamodb, table: str, owner: str, *, now: float, run_seconds: float)
         return Acquired(False, holder=_lease(refused.response.get("Item")))
     took_over = _lease(previous)
     if took_over is not None:
-        log_decision("scheduler-lease-taken-over", owner=owner, previous_owner=took_over.owner,
+        log_decision("lease-taken-over", owner=owner, previous_owner=took_over.owner,
                      expired_seconds_ago=round(now - took_over.expires_at, 3),
-                     reason="the previous run ended without releasing its lease (timeout or crash)")
+                     reason="the previous holder ended without releasing the lease (timeout or crash)")
     return Acquired(True, lease=lease, took_over=took_over)
 
 
@@ -112,10 +117,10 @@ def release(dynamodb, table: str, lease: Lease) -> bool:
                              ExpressionAttributeValues={":me": {"S": lease.owner}})
         return True
     except dynamodb.exceptions.ConditionalCheckFailedException:
-        log_decision("scheduler-lease-lost", owner=lease.owner, expires_at=lease.expires_at,
-                     reason="another run took the lease over; nothing released")
+        log_decision("lease-lost", owner=lease.owner, expires_at=lease.expires_at,
+                     reason="another actor took the lease over; nothing released")
         return False
     except (BotoCoreError, ClientError) as error:
         # The run's own result matters more: the lease expires by itself.
-        log_decision("scheduler-lease-release-failed", owner=lease.owner, expires_at=lease.expires_at, error=str(error))
+        log_decision("lease-release-failed", owner=lease.owner, expires_at=lease.expires_at, error=str(error))
         return False
