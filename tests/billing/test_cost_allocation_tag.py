@@ -8,6 +8,7 @@ against botocore's service model for Cost Explorer (operation names, parameter n
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -118,7 +119,9 @@ def test_status_reports_without_changing_anything(aws, ce, status, code):
 
 
 def test_make_cost_tag_runs_the_activation():
-    dry = subprocess.run(["make", "-n", "cost-tag"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    quiet = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}  # under make test
+    dry = subprocess.run(["make", "--no-print-directory", "-n", "cost-tag"], cwd=ROOT, capture_output=True, text=True,
+                         check=True, env=quiet).stdout
     assert dry.strip().endswith("scripts/cost_allocation_tag.py activate")
     with pytest.raises(SystemExit):
         cost_tag.main(["deactivate"])

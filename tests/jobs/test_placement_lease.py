@@ -87,7 +87,7 @@ def test_a_crashed_run_s_lease_expires_then_is_taken_over(home):
     assert lease_item(home["table"])["owner"]["S"] == "run-b"
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(started_after=st.floats(min_value=0, max_value=RUN), skew=st.floats(min_value=-lease.CLOCK_SKEW_SECONDS,
                                                                             max_value=lease.CLOCK_SKEW_SECONDS))
 def test_a_host_whose_clock_is_off_by_up_to_the_margin_never_takes_a_live_run_s_lease(home, started_after, skew):

@@ -169,17 +169,6 @@ def test_scheduler_dollar_cap_bounds_the_worst_case():
     assert cost.caps_spot_hourly < cost.caps_on_demand_hourly
 
 
-def test_no_stack_declares_the_cost_allocation_tag_activation():
-    """Activating needs the tag in billing data and the management account: an account step
-    (`make cost-tag`), never a resource of the first `pulumi up`."""
-    for stack in ("dev", "staging", "prod"):
-        rendering = render_config(stack_file_config(stack), stack)
-        assert rendering.of_type("aws:costexplorer/costAllocationTag:CostAllocationTag") == []
-        # The budget still filters on the tag; it counts once the tag is active.
-        (budget,) = rendering.of_type(BUDGET)
-        assert budget.inputs["costFilters"] == [{"name": "TagKeyValue", "values": [f"user:mlfleet:environment${stack}"]}]
-
-
 @pytest.mark.parametrize("value", ["true", "false"])
 def test_the_removed_key_is_one_error_that_says_what_to_run_instead(value):
     with pytest.raises(ConfigError) as raised:

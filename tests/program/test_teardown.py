@@ -6,7 +6,9 @@ so these tests see protect / retain_on_delete / depends_on exactly as the engine
 
 from __future__ import annotations
 
+import copy
 import fnmatch
+import functools
 import json
 
 import pytest
@@ -21,14 +23,29 @@ TABLE = "aws:dynamodb/table:Table"
 ROLE = "aws:iam/role:Role"
 
 
+@functools.cache
+def rendered(stack: str):
+    return render_stack(stack)
+
+
 @pytest.fixture(scope="module", params=STACKS)
 def rendering(request):
-    return render_stack(request.param)
+    return rendered(request.param)
 
 
 def test_nothing_is_protected(rendering):
     protected = [name for (_, name), options in rendering.options.items() if options.protect]
     assert protected == []
+
+
+def test_no_stack_declares_the_cost_allocation_tag_activation(rendering):
+    """Activating needs the tag in billing data and the management account: an account step
+    (`make cost-tag`, docs/billing.md), never a resource that would fail the first `pulumi up`."""
+    assert rendering.of_type("aws:costexplorer/costAllocationTag:CostAllocationTag") == []
+    # The budget still filters on the tag; it counts once the tag is active.
+    (budget,) = rendering.of_type("aws:budgets/budget:Budget")
+    assert budget.inputs["costFilters"] == [{"name": "TagKeyValue",
+                                             "values": [f"user:mlfleet:environment${rendering.stack}"]}]
 
 
 def test_only_the_prod_job_ledger_outlives_the_stack(rendering):
@@ -53,7 +70,7 @@ def test_every_role_detaches_policies_a_team_attached_before_it_is_deleted(rende
 
 def test_the_role_check_finds_a_role_without_force_detach():
     """The check above on a deliberately broken rendering: one role declared the old way."""
-    broken = render_stack("dev")
+    broken = copy.deepcopy(rendered("dev"))
     job_role = next(r for r in broken.of_type(ROLE) if r.name.endswith("-job"))
     del job_role.inputs["forceDetachPolicies"]
     assert roles_that_block_destroy(broken) == [job_role.name]
@@ -72,7 +89,7 @@ def test_prod_adopts_its_kept_ledger_by_name_and_everything_still_points_at_it()
     assert options.import_id == table.inputs["name"] == "mlfleet-prod-jobs"
     assert options.retain_on_delete and table.inputs["deletionProtectionEnabled"] is True
     # The declaration is the one the table was kept with, or the import would fail on a diff.
-    assert table.inputs == render_stack("prod").named(table.name).inputs
+    assert table.inputs == rendered("prod").named(table.name).inputs
     discovery = json.loads(next(p for p in adopted.of_type("aws:ssm/parameter:Parameter")
                                 if p.inputs["name"] == "/mlfleet/prod/job-service").inputs["insecureValue"])
     assert discovery["ledgerTable"] == "mlfleet-prod-jobs"
