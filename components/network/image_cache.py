@@ -91,6 +91,7 @@ class ImageCache(pulumi.ComponentResource):
             f"{name}-ecr-templates",
             assume_role_policy=assume_role_policy("ecr.amazonaws.com"),
             description=f"ECR creates and tags the {self.prefix} cache repositories in {args.region}",
+            force_detach_policies=True,
             tags=tags,
             opts=child(self),
         )
