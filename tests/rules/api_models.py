@@ -492,12 +492,6 @@ def _metric_alarm(r: Resource):
     })]
 
 
-@translates("aws:costexplorer/costAllocationTag:CostAllocationTag")
-def _cost_allocation_tag(r: Resource):
-    return [("ce", "UpdateCostAllocationTagsStatus", {
-        "CostAllocationTagsStatus": [{"TagKey": r["tagKey"], "Status": r["status"]}]})]
-
-
 @translates("aws:dynamodb/table:Table")
 def _dynamodb_table(r: Resource):
     name = r.physical_name()

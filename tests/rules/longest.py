@@ -82,7 +82,6 @@ def longest_config(*, regions: int, fleets: int, types_per_fleet: int, tags: int
         "slackWorkspaceId": "T" + "0" * 10,
         "slackChannelId": "C" + "0" * 10,
         "costAllocationTags": {f"{i:02d}" + "k" * 126: "v" * 256 for i in range(tags)},
-        "activateCostAllocationTag": True,
         "logRetentionDays": max(model.LOG_RETENTION_DAYS),
         "rootVolumeGiB": _upper(fields["root_volume_gib"]),
         "idleWindowMinutes": _upper(fields["idle_window_minutes"]),
@@ -96,6 +95,7 @@ def longest_config(*, regions: int, fleets: int, types_per_fleet: int, tags: int
         "budgetAlertPercents": [10, 20, 30, 40, 50, 60, 70, 80, 100],
         "budgetForecastPercent": 1000,
         "retainJobLedger": True,
+        "adoptJobLedger": True,
     }
     raw = {f"mlfleet:{key}": json.dumps(value) if not isinstance(value, str) else value for key, value in config.items()}
     raw["aws:region"] = names[0]

@@ -1,8 +1,7 @@
 """The service rules no model carries hold on every stack (tests/rules/service_rules.py).
 
 Every rule runs on the committed stacks and on the stack at the longest names and largest counts; each is
-shown failing on a deliberately broken copy. Findings whose fix belongs to another change of issue 12 are
-PENDING: the rule still fails for anything else, and a strict xfail flips once the fix lands.
+shown failing on a deliberately broken copy.
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ import dataclasses
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import api_models
 import pulumi_aws
@@ -24,44 +22,16 @@ from service_rules import RULES, Stack, rule_by_id
 RENDERINGS = (*STACKS, "longest")
 
 
-@dataclass(frozen=True)
-class Pending:
-    fragment: str  # in every finding this covers
-    issue_item: str
-
-
-PENDING = {
-    "lambda-reserved-concurrency": Pending(
-        "reserved concurrency",
-        "issue 12: 'a reserved concurrency of 1 fails on accounts whose Lambda concurrency quota is 10' "
-        "(teardown helper: single-writer scheduling without a reservation)"),
-}
-
-
 @pytest.fixture(scope="module")
 def stacks(stack_renderings, longest_rendering) -> dict[str, Stack]:
     return {name: Stack(r) for name, r in {**stack_renderings, "longest": longest_rendering}.items()}
 
 
-def _is_pending(rule_id: str, finding: str) -> bool:
-    pending = PENDING.get(rule_id)
-    return pending is not None and pending.fragment in finding
-
-
 @pytest.mark.parametrize("stack", RENDERINGS)
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.id)
 def test_rule_holds(stacks, rule, stack):
-    findings = [f for f in rule.check(stacks[stack]) if not _is_pending(rule.id, f)]
+    findings = list(rule.check(stacks[stack]))
     assert not findings, f"{rule.statement}\nsource: {rule.source}\n" + "\n".join(findings)
-
-
-@pytest.mark.parametrize("stack", RENDERINGS)
-@pytest.mark.parametrize("rule_id", [
-    pytest.param(rule_id, marks=pytest.mark.xfail(strict=True, reason=pending.issue_item))
-    for rule_id, pending in PENDING.items()])
-def test_pending_findings_are_fixed(stacks, rule_id, stack):
-    findings = [f for f in rule_by_id(rule_id).check(stacks[stack]) if _is_pending(rule_id, f)]
-    assert not findings, "\n".join(findings)
 
 
 def test_every_rule_cites_its_source():
