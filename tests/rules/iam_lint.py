@@ -15,7 +15,11 @@ A statement fails on:
 - an action with no resource in the statement it can be authorized on: IAM matches the request's
   resource against the ARN formats of the action's resource types, and an action without resource
   types takes only "*" (e.g. `ecs:ListTasks` is authorized on container-instance ARNs, or on "*" with an
-  `ecs:cluster` condition; granted on a cluster ARN it is denied on every call);
+  `ecs:cluster` condition; granted on a cluster ARN it is denied on every call). A wildcard in a Deny is
+  the exception: it means "whatever applies here" (AWS's TLS-only bucket policy denies `s3:*` on a
+  bucket and its objects, https://repost.aws/knowledge-center/s3-bucket-policy-for-config-rule), and
+  the actions it matches that cannot apply to the resources are never evaluated against them; the
+  next rule still fails a Deny whose resources none of its actions apply to;
 - a resource that none of the statement's actions can be authorized on (a dead or mistyped ARN);
 - a service condition key the action does not support (a key absent from the request makes the
   condition false: an Allow never applies, a Deny never protects). Global `aws:` keys are accepted;
@@ -348,6 +352,7 @@ def lint_statement(statement: Mapping[str, Any], *, where: str, kind: str, index
         if element in statement:
             fail("unsupported-element", f"{element} is not checked by this lint; name what is granted instead")
     actions: list[str] = []
+    denied_by_wildcard: set[str] = set()  # checked as a whole (module docstring)
     for entry in _list(statement.get("Action")):
         if entry == "*":
             fail("action", '"*" grants every action of every service')
@@ -356,13 +361,15 @@ def lint_statement(statement: Mapping[str, Any], *, where: str, kind: str, index
         if not expanded and not excepted("action", entry, entry):
             fail("unknown-action", f"{entry} is not an action of the IAM reference")
         actions.extend(expanded)
+        if statement.get("Effect") == "Deny" and any(c in entry for c in "*?"):
+            denied_by_wildcard.update(expanded)
 
     resources = [str(r) for r in _list(statement.get("Resource"))]
     if "Resource" in statement and actions:
         everything = "*" in resources
         for action in actions:
             types = {t: arn_format(action, t) for t in resource_types(action) if t}
-            if everything:
+            if everything or action in denied_by_wildcard:
                 continue
             if not any(arn_matches(r, f) for r in resources for f in types.values()):
                 if all(excepted("resource", action, r) for r in resources):

@@ -207,6 +207,27 @@ def test_the_lint_fails_on(statement, rule, words):
     assert any(r == rule and words in d for r, d in found), found
 
 
+BUCKET = "arn:aws:s3:::mlfleet-dev-123456789012-us-east-1-an"
+TLS_ONLY = {"Sid": "DenyInsecureTransport", "Effect": "Deny", "Principal": "*", "Action": "s3:*",
+            "Resource": [BUCKET, f"{BUCKET}/*"], "Condition": {"Bool": {"aws:SecureTransport": "false"}}}
+
+
+def test_a_deny_wildcard_covers_whatever_applies_to_its_resources():
+    # AWS's TLS-only bucket policy: s3:* matches actions that never apply to a bucket; they are harmless.
+    assert findings_of(TLS_ONLY, RESOURCE) == []
+    # The same wildcard granted (Allow) is checked action by action, and fails.
+    assert any(r == "resource-type" for r, _ in findings_of({**TLS_ONLY, "Effect": "Allow"}, RESOURCE))
+    # A Deny whose resources none of its actions can apply to protects nothing, and fails.
+    dead = {**TLS_ONLY, "Resource": ["arn:aws:sqs:us-east-1:1:q"]}
+    assert any(r == "resource-type" and d.startswith("arn:aws:sqs:us-east-1:1:q matches no resource type of")
+               for r, d in findings_of(dead, RESOURCE))
+    # A named action in a Deny is still checked one by one.
+    named = {**TLS_ONLY, "Action": ["s3:GetObject", "s3:ListBucket", "s3:ListAllMyBuckets"]}
+    assert [d for r, d in findings_of(named, RESOURCE) if r == "resource-type"] == [
+        f"s3:ListAllMyBuckets cannot be authorized on {BUCKET}, {BUCKET}/*; it takes \"*\" only (no resource-level "
+        "permissions)"]
+
+
 def test_a_service_principal_without_source_conditions_fails_in_resource_policies_only():
     statement = {"Sid": "S", "Effect": "Allow", "Principal": {"Service": "cloudwatch.amazonaws.com"},
                  "Action": ["kms:Decrypt"], "Resource": "*"}
