@@ -807,6 +807,62 @@ def _lambda_permission(r: Resource):
     })]
 
 
+# S3 (internal/service/s3/bucket.go and one file per bucket configuration resource): the bucket is one
+# CreateBucket, its tags one PutBucketTagging; each configuration resource is the one Put* call it wraps.
+@translates("aws:s3/bucket:Bucket")
+def _s3_bucket(r: Resource):
+    r.skip("forceDestroy")  # the provider empties the bucket itself before DeleteBucket
+    name = r["bucket"]
+    calls = [("s3", "CreateBucket", {"Bucket": name, "BucketNamespace": r.get("bucketNamespace")})]
+    if r.tags():
+        calls.append(("s3", "PutBucketTagging", {"Bucket": name, "Tagging": {"TagSet": _tag_list(r.tags())}}))
+    return calls
+
+
+@translates("aws:s3/bucketOwnershipControls:BucketOwnershipControls")
+def _s3_ownership_controls(r: Resource):
+    return [("s3", "PutBucketOwnershipControls", {"Bucket": r["bucket"], "OwnershipControls": {
+        "Rules": [{"ObjectOwnership": r["rule"]["objectOwnership"]}]}})]
+
+
+@translates("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock")
+def _s3_public_access_block(r: Resource):
+    return [("s3", "PutPublicAccessBlock", {"Bucket": r["bucket"], "PublicAccessBlockConfiguration": {
+        "BlockPublicAcls": r.get("blockPublicAcls"), "BlockPublicPolicy": r.get("blockPublicPolicy"),
+        "IgnorePublicAcls": r.get("ignorePublicAcls"), "RestrictPublicBuckets": r.get("restrictPublicBuckets")}})]
+
+
+@translates("aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration")
+def _s3_encryption(r: Resource):
+    rules = [{"ApplyServerSideEncryptionByDefault": {
+                  "SSEAlgorithm": rule["applyServerSideEncryptionByDefault"]["sseAlgorithm"],
+                  "KMSMasterKeyID": rule["applyServerSideEncryptionByDefault"].get("kmsMasterKeyId")},
+              "BucketKeyEnabled": rule.get("bucketKeyEnabled")} for rule in r["rules"]]
+    return [("s3", "PutBucketEncryption", {"Bucket": r["bucket"], "ServerSideEncryptionConfiguration": {"Rules": rules}})]
+
+
+def _lifecycle_rule(rule: dict) -> dict:
+    expiration = rule.get("expiration") or {}
+    abort = rule.get("abortIncompleteMultipartUpload") or {}
+    return {
+        "ID": rule["id"], "Status": rule["status"], "Filter": _pascal(rule.get("filter")),
+        "Expiration": _pascal(expiration) or None,
+        "AbortIncompleteMultipartUpload": _pascal(abort) or None,
+    }
+
+
+@translates("aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration")
+def _s3_lifecycle(r: Resource):
+    return [("s3", "PutBucketLifecycleConfiguration", {
+        "Bucket": r["bucket"], "LifecycleConfiguration": {"Rules": [_lifecycle_rule(rule) for rule in r["rules"]]},
+        "TransitionDefaultMinimumObjectSize": r.get("transitionDefaultMinimumObjectSize")})]
+
+
+@translates("aws:s3/bucketPolicy:BucketPolicy")
+def _s3_bucket_policy(r: Resource):
+    return [("s3", "PutBucketPolicy", {"Bucket": r["bucket"], "Policy": r["policy"]})]
+
+
 @translates("aws:sns/topic:Topic")
 def _sns_topic(r: Resource):
     attributes = {"KmsMasterKeyId": r.get("kmsMasterKeyId"), "Policy": r.get("policy")}

@@ -280,3 +280,23 @@ def test_every_pattern_of_the_operations_used_compiles(prod):
     assert patterns
     for pattern in patterns:
         api_models.compiled(pattern)
+
+
+def test_the_checkpoint_buckets_break_where_s3_would_refuse(prod):
+    """The S3 translations (the checkpoint buckets) fail on what S3's model refuses."""
+    _assert_one_problem(_broken(prod, _of_type("aws:s3/bucket:Bucket"), _set("bucketNamespace", "regional")),
+                        "s3:CreateBucket BucketNamespace", "'regional' is not one of ['account-regional', 'global']")
+    _assert_one_problem(_broken(prod, _of_type("aws:s3/bucketOwnershipControls:BucketOwnershipControls"),
+                                _set("rule", {"objectOwnership": "Owner"})),
+                        "OwnershipControls.Rules[0].ObjectOwnership", "'Owner' is not one of")
+    _assert_one_problem(_broken(prod, _of_type(
+        "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"),
+        _set("rules", [{"applyServerSideEncryptionByDefault": {"sseAlgorithm": "AES128"}}])),
+        "Rules[0].ApplyServerSideEncryptionByDefault.SSEAlgorithm", "'AES128' is not one of")
+
+    def lifecycle(r):
+        (rule,) = r.inputs["rules"]
+        r.inputs["rules"] = [{**rule, "status": "On", "filter": {"prefixes": "jobs/"}}]
+    problems = _broken(prod, _of_type("aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration"), lifecycle)
+    _assert_one_problem(problems, "LifecycleConfiguration.Rules[0].Status", "'On' is not one of")
+    _assert_one_problem(problems, "Rules[0].Filter.Prefixes", "is not a member of LifecycleRuleFilter")
