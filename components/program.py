@@ -59,13 +59,14 @@ def deploy(cfg: StackConfig) -> dict:
         )
         for region in cfg.regions
     }
+    account_id = aws.get_caller_identity_output(opts=pulumi.InvokeOptions(provider=providers[cfg.home_region])).account_id
     jobs = JobService(
         f"{cfg.environment}-jobs",
         JobServiceArgs(config=cfg, alert_topic_arn=home.alert_topic_arn, admission_parameter=home.admission_parameter,
-                       cluster_arns=[r.cluster.cluster_arn for r in regions.values()]),
+                       cluster_arns=[r.cluster.cluster_arn for r in regions.values()],
+                       account_id=account_id),
         opts=with_provider(providers[cfg.home_region]),
     )
-    account_id = aws.get_caller_identity_output(opts=pulumi.InvokeOptions(provider=providers[cfg.home_region])).account_id
     for region, component in regions.items():
         if region != cfg.home_region:
             EventForwarder(

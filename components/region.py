@@ -1,10 +1,12 @@
-"""Everything mlfleet declares in one fleet region: network, AMI, ECS cluster and its GPU fleets."""
+"""Everything mlfleet declares in one fleet region: network, AMI, ECS cluster and its GPU fleets, and the
+checkpoint bucket the region's jobs save to."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import pulumi
+import pulumi_aws as aws
 
 from components.alerts import AlertTopic, AlertTopicArgs
 from components.ami import GpuAmi, GpuAmiArgs
@@ -21,7 +23,9 @@ from components.dashboard import FleetDashboard, FleetDashboardArgs
 from components.idle import Reaper, ReaperArgs
 from components.jobs.jobs import queue_name
 from components.network import ImageCache, ImageCacheArgs, Network, NetworkArgs
-from components.resources import child
+from components.resources import child, invoke
+from components.storage import CheckpointBucket, CheckpointBucketArgs
+from lambdas.jobs import checkpoints
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,10 @@ class FleetRegion(pulumi.ComponentResource):
             ImageCacheArgs(region=region, environment=cfg.environment, tags=tags),
             opts=child(self),
         )
+        # The bucket's policy names the job role and the role's policy names the bucket: the name is
+        # computed first, then the cluster (job role), then the bucket.
+        account_id = aws.get_caller_identity_output(opts=invoke(self)).account_id
+        bucket_name = account_id.apply(lambda account: checkpoints.bucket_name(cfg.environment, account, region))
         self.cluster = EcsGpuCluster(
             f"{name}-ecs",
             EcsGpuClusterArgs(
@@ -87,8 +95,16 @@ class FleetRegion(pulumi.ComponentResource):
                 job_image=self.image_cache.image(cfg.job_image),
                 log_retention_days=cfg.log_retention_days,
                 tags=tags,
+                checkpoint_bucket=bucket_name,
+                account_id=account_id,
                 pull_through_repositories_arn=self.image_cache.repositories_arn,
             ),
+            opts=child(self),
+        )
+        self.checkpoints = CheckpointBucket(
+            f"{name}-checkpoints",
+            CheckpointBucketArgs(region=region, bucket_name=bucket_name, writer_role_arn=self.cluster.job_role_arn,
+                                 retention_days=cfg.checkpoint_retention_days, tags=tags),
             opts=child(self),
         )
         self.fleets: dict[str, GpuSpotFleet] = {}
@@ -153,6 +169,7 @@ class FleetRegion(pulumi.ComponentResource):
             "amiId": self.ami.image_id,
             "amiSource": self.ami.source,
             "vpcId": self.network.vpc_id,
+            "checkpointBucket": self.checkpoints.bucket_name,
             "alertTopicArn": self.alert_topic_arn,
             "fleets": {name: {"asgName": fleet.asg_name, "idleAlarm": self.reaper.alarm_names[name]}
                        for name, fleet in self.fleets.items()},

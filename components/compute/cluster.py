@@ -17,6 +17,7 @@ import pulumi_aws as aws
 
 from components.network.image_cache import PULL_THROUGH_ACTIONS
 from components.resources import assume_role_policy, child, managed_policy
+from components.storage.checkpoints import job_access_policy
 
 JOB_CONTAINER_NAME = "job"
 # Spot instances get a two-minute notice; the job gets SIGTERM and 110 s to checkpoint (the ECS
@@ -50,6 +51,10 @@ class EcsGpuClusterArgs:
     job_image: pulumi.Input[str]
     log_retention_days: int
     tags: Mapping[str, str]
+    # The region's checkpoint bucket (components/storage) and the account it belongs to: the job role
+    # reads and writes its jobs/ prefix.
+    checkpoint_bucket: pulumi.Input[str]
+    account_id: pulumi.Input[str]
     # ARN pattern of the repositories of the region's pull-through cache (ImageCache); None: no cache.
     pull_through_repositories_arn: pulumi.Input[str] | None = None
 
@@ -123,8 +128,8 @@ class EcsGpuCluster(pulumi.ComponentResource):
                 ),
                 opts=child(self),
             )
-        # The identity job containers run as. No permissions by default: attach what jobs need
-        # (an S3 prefix, a model registry) to this role outside mlfleet or in a later change.
+        # The identity job containers run as. Its only permissions are the region's checkpoint prefix;
+        # attach what else jobs need (datasets, a model registry) to this role outside mlfleet.
         job_role = aws.iam.Role(
             f"{name}-job",
             assume_role_policy=assume_role_policy("ecs-tasks.amazonaws.com"),
@@ -132,6 +137,13 @@ class EcsGpuCluster(pulumi.ComponentResource):
             description="Identity of mlfleet job containers",
             force_detach_policies=True,  # teams attach their own policies here; destroy must not stop on them
             tags=tags,
+            opts=child(self),
+        )
+        aws.iam.RolePolicy(
+            f"{name}-job-checkpoints",
+            role=job_role.id,
+            policy=pulumi.Output.all(args.checkpoint_bucket, args.account_id).apply(
+                lambda values: json.dumps(job_access_policy(*values))),
             opts=child(self),
         )
 

@@ -270,6 +270,11 @@ class StackConfig(_Model):
         default=30, ge=5, le=360,
         description="How long an instance under a rebalance recommendation is avoided before the scheduler trusts it "
         "again.")
+    # 14 days like the dead-letter queue: a dead-lettered job's last checkpoint stays as long as its message.
+    checkpoint_retention_days: int = Field(
+        default=14, ge=1, le=365,
+        description="Days a job's checkpoint objects live after their last write in their region's checkpoint bucket "
+        "(components/storage); a running job rewrites its checkpoint, so only abandoned ones expire.")
 
     # Teardown: keep the job ledger when the stack is destroyed (prod), and take a kept one back on the
     # next `pulumi up` (an import, docs/runbook.md "Tearing down an environment").

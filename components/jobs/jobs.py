@@ -7,7 +7,9 @@
   writes make a twice-delivered message start an attempt at most once (lambdas/jobs/ledger.py).
 - `mlfleet-<env>-scheduler`: every minute and on new jobs, one run at a time: two runs would plan on the
   same free GPUs, so each run holds the placement lease in the ledger (lambdas/common/lease.py), which unlike
-  reserved concurrency needs no Lambda concurrency quota.
+  reserved concurrency needs no Lambda concurrency quota. With ACCOUNT_ID it names each fleet region's
+  checkpoint bucket (lambdas/jobs/checkpoints.py, as components/storage does) and gives every job its
+  checkpoint location.
 - `/mlfleet/<env>/job-service` (SSM): what the `mlfleet` command needs to find all of the above (queue,
   ledger, scheduler, fleets, log group), so data scientists need neither the repository nor Pulumi.
 - `mlfleet-<env>-job_events`: spot interruptions, rebalance recommendations and task state changes from
@@ -79,6 +81,8 @@ class JobServiceArgs:
     admission_parameter: pulumi.Input[str]
     # The ECS cluster ARN of every fleet region (task state changes are matched on them).
     cluster_arns: Sequence[pulumi.Input[str]]
+    # The account (the scheduler names the checkpoint buckets from it, like components/storage).
+    account_id: pulumi.Input[str]
 
 
 class JobService(pulumi.ComponentResource):
@@ -162,8 +166,7 @@ class JobService(pulumi.ComponentResource):
             "DEFAULT_MAX_ATTEMPTS": str(cfg.job_max_attempts),
             "REBALANCE_TIMEOUT_MINUTES": str(cfg.rebalance_timeout_minutes),
         }
-        common = dict(region=cfg.home_region, environment=env, log_retention_days=cfg.log_retention_days,
-                      tags=tags, variables=variables)
+        common = dict(region=cfg.home_region, environment=env, log_retention_days=cfg.log_retention_days, tags=tags)
         scheduler = PythonFunction(
             f"{name}-scheduler",
             PythonFunctionArgs(
@@ -171,6 +174,7 @@ class JobService(pulumi.ComponentResource):
                 description="Places queued GPU jobs on the fleets and buys capacity within the caps",
                 timeout_seconds=SCHEDULER_TIMEOUT_SECONDS,
                 memory_mib=1024,
+                variables={**variables, "ACCOUNT_ID": args.account_id},
                 **common,
             ),
             opts=child(self),
@@ -182,6 +186,7 @@ class JobService(pulumi.ComponentResource):
                 description="Keeps the job ledger true: interruptions, rebalances, task state changes",
                 timeout_seconds=120,
                 memory_mib=512,
+                variables=variables,
                 **common,
             ),
             opts=child(self),

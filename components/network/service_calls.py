@@ -119,9 +119,10 @@ JOB_CALLS: tuple[ServiceCall, ...] = (
         "https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-iam-roles.html",
     ),
     ServiceCall(
-        "job code (datasets, models, checkpoints)", "s3", "s3:GetObject, PutObject on the team's buckets in the region",
-        "jobs cannot read data or write results (buckets of other regions need internet egress)",
-        "docs/jobs.md (spec files pass s3:// locations); "
+        "job code (datasets, models, checkpoints)", "s3",
+        "s3:GetObject, PutObject on the region's checkpoint bucket (MLFLEET_CHECKPOINT_URI) and the team's buckets in the region",
+        "jobs cannot resume from checkpoints, read data or write results (buckets of other regions need internet egress)",
+        "docs/jobs.md (spec files pass s3:// locations; Checkpoints); "
         "https://docs.aws.amazon.com/vpc/latest/privatelink/vpc-endpoints-s3.html",
     ),
 )

@@ -32,7 +32,7 @@ MAX_ATTEMPTS_LIMIT = 10
 MAX_JOBS_PER_SUBMISSION = 10_000
 BATCH_START_ENV, BATCH_END_ENV = "MLFLEET_BATCH_START", "MLFLEET_BATCH_END"
 # Environment names the runtime sets on every task; a spec may not set them.
-RESERVED_ENV = ("MLFLEET_JOB_ID", "MLFLEET_ATTEMPT")
+RESERVED_ENV = ("MLFLEET_JOB_ID", "MLFLEET_ATTEMPT", "MLFLEET_CHECKPOINT_URI")
 
 KEYS = ("image", "command", "environment", "gpus", "vcpus", "memory_mib", "instance_type_pattern", "regions",
         "lifecycle", "max_attempts")

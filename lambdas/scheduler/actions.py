@@ -13,6 +13,7 @@ from botocore.exceptions import ClientError
 
 from lambdas.common.logs import log_decision
 from lambdas.common.permissions import ISO_8601_TIME, PUBLISH_TO_ENCRYPTED_TOPICS, needs
+from lambdas.jobs.checkpoints import URI_VARIABLE
 from lambdas.jobs.ledger import JobRecord
 from lambdas.scheduler.state import SCALING_PAUSED_TAG
 
@@ -95,9 +96,10 @@ class TaskDefinitions:
         return self.ecs.describe_task_definition(taskDefinition=arn)["taskDefinition"]["containerDefinitions"][0]["name"]
 
 
-def overrides(record: JobRecord, container_name: str, attempt: int) -> dict:
+def overrides(record: JobRecord, container_name: str, attempt: int, checkpoint_uri: str) -> dict:
     spec = record.spec
-    environment = {**spec.environment, "MLFLEET_JOB_ID": record.job_id, "MLFLEET_ATTEMPT": str(attempt)}
+    environment = {**spec.environment, "MLFLEET_JOB_ID": record.job_id, "MLFLEET_ATTEMPT": str(attempt),
+                   URI_VARIABLE: checkpoint_uri}
     override = {
         "name": container_name,
         "environment": [{"name": k, "value": v} for k, v in sorted(environment.items())],
@@ -119,7 +121,7 @@ class Started:
 
 
 def start_job(ecs, *, cluster: str, task_definition_arn: str, container_instance_arn: str, record: JobRecord,
-              attempt: int, container_name: str, environment: str) -> Started:
+              attempt: int, container_name: str, environment: str, checkpoint_uri: str) -> Started:
     """StartTask for one job on one container instance.
 
     StartTask takes up to 10 container instances but one set of overrides for all of them, and jobs
@@ -128,7 +130,7 @@ def start_job(ecs, *, cluster: str, task_definition_arn: str, container_instance
     try:
         response = ecs.start_task(
             cluster=cluster, taskDefinition=task_definition_arn, containerInstances=[container_instance_arn],
-            startedBy=record.job_id, overrides=overrides(record, container_name, attempt),
+            startedBy=record.job_id, overrides=overrides(record, container_name, attempt, checkpoint_uri),
             tags=[{"key": JOB_ID_TAG, "value": record.job_id}, {"key": ATTEMPT_TAG, "value": str(attempt)},
                   {"key": "mlfleet:environment", "value": environment},
                   {"key": "mlfleet:submission-id", "value": record.submission_id}])

@@ -17,15 +17,18 @@ then placed by the next scheduled run, within a minute. A run:
      except where the circuit breaker has stopped a fleet's scaling;
   7. deletes the messages the ledger now reflects. Malformed ones stay, for the redrive policy.
 
+Every attempt of a job gets the same checkpoint location (MLFLEET_CHECKPOINT_URI, in the bucket of the
+region it runs in), and a job that has run goes back to the region of its checkpoint (job_request).
+
 Environment: ENVIRONMENT, JOBS_TABLE, JOBS_QUEUE_URL, JOBS_DLQ_URL, ADMISSION_PARAMETER, FLEETS,
-MAX_HOURLY_USD, ALERT_TOPIC_ARN, DEFAULT_MAX_ATTEMPTS, REBALANCE_TIMEOUT_MINUTES.
+MAX_HOURLY_USD, ALERT_TOPIC_ARN, DEFAULT_MAX_ATTEMPTS, REBALANCE_TIMEOUT_MINUTES, ACCOUNT_ID.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import time
 import uuid
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
@@ -36,9 +39,10 @@ from lambdas.common.aws import client
 from lambdas.common.catalog import load_catalog
 from lambdas.common.logs import log_decision
 from lambdas.common.settings import SettingsError, from_env
+from lambdas.jobs import checkpoints
 from lambdas.jobs import ledger as L
 from lambdas.jobs import queue
-from lambdas.jobs.fleets import FleetConfig, parse_fleets
+from lambdas.jobs.fleets import FleetConfig, parse_fleets, regions
 from lambdas.scheduler import actions, state
 from lambdas.scheduler.planning import Fleet, JobRequest, Limits, Machine, Reservation, ScaleOut, plan
 
@@ -78,11 +82,18 @@ class Settings:
     alert_topic_arn: str
     default_max_attempts: int
     rebalance_timeout_minutes: int
+    account_id: str
 
     def __post_init__(self) -> None:
         if self.admission_parameter != admission.parameter_name(self.environment):
             raise SettingsError(f"ADMISSION_PARAMETER={self.admission_parameter!r}: expected "
                                 f"{admission.parameter_name(self.environment)!r} for ENVIRONMENT={self.environment!r}")
+        if not checkpoints.ACCOUNT_ID.fullmatch(self.account_id):
+            raise SettingsError(f"ACCOUNT_ID={self.account_id!r}: expected the 12-digit AWS account id")
+
+    def checkpoint_uri(self, region: str, job_id: str) -> str:
+        """The job's location in the region's checkpoint bucket, as components/storage names the bucket."""
+        return checkpoints.uri(checkpoints.bucket_name(self.environment, self.account_id, region), job_id)
 
 
 def handler(event, context=None):
@@ -190,12 +201,31 @@ def task_attempt(task: dict) -> int | None:
     return None
 
 
-def job_request(record: L.JobRecord) -> JobRequest:
+def checkpoint_region(record: L.JobRecord, fleet_regions: Collection[str]) -> str | None:
+    """The region of the job's checkpoint: where its first task ran, or None before any ran.
+
+    A job runs in one region only (the planner keeps it there once it has run), so the placement of its
+    latest claim is in that region. Checkpoints are regional (components/storage/checkpoints.py): placed
+    elsewhere, a job in a region without internet egress could not reach its checkpoint, and with egress
+    it would pay cross-region transfer and be refused by the other region's bucket. A region the stack
+    no longer has lost its bucket with it: the job starts afresh wherever it fits.
+    """
+    if record.runs == 0 or record.placement is None:
+        return None
+    if record.placement.region not in fleet_regions:
+        log_decision("checkpoint-region-gone", job_id=record.job_id, region=record.placement.region,
+                     action="restarts from zero in any region")
+        return None
+    return record.placement.region
+
+
+def job_request(record: L.JobRecord, fleet_regions: Collection[str]) -> JobRequest:
     spec = record.spec
     return JobRequest(job_id=record.job_id, submission_id=record.submission_id, gpus=spec.gpus, vcpus=spec.vcpus,
                       memory_mib=spec.memory_mib, instance_type_pattern=spec.instance_type_pattern,
                       regions=spec.regions, lifecycle=spec.lifecycle, submitted_at=record.submitted_at,
-                      reserved=Reservation(*record.reserved) if record.reserved else None)
+                      reserved=Reservation(*record.reserved) if record.reserved else None,
+                      checkpoint_region=checkpoint_region(record, fleet_regions))
 
 
 def circuit_breaker(view: state.FleetView, now: datetime, settings: Settings) -> bool:
@@ -234,7 +264,7 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
     stopped = {key for key, fv in fleet_views.items() if circuit_breaker(fv, now, settings)}
     current_hourly = sum(fv.hourly_usd for fv in fleet_views.values())
     the_plan = plan(
-        [job_request(r) for r in pending],
+        [job_request(r, regions(fleets)) for r in pending],
         [Machine(key=m.container_instance_arn, instance_id=m.instance_id, region=m.region, fleet=m.fleet,
                  instance_type=m.instance_type, availability_zone=m.availability_zone, lifecycle=m.lifecycle,
                  free_gpus=m.free_gpus, free_vcpus=m.free_vcpus, free_memory_mib=m.free_memory_mib,
@@ -329,7 +359,8 @@ def start_one(settings: Settings, ledger: L.Ledger, record: L.JobRecord, machine
         started = actions.start_job(ecs, cluster=machine.cluster, task_definition_arn=arn,
                                     container_instance_arn=machine.container_instance_arn, record=record,
                                     attempt=attempt, container_name=definitions.container_name(arn),
-                                    environment=settings.environment)
+                                    environment=settings.environment,
+                                    checkpoint_uri=settings.checkpoint_uri(machine.region, record.job_id))
     except ClientError as error:
         started = actions.Started(None, f"task definition for {record.spec.image!r}: {error}")
     if started.task_arn:

@@ -69,6 +69,14 @@ FLEET_TYPE = "g5.12xlarge"  # 4 GPUs, 48 vCPUs in the catalog
 CLUSTER = f"mlfleet-{ENV}"
 FAMILY = f"mlfleet-{ENV}-gpu-job"
 ASG = f"mlfleet-{ENV}-gpu1"
+ACCOUNT = "123456789012"  # moto's default account
+
+
+def checkpoint_bucket(region: str = HOME) -> str:
+    """The region's checkpoint bucket as components/storage names it."""
+    from lambdas.jobs.checkpoints import bucket_name
+
+    return bucket_name(ENV, ACCOUNT, region)
 
 
 def fleets_json(max_instances: int = 4, region: str = HOME) -> str:
@@ -88,7 +96,8 @@ def build_fleet(size: int = 2, max_size: int = 6, region: str = HOME) -> dict:
         DesiredCapacity=size, AvailabilityZones=[f"{region}a"],
         Tags=[{"Key": "mlfleet:environment", "Value": ENV, "PropagateAtLaunch": True}])
     ecs.create_cluster(clusterName=CLUSTER)
-    role = iam.create_role(Path=f"/mlfleet/{ENV}/", RoleName="job", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    # IAM is global: one job role per region, as the lead's components declare it.
+    role = iam.create_role(Path=f"/mlfleet/{ENV}/", RoleName=f"job-{region}", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
     # The lead's definition also has requiresCompatibilities=["EC2"]; moto then wrongly demands a hard
     # `memory` on each container (AWS accepts memoryReservation alone), so it is left out here.
     ecs.register_task_definition(
@@ -106,7 +115,7 @@ def build_fleet(size: int = 2, max_size: int = 6, region: str = HOME) -> dict:
         ecs.register_container_instance(cluster=CLUSTER, instanceIdentityDocument=json.dumps(
             {"instanceId": member["InstanceId"], "region": region, "availabilityZone": f"{region}a"}))
     arns = ecs.list_container_instances(cluster=CLUSTER)["containerInstanceArns"]
-    for ci in ecs.describe_container_instances(cluster=CLUSTER, containerInstances=arns)["containerInstances"]:
+    for ci in ecs.describe_container_instances(cluster=CLUSTER, containerInstances=arns)["containerInstances"] if arns else []:
         instances[ci["ec2InstanceId"]] = ci["containerInstanceArn"]
     return instances
 
@@ -117,11 +126,11 @@ def open_admission(region: str = HOME, state: str = "open") -> None:
         Value=json.dumps({"state": state, "reason": "test", "changedAt": "2026-11-22T00:00:00+00:00"}))
 
 
-def scheduler_settings(home: dict, max_instances: int = 4, max_hourly_usd: float = 100.0):
+def scheduler_settings(home: dict, max_instances: int = 4, max_hourly_usd: float = 100.0, fleets: str | None = None):
     """The scheduler's settings as the job service component sets them, for the fixtures' resources."""
     from lambdas.scheduler.handler import Settings
 
     return Settings(environment=ENV, jobs_table=home["table"], jobs_queue_url=home["queue"], jobs_dlq_url=home["dlq"],
-                    admission_parameter=f"/mlfleet/{ENV}/admission", fleets=fleets_json(max_instances=max_instances),
-                    max_hourly_usd=max_hourly_usd, alert_topic_arn=f"arn:aws:sns:{HOME}:123456789012:mlfleet-{ENV}-alerts",
-                    default_max_attempts=3, rebalance_timeout_minutes=30)
+                    admission_parameter=f"/mlfleet/{ENV}/admission", fleets=fleets or fleets_json(max_instances=max_instances),
+                    max_hourly_usd=max_hourly_usd, alert_topic_arn=f"arn:aws:sns:{HOME}:{ACCOUNT}:mlfleet-{ENV}-alerts",
+                    default_max_attempts=3, rebalance_timeout_minutes=30, account_id=ACCOUNT)

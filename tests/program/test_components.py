@@ -131,7 +131,8 @@ def test_pinned_ami_wins_without_a_warning():
 def test_cluster_has_container_insights_logs_with_retention_and_a_gpu_job_family():
     rendering = _in_region(lambda opts: {"family": EcsGpuCluster("ecs", EcsGpuClusterArgs(
         region="us-west-2", environment="test", job_image="nvidia/cuda:12.6.3-base-ubuntu24.04",
-        log_retention_days=14, tags=TAGS), opts=opts).task_definition_family})
+        log_retention_days=14, tags=TAGS, checkpoint_bucket="mlfleet-test-123456789012-us-west-2-an",
+        account_id="123456789012"), opts=opts).task_definition_family})
     cluster = rendering.of_type("aws:ecs/cluster:Cluster")[0].inputs
     assert cluster["name"] == "mlfleet-test"
     assert {"name": "containerInsights", "value": "enabled"} in cluster["settings"]

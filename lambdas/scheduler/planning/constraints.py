@@ -51,6 +51,8 @@ class Patterns:
     def accepts(self, job: JobRequest, instance_type: str, region: str, lifecycle: str | None) -> bool:
         if job.regions and region not in job.regions:
             return False
+        if job.checkpoint_region is not None and region != job.checkpoint_region:
+            return False
         if job.lifecycle is not None and lifecycle is not None and job.lifecycle != lifecycle:
             return False
         pattern = job.instance_type_pattern
@@ -64,4 +66,4 @@ class Patterns:
 
 
 def constraint_key(job: JobRequest) -> tuple:
-    return job.instance_type_pattern, job.regions, job.lifecycle
+    return job.instance_type_pattern, job.regions, job.lifecycle, job.checkpoint_region

@@ -35,6 +35,8 @@ class JobRequest:
     lifecycle: str | None = None  # "spot" | "on-demand" | None
     submitted_at: float = 0.0  # epoch seconds; older first
     reserved: Reservation | None = None  # the instance an earlier run bought for it, if any
+    # Where its checkpoint is (the region of its first run): it runs there again, or waits. None: anywhere.
+    checkpoint_region: str | None = None
 
 
 @dataclass(frozen=True)

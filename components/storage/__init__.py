@@ -1,0 +1,3 @@
+from .checkpoints import CheckpointBucket, CheckpointBucketArgs, job_access_policy
+
+__all__ = ["CheckpointBucket", "CheckpointBucketArgs", "job_access_policy"]
