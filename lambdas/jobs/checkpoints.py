@@ -13,6 +13,8 @@ import re
 
 PREFIX = "jobs/"
 URI_VARIABLE = "MLFLEET_CHECKPOINT_URI"
+# Set when the spec declares checkpoint_interval_minutes, so the job saves as often as the scheduler assumes.
+INTERVAL_VARIABLE = "MLFLEET_CHECKPOINT_INTERVAL_MINUTES"
 ACCOUNT_ID = re.compile(r"\d{12}")
 
 # S3 account regional namespace: names ending `-<account>-<region>-an` that only this account can create,

@@ -32,10 +32,12 @@ MAX_ATTEMPTS_LIMIT = 10
 MAX_JOBS_PER_SUBMISSION = 10_000
 BATCH_START_ENV, BATCH_END_ENV = "MLFLEET_BATCH_START", "MLFLEET_BATCH_END"
 # Environment names the runtime sets on every task; a spec may not set them.
-RESERVED_ENV = ("MLFLEET_JOB_ID", "MLFLEET_ATTEMPT", "MLFLEET_CHECKPOINT_URI")
+RESERVED_ENV = ("MLFLEET_JOB_ID", "MLFLEET_ATTEMPT", "MLFLEET_CHECKPOINT_URI", "MLFLEET_CHECKPOINT_INTERVAL_MINUTES")
+# How often a job may say it checkpoints (docs/jobs.md, "Checkpoints"): every minute to once a day.
+CHECKPOINT_INTERVAL_LIMIT_MINUTES = 1440
 
 KEYS = ("image", "command", "environment", "gpus", "vcpus", "memory_mib", "instance_type_pattern", "regions",
-        "lifecycle", "max_attempts")
+        "lifecycle", "max_attempts", "checkpoint_interval_minutes")
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\$\{[^}]*\}|\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SUBMISSION_ID = re.compile(r"sub-\d{14}-[0-9a-f]{6}")
@@ -62,13 +64,18 @@ class JobSpec:
     instance_type_pattern: str | None = None
     regions: tuple[str, ...] = ()
     lifecycle: str | None = None
+    # Minutes between the job's checkpoints, as the job declares them (None: it restarts from zero).
+    checkpoint_interval_minutes: int | None = None
 
     def to_document(self) -> dict:
         """Plain JSON-able form (the ledger stores it; parse_spec reads it back)."""
-        return {"image": self.image, "command": list(self.command), "environment": dict(self.environment),
-                "gpus": self.gpus, "vcpus": self.vcpus, "memory_mib": self.memory_mib,
-                "instance_type_pattern": self.instance_type_pattern, "regions": list(self.regions),
-                "lifecycle": self.lifecycle, "max_attempts": self.max_attempts}
+        document = {"image": self.image, "command": list(self.command), "environment": dict(self.environment),
+                    "gpus": self.gpus, "vcpus": self.vcpus, "memory_mib": self.memory_mib,
+                    "instance_type_pattern": self.instance_type_pattern, "regions": list(self.regions),
+                    "lifecycle": self.lifecycle, "max_attempts": self.max_attempts}
+        if self.checkpoint_interval_minutes is not None:
+            document["checkpoint_interval_minutes"] = self.checkpoint_interval_minutes
+        return document
 
 
 @dataclass(frozen=True)
@@ -129,6 +136,10 @@ def parse_spec(document: Mapping, *, fleet_regions: Sequence[str], catalog: Cata
     memory_mib = _number(problems, "memory_mib", document.get("memory_mib"), int, 0, inclusive=False)
     max_attempts = _number(problems, "max_attempts", document.get("max_attempts", default_max_attempts), int, 1,
                            inclusive=True, maximum=MAX_ATTEMPTS_LIMIT)
+    interval = document.get("checkpoint_interval_minutes")
+    if interval is not None:
+        interval = _number(problems, "checkpoint_interval_minutes", interval, int, 1, inclusive=True,
+                           maximum=CHECKPOINT_INTERVAL_LIMIT_MINUTES)
 
     pattern = document.get("instance_type_pattern")
     compiled = None
@@ -174,7 +185,7 @@ def parse_spec(document: Mapping, *, fleet_regions: Sequence[str], catalog: Cata
         raise SpecError(problems)
     return JobSpec(image=image, command=tuple(command), environment=dict(environment), gpus=gpus, vcpus=vcpus,
                    memory_mib=memory_mib, max_attempts=max_attempts, instance_type_pattern=pattern,
-                   regions=tuple(regions), lifecycle=lifecycle)
+                   regions=tuple(regions), lifecycle=lifecycle, checkpoint_interval_minutes=interval)
 
 
 def spec_from_document(document: Mapping) -> JobSpec:
@@ -184,7 +195,8 @@ def spec_from_document(document: Mapping) -> JobSpec:
                    vcpus=float(document["vcpus"]), memory_mib=int(document["memory_mib"]),
                    max_attempts=int(document["max_attempts"]),
                    instance_type_pattern=document.get("instance_type_pattern") or None,
-                   regions=tuple(document.get("regions") or ()), lifecycle=document.get("lifecycle") or None)
+                   regions=tuple(document.get("regions") or ()), lifecycle=document.get("lifecycle") or None,
+                   checkpoint_interval_minutes=document.get("checkpoint_interval_minutes"))
 
 
 def parse_batches(text: str) -> list[tuple[int, int]]:

@@ -13,7 +13,7 @@ from botocore.exceptions import ClientError
 
 from lambdas.common.logs import log_decision
 from lambdas.common.permissions import ISO_8601_TIME, PUBLISH_TO_ENCRYPTED_TOPICS, needs
-from lambdas.jobs.checkpoints import URI_VARIABLE
+from lambdas.jobs.checkpoints import INTERVAL_VARIABLE, URI_VARIABLE
 from lambdas.jobs.ledger import JobRecord
 from lambdas.scheduler.state import SCALING_PAUSED_TAG
 
@@ -100,6 +100,8 @@ def overrides(record: JobRecord, container_name: str, attempt: int, checkpoint_u
     spec = record.spec
     environment = {**spec.environment, "MLFLEET_JOB_ID": record.job_id, "MLFLEET_ATTEMPT": str(attempt),
                    URI_VARIABLE: checkpoint_uri}
+    if spec.checkpoint_interval_minutes is not None:
+        environment[INTERVAL_VARIABLE] = str(spec.checkpoint_interval_minutes)
     override = {
         "name": container_name,
         "environment": [{"name": k, "value": v} for k, v in sorted(environment.items())],
