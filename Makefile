@@ -39,7 +39,7 @@ venv: $(VENV_STAMP)
 test:
 	@$(PYTHON) scripts/preflight.py test
 	@$(MAKE) --no-print-directory venv
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto
 	@$(MAKE) --no-print-directory shellcheck
 
 snapshots: venv
