@@ -22,9 +22,16 @@ RETRY_CONFIG = Config(
 
 
 @functools.lru_cache(maxsize=None)
+def _session() -> boto3.session.Session:
+    """One session per process: its loader parses each service's model once (EC2's alone takes seconds),
+    not once per client. Clients made from it are thread-safe; the session is only used here, serially."""
+    return boto3.session.Session()
+
+
+@functools.lru_cache(maxsize=None)
 def client(service: str, region: str | None = None):
     """The boto3 client for `service` in `region` (the function's own region when None)."""
-    return boto3.session.Session().client(service, region_name=region, config=RETRY_CONFIG)
+    return _session().client(service, region_name=region, config=RETRY_CONFIG)
 
 
 def reset_clients() -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from lambdas.common import tags as tag_keys
+from lambdas.common.keep_alive import keep_alive_protects, parse_time
 
 PERIOD_SECONDS = 300  # the metrics' period; the window holds window_minutes * 60 / PERIOD_SECONDS points
 
@@ -71,29 +72,6 @@ def window_periods(now: datetime, settings: IdleSettings) -> list[datetime]:
     epoch = int(now.timestamp()) // PERIOD_SECONDS * PERIOD_SECONDS
     last_complete = datetime.fromtimestamp(epoch - PERIOD_SECONDS, tz=timezone.utc)
     return [last_complete - timedelta(seconds=PERIOD_SECONDS * i) for i in range(settings.periods)][::-1]
-
-
-def parse_time(value: str) -> datetime | None:
-    """An ISO-8601 time (a trailing Z allowed); naive times are UTC. None when unparseable."""
-    try:
-        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    except (ValueError, AttributeError):
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
-
-
-def keep_alive_protects(value: str | None, now: datetime) -> tuple[bool, str]:
-    """Whether `mlfleet:keep-alive` protects the instance, and why. Unreadable values protect (safe side)."""
-    if value is None:
-        return False, ""
-    if value.strip().lower() == "true":
-        return True, "keep-alive=true"
-    until = parse_time(value)
-    if until is None:
-        return True, f"keep-alive={value!r} is neither 'true' nor an ISO-8601 time; kept to be safe"
-    if until > now:
-        return True, f"keep-alive until {until.isoformat()}"
-    return False, f"keep-alive expired at {until.isoformat()}"
 
 
 def _busy_reason(instance: Instance, now: datetime, settings: IdleSettings) -> str | None:

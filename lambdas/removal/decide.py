@@ -1,0 +1,265 @@
+"""The removal protocol's decisions, as pure functions over plain data (docs/removal.md).
+
+- `validate`: which proposed candidates may be drained now. Per group, never below its minimum (the
+  group's desired capacity and its in-service instances, minus removals in flight and these, stay at
+  or above `min_size`), at most the disruption budget in flight at once (Karpenter's `nodes: "10%"`
+  default, kubernetes-sigs/karpenter pkg/apis/v1/nodepool.go, at least one machine), never a machine
+  already being removed, a machine not in service in its group, or one `mlfleet:keep-alive` protects.
+- `to_resume`: the removals a previous run left half-done (the Lambda was cut short) that this run
+  finishes: its own method's, and, for the safety net, any other whose mark is older than a bound.
+- `recheck`: after the drain, under the placement lease, terminate only a machine read again as
+  DRAINING with no task and no job placed on it. Gained work, or anything unread, means busy.
+- `may_terminate`: right before the terminate, the group read again must stay at or above its
+  minimum after the decrement.
+
+The candidate order is the method's (the reaper's longest-idle first, the release method's dearest
+first): when a group's budget binds, the first candidates go.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from lambdas.common import tags as tag_keys
+from lambdas.common.keep_alive import keep_alive_protects, parse_time
+
+RELEASE, IDLE = "release", "idle"  # the methods: the scheduler's releases, the reaper's idle contract
+DEFAULT_BUDGET_PERCENT = 10
+IN_SERVICE = "InService"
+DRAINING = "DRAINING"
+
+# Verdicts of `recheck` and `may_terminate`.
+TERMINATE = "terminate"
+REACTIVATE = "reactivate"  # ACTIVE again and the removing tag removed: kept, never killed
+LEAVE = "leave"  # nothing to do now: the next run of the method resumes it
+GONE = "gone"  # already terminated or terminating, or no longer in its group
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A machine a method proposes to remove. The same fields as the planner's
+    `lambdas.scheduler.planning.model.Candidate`, so either can be handed to the executor."""
+    instance_id: str
+    container_instance_arn: str
+    region: str
+    asg_name: str
+    method: str  # RELEASE or IDLE
+    reason: str
+
+
+@dataclass(frozen=True)
+class Mark:
+    """The `mlfleet:removing` tag: which method started the removal, and when (None: unreadable)."""
+    method: str
+    since: datetime | None
+
+
+def mark_value(method: str, now: datetime) -> str:
+    return f"{method}@{now.isoformat(timespec='seconds')}"
+
+
+def parse_mark(value: str) -> Mark:
+    method, _, since = value.partition("@")
+    return Mark(method.strip(), parse_time(since) if since else None)
+
+
+@dataclass(frozen=True)
+class Member:
+    """An instance of a group, as DescribeAutoScalingGroups (lifecycle) and DescribeInstances (tags) say."""
+    instance_id: str
+    lifecycle_state: str  # Pending, InService, Terminating, Terminating:Wait, Standby, ...
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def mark(self) -> Mark | None:
+        value = self.tags.get(tag_keys.REMOVING)
+        return None if value is None else parse_mark(value)
+
+    @property
+    def terminating(self) -> bool:
+        return self.lifecycle_state.startswith("Terminat")
+
+
+@dataclass(frozen=True)
+class Group:
+    name: str
+    desired: int
+    min_size: int
+    members: Mapping[str, Member] = field(default_factory=dict)
+
+    @property
+    def in_service(self) -> int:
+        return sum(1 for m in self.members.values() if m.lifecycle_state == IN_SERVICE)
+
+    @property
+    def in_flight(self) -> tuple[str, ...]:
+        """Members a removal is draining: tagged, not yet terminating (their decrement is still to come)."""
+        return tuple(sorted(i for i, m in self.members.items() if m.mark is not None and not m.terminating))
+
+
+def disruption_budget(group_size: int, percent: int = DEFAULT_BUDGET_PERCENT) -> int:
+    """Removals a group may have in flight at once: `percent` of it rounded up, at least one."""
+    if not 0 < percent <= 100:
+        raise ValueError(f"disruption budget percent {percent!r} must be in 1..100")
+    return max(1, -(-max(0, group_size) * percent // 100))
+
+
+def headroom(group: Group, budget_percent: int) -> tuple[int, str]:
+    """How many more removals the group allows now, and what binds."""
+    in_flight = len(group.in_flight)
+    above_min = min(group.desired, group.in_service) - group.min_size - in_flight
+    budget = disruption_budget(group.desired, budget_percent) - in_flight
+    if above_min <= budget:
+        return max(0, above_min), (f"group at its minimum: desired {group.desired}, in service {group.in_service}, "
+                                   f"min {group.min_size}, {in_flight} removal(s) in flight")
+    return max(0, budget), (f"disruption budget of {disruption_budget(group.desired, budget_percent)} "
+                            f"({budget_percent}% of {group.desired}) reached with {in_flight} removal(s) in flight")
+
+
+@dataclass(frozen=True)
+class Dropped:
+    candidate: Candidate
+    reason: str
+
+
+@dataclass(frozen=True)
+class Validation:
+    accepted: tuple[Candidate, ...]
+    dropped: tuple[Dropped, ...]
+
+
+def _why_not(candidate: Candidate, group: Group | None, now: datetime) -> str | None:
+    if group is None:
+        return f"group {candidate.asg_name} was not read (not one of the run's fleet groups, or unreadable)"
+    member = group.members.get(candidate.instance_id)
+    if member is None:
+        return f"no longer in group {group.name}"
+    if member.mark is not None:
+        since = member.mark.since.isoformat() if member.mark.since else "an unreadable time"
+        return f"already being removed ({member.mark.method or 'unknown method'} since {since})"
+    if member.lifecycle_state != IN_SERVICE:
+        return f"{member.lifecycle_state} in its group, not InService"
+    protected, why = keep_alive_protects(member.tags.get(tag_keys.KEEP_ALIVE), now)
+    if protected:
+        return f"protected: {why}"
+    return None
+
+
+def validate(candidates: Sequence[Candidate], groups: Mapping[str, Group], now: datetime,
+             budget_percent: int = DEFAULT_BUDGET_PERCENT) -> Validation:
+    """The candidates that may be drained now, in the method's order, and why the others may not."""
+    accepted: list[Candidate] = []
+    dropped: list[Dropped] = []
+    seen: set[str] = set()
+    room: dict[str, tuple[int, str]] = {}
+    for candidate in candidates:
+        if candidate.instance_id in seen:
+            dropped.append(Dropped(candidate, "proposed twice in one run"))
+            continue
+        seen.add(candidate.instance_id)
+        group = groups.get(candidate.asg_name)
+        reason = _why_not(candidate, group, now)
+        if reason is None:
+            left, binding = room.setdefault(candidate.asg_name, headroom(group, budget_percent))
+            if left <= 0:
+                reason = binding
+            else:
+                room[candidate.asg_name] = (left - 1, binding)
+        if reason is None:
+            accepted.append(candidate)
+        else:
+            dropped.append(Dropped(candidate, reason))
+    return Validation(tuple(accepted), tuple(dropped))
+
+
+@dataclass(frozen=True)
+class Resume:
+    instance_id: str
+    asg_name: str
+    mark: Mark
+    adopted: bool  # started by another method, adopted by the safety net
+
+
+def to_resume(groups: Iterable[Group], method: str, now: datetime,
+              adopt_after: timedelta | None = None) -> tuple[Resume, ...]:
+    """Removals in flight that this run finishes: those `method` started, and, when `adopt_after` is
+    given (the reaper, the safety net), any other whose mark is older than that or unreadable, so
+    nothing stays DRAINING because the method that started it no longer runs."""
+    found = []
+    for group in groups:
+        for instance_id in group.in_flight:
+            mark = group.members[instance_id].mark
+            if mark.method == method:
+                found.append(Resume(instance_id, group.name, mark, adopted=False))
+            elif adopt_after is not None and (mark.since is None or now - mark.since >= adopt_after):
+                found.append(Resume(instance_id, group.name, mark, adopted=True))
+    return tuple(found)
+
+
+@dataclass(frozen=True)
+class Observed:
+    """A drained machine read again under the lease. None: that read failed (unknown)."""
+    ecs_status: str | None  # the container instance's status
+    ecs_tasks: int | None  # runningTasksCount + pendingTasksCount
+    listed_tasks: int | None  # ListTasks (desiredStatus RUNNING: pending and running) on it
+    ledger_jobs: tuple[str, ...] | None  # jobs STARTING or RUNNING that the ledger places on it
+    keep_alive: str | None = None  # the instance's `mlfleet:keep-alive` tag, if any
+
+
+@dataclass(frozen=True)
+class Verdict:
+    action: str  # TERMINATE, REACTIVATE, LEAVE or GONE
+    reason: str
+
+
+def recheck(observed: Observed, now: datetime) -> Verdict:
+    """Terminate only what is known to be drained and empty; gained work or unknown means busy."""
+    unread = [name for name, value in (("container instance", observed.ecs_status), ("task count", observed.ecs_tasks),
+                                       ("task list", observed.listed_tasks), ("ledger", observed.ledger_jobs))
+              if value is None]
+    if unread:
+        return Verdict(REACTIVATE, f"could not read its {', '.join(unread)}: unknown means busy")
+    tasks = max(observed.ecs_tasks, observed.listed_tasks)
+    if tasks:
+        return Verdict(REACTIVATE, f"gained work: {tasks} ECS task(s) running or pending")
+    if observed.ledger_jobs:
+        return Verdict(REACTIVATE, f"gained work: the ledger places {', '.join(observed.ledger_jobs)} on it")
+    protected, why = keep_alive_protects(observed.keep_alive, now)
+    if protected:
+        return Verdict(REACTIVATE, f"protected since it was proposed: {why}")
+    if observed.ecs_status != DRAINING:
+        return Verdict(REACTIVATE, f"container instance is {observed.ecs_status}, not DRAINING, after the drain")
+    return Verdict(TERMINATE, "drained, no task, no job placed on it")
+
+
+def may_terminate(group: Group | None, instance_id: str, terminated_in_group: int = 0) -> Verdict:
+    """Right before TerminateInstanceInAutoScalingGroup(ShouldDecrementDesiredCapacity=True), on the group
+    read again; `terminated_in_group` counts this run's terminations since that read."""
+    if group is None:
+        return Verdict(LEAVE, "its group could not be read right before the terminate; the next run resumes it")
+    member = group.members.get(instance_id)
+    if member is None or member.terminating:
+        return Verdict(GONE, "no longer in its group" if member is None else f"already {member.lifecycle_state}")
+    desired = group.desired - terminated_in_group
+    if desired - 1 < group.min_size:
+        return Verdict(REACTIVATE, f"group at its minimum right before the terminate: desired {desired}, "
+                                   f"min {group.min_size}")
+    return Verdict(TERMINATE, f"desired {desired} -> {desired - 1}, min {group.min_size}")
+
+
+# TerminateInstanceInAutoScalingGroup answers ValidationError both for an instance that already left its
+# group ("Instance Id not found - No managed instance found for instance ID ...", yaybu/touchdown#51)
+# and for a refusal ("Currently, desiredSize equals minSize (1). Terminating instance without
+# replacement will violate group's min size constraint...", aws/aws-cli#47,
+# buildkite/elastic-ci-stack-for-aws#1261); botocore's autoscaling model has no finer error code.
+# Only the first means there is nothing left to do.
+_GONE_MESSAGES = ("instance id not found", "no managed instance found")
+
+
+def terminate_error(code: str, message: str) -> Verdict:
+    """What a refused terminate means: GONE when the instance already left its group, else REACTIVATE."""
+    if code == "ValidationError" and any(text in message.lower() for text in _GONE_MESSAGES):
+        return Verdict(GONE, f"already gone: {message}")
+    return Verdict(REACTIVATE, f"terminate refused: {code}: {message}")

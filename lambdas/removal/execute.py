@@ -1,0 +1,385 @@
+"""The removal executor: drain, re-check under the placement lease, then terminate or re-activate.
+
+One call of `remove` acts on one fleet region for one method (docs/removal.md, "A removal, step by step"):
+
+1. read the region's fleet groups (desired, minimum, members, their tags) and validate the proposed
+   candidates (decide.validate); pick up the removals a previous run left half-done (decide.to_resume);
+2. tag each new one `mlfleet:removing=<method>@<time>` BEFORE draining it, so every machine this
+   protocol drains carries the tag and a run cut short at any point is resumed by the next;
+3. set the container instances DRAINING, 10 per call (the API's limit);
+4. read each again: its container instance (status, running + pending tasks), ListTasks on it, and the
+   jobs the ledger places on it (STARTING or RUNNING); keep (re-activate) anything that gained work or
+   could not be read (decide.recheck);
+5. read the groups again and TerminateInstanceInAutoScalingGroup(ShouldDecrementDesiredCapacity=True)
+   only where the group stays at or above its minimum (decide.may_terminate); a refusal re-activates.
+
+The caller holds the placement lease (lambdas/common/lease.py) and passes its expiry: no scheduler run
+can start a task between the re-check and the terminate. The executor stops acting when the lease has
+less than LEASE_MARGIN_SECONDS left and leaves the rest, tagged, to the next run.
+
+Every step is idempotent and per machine: an error (ClientError, BotoCoreError, timeouts included) on one
+machine is logged with the machine and the reason, and the others go on. Re-activation sets the
+container instance ACTIVE first and removes the tag second, so a failure in between leaves the tag,
+and the next run finishes it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from lambdas.common import tags as tag_keys
+from lambdas.common.aws import chunks, client, paginate
+from lambdas.common.logs import log_decision
+from lambdas.common.permissions import needs
+from lambdas.jobs.ledger import BY_STATE, RUNNING, STARTING
+from lambdas.removal import decide
+from lambdas.removal.decide import Candidate, Group, Member, Observed
+
+DRAIN_BATCH = 10  # UpdateContainerInstancesState takes at most 10 container instances a call
+DESCRIBE_BATCH = 100  # DescribeContainerInstances takes at most 100
+# One AWS call, botocore's standard retries included, finishes well within this; with less lease left
+# the executor stops and the next run resumes.
+LEASE_MARGIN_SECONDS = 20
+AWS_ERRORS = (ClientError, BotoCoreError)
+
+CONTAINER_INSTANCES = "arn:{partition}:ecs:*:{account}:container-instance/mlfleet-{environment}/*"
+# The scheduler (home region) acts in every fleet region; the reaper in its own. Names and the
+# environment tag scope them.
+PERMISSIONS = (
+    needs("autoscaling:DescribeAutoScalingGroups", "ec2:DescribeInstances",
+          why="read the fleet groups (desired, minimum, members) and their instances' tags (no resource scoping)"),
+    needs("ecs:DescribeContainerInstances", "ecs:ListTasks", resources=(CONTAINER_INSTANCES,),
+          why="re-check a drained machine: its status, and the tasks running or pending on it"),
+    needs("ecs:UpdateContainerInstancesState", resources=(CONTAINER_INSTANCES,),
+          why="drain a machine being removed; re-activate one that gained work"),
+    needs("ec2:CreateTags", "ec2:DeleteTags", resources=("arn:{partition}:ec2:*:{account}:instance/*",),
+          tag_scoped=True, condition={"ForAllValues:StringEquals": {"aws:TagKeys": [tag_keys.REMOVING]},
+                                      "Null": {"aws:TagKeys": "false"}},
+          why="mark a machine being removed (the mlfleet:removing tag only), unmark it when re-activated"),
+    needs("autoscaling:TerminateInstanceInAutoScalingGroup",
+          resources=("arn:{partition}:autoscaling:*:{account}:autoScalingGroup:*:autoScalingGroupName/mlfleet-{environment}-*",),
+          tag_scoped=True, why="terminate a drained, empty machine and shrink its group by one"),
+    needs("dynamodb:Query",
+          resources=("arn:{partition}:dynamodb:*:{account}:table/mlfleet-{environment}-jobs/index/" + BY_STATE,),
+          why="re-check a drained machine against the ledger: jobs STARTING or RUNNING placed on it"),
+)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Where and for whom one executor call acts."""
+    region: str
+    cluster: str
+    asg_names: tuple[str, ...]  # the fleet groups the caller covers in that region
+    method: str  # decide.RELEASE or decide.IDLE
+    budget_percent: int = decide.DEFAULT_BUDGET_PERCENT
+    # The safety net (the reaper) also finishes other methods' removals older than this.
+    adopt_after: timedelta | None = None
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class LedgerSource:
+    """Where the job ledger is: the home region's table (the reaper runs in a fleet region)."""
+    region: str
+    table: str
+
+
+@dataclass
+class Outcome:
+    terminated: list[str] = field(default_factory=list)
+    reactivated: dict[str, str] = field(default_factory=dict)  # instance -> why it was kept
+    dropped: dict[str, str] = field(default_factory=dict)  # proposed, not drained: why
+    left: dict[str, str] = field(default_factory=dict)  # in flight, left for the next run: why
+    gone: list[str] = field(default_factory=list)  # already terminated or out of its group
+
+    def merge(self, other: Outcome) -> Outcome:
+        self.terminated += other.terminated
+        self.reactivated.update(other.reactivated)
+        self.dropped.update(other.dropped)
+        self.left.update(other.left)
+        self.gone += other.gone
+        return self
+
+
+@dataclass
+class _Target:
+    """A machine this call drains and re-checks."""
+    instance_id: str
+    asg_name: str
+    arn: str | None  # its container instance; None when it is not registered with the cluster
+    method: str
+    reason: str
+    resumed: bool = False
+    status: str | None = None  # the container instance's status, as last read
+    drained_here: bool = False  # this call set it DRAINING (a spot drain by ECS is not ours to undo)
+
+
+def _error(step: str, instance_id: str | None, error: Exception, **fields) -> str:
+    reason = f"{type(error).__name__}: {error}"
+    log_decision("removal-error", step=step, instance_id=instance_id, reason=reason, **fields)
+    return reason
+
+
+def remove(candidates: Sequence[Candidate], scope: Scope, *, registered: Mapping[str, str], ledger: LedgerSource,
+           lease_expires_at: float, now: datetime, clock: Callable[[], float] = time.time) -> Outcome:
+    """Carry out `candidates` (this region's) and resume this method's removals in flight.
+    `registered`: instance id -> container instance ARN of the cluster, for the machines being resumed."""
+    outcome = Outcome()
+    mine = [c for c in candidates if c.region == scope.region]
+    for c in mine:
+        log_decision("removal-propose", instance_id=c.instance_id, asg=c.asg_name, method=c.method, reason=c.reason,
+                     dry_run=scope.dry_run)
+    try:
+        groups = read_groups(scope.region, scope.asg_names, with_tags=True)
+    except AWS_ERRORS as error:
+        reason = _error("read-groups", None, error, region=scope.region)
+        for c in mine:
+            outcome.dropped[c.instance_id] = f"groups unreadable: {reason}"
+        return outcome
+
+    resumes = decide.to_resume(groups.values(), scope.method, now, scope.adopt_after)
+    resumed_ids = {r.instance_id for r in resumes}
+    validation = decide.validate([c for c in mine if c.instance_id not in resumed_ids], groups, now,
+                                 scope.budget_percent)
+    for d in validation.dropped:
+        outcome.dropped[d.candidate.instance_id] = d.reason
+        log_decision("removal-dropped", instance_id=d.candidate.instance_id, asg=d.candidate.asg_name,
+                     method=d.candidate.method, reason=d.reason, dry_run=scope.dry_run)
+    targets = [_Target(r.instance_id, r.asg_name, registered.get(r.instance_id), r.mark.method,
+                       f"resumed: {'adopted from ' if r.adopted else ''}{r.mark.method} since "
+                       f"{r.mark.since.isoformat() if r.mark.since else 'an unreadable time'}", resumed=True)
+               for r in resumes]
+    targets += [_Target(c.instance_id, c.asg_name, c.container_instance_arn, c.method, c.reason)
+                for c in validation.accepted]
+    if scope.dry_run:
+        for t in targets:
+            log_decision("removal-drain", instance_id=t.instance_id, asg=t.asg_name, method=t.method,
+                         reason=t.reason, dry_run=True)
+            outcome.left[t.instance_id] = "dry run: not drained"
+        return outcome
+
+    def lease_left() -> bool:
+        return clock() + LEASE_MARGIN_SECONDS < lease_expires_at
+
+    if not targets:
+        return outcome
+    if not lease_left():
+        for t in targets:
+            outcome.left[t.instance_id] = "placement lease running out: left for the next run"
+            log_decision("removal-deferred", instance_id=t.instance_id, asg=t.asg_name, reason=outcome.left[t.instance_id])
+        return outcome
+
+    ec2, ecs = client("ec2", scope.region), client("ecs", scope.region)
+    drained = _drain(ec2, ecs, scope, targets, now, outcome)
+    observed = _observe(ecs, scope.cluster, drained, groups, ledger)
+    to_terminate: list[_Target] = []
+    for t in drained:
+        verdict = decide.recheck(observed[t.instance_id], now)
+        if verdict.action == decide.TERMINATE:
+            to_terminate.append(t)
+        else:
+            _reactivate(ec2, ecs, scope.cluster, t, verdict.reason, outcome)
+    if to_terminate:
+        _terminate(ec2, ecs, scope, to_terminate, lease_left, outcome)
+    return outcome
+
+
+def read_groups(region: str, asg_names: Sequence[str], *, with_tags: bool) -> dict[str, Group]:
+    """The fleet groups as decide.Group; members' tags from DescribeInstances when `with_tags`."""
+    autoscaling = client("autoscaling", region)
+    raw = list(paginate(autoscaling, "describe_auto_scaling_groups", "AutoScalingGroups",
+                        AutoScalingGroupNames=list(asg_names))) if asg_names else []
+    tags: dict[str, dict[str, str]] = {}
+    if with_tags and raw:
+        for reservation in paginate(client("ec2", region), "describe_instances", "Reservations", Filters=[
+                {"Name": "tag:aws:autoscaling:groupName", "Values": [g["AutoScalingGroupName"] for g in raw]}]):
+            for instance in reservation["Instances"]:
+                tags[instance["InstanceId"]] = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+    return {g["AutoScalingGroupName"]: Group(
+        name=g["AutoScalingGroupName"], desired=int(g["DesiredCapacity"]), min_size=int(g["MinSize"]),
+        members={i["InstanceId"]: Member(i["InstanceId"], i["LifecycleState"], tags.get(i["InstanceId"], {}))
+                 for i in g.get("Instances", [])})
+        for g in raw}
+
+
+def _describe(ecs, cluster: str, arns: Iterable[str]) -> dict[str, dict]:
+    """Container instance ARN -> its description; a batch that fails is left out (unknown)."""
+    found: dict[str, dict] = {}
+    for batch in chunks(sorted(set(arns)), DESCRIBE_BATCH):
+        try:
+            for ci in ecs.describe_container_instances(cluster=cluster, containerInstances=batch)["containerInstances"]:
+                found[ci["containerInstanceArn"]] = ci
+        except AWS_ERRORS as error:
+            _error("describe-container-instances", None, error, container_instances=batch)
+    return found
+
+
+def _drain(ec2, ecs, scope: Scope, targets: list[_Target], now: datetime, outcome: Outcome) -> list[_Target]:
+    """Tag new targets, then set every target that is ACTIVE to DRAINING. Returns those now draining."""
+    tagged: list[_Target] = []
+    for t in targets:
+        if t.resumed:
+            tagged.append(t)
+            continue
+        try:
+            ec2.create_tags(Resources=[t.instance_id],
+                            Tags=[{"Key": tag_keys.REMOVING, "Value": decide.mark_value(scope.method, now)}])
+            tagged.append(t)
+        except AWS_ERRORS as error:
+            # Untagged means undrained: nothing to undo, the method proposes it again next run.
+            outcome.dropped[t.instance_id] = _error("tag", t.instance_id, error, asg=t.asg_name)
+    unregistered = [t for t in tagged if t.arn is None]
+    for t in unregistered:
+        _reactivate(ec2, ecs, scope.cluster, t, "not registered with the cluster: unknown means busy", outcome)
+    tagged = [t for t in tagged if t.arn is not None]
+    described = _describe(ecs, scope.cluster, (t.arn for t in tagged))
+    for t in tagged:
+        t.status = described.get(t.arn, {}).get("status")
+    to_drain = [t for t in tagged if t.status == "ACTIVE"]
+    failed: dict[str, str] = {}
+    for batch in chunks(to_drain, DRAIN_BATCH):
+        try:
+            response = ecs.update_container_instances_state(cluster=scope.cluster, status="DRAINING",
+                                                            containerInstances=[t.arn for t in batch])
+            for failure in response.get("failures", []):
+                failed[failure.get("arn", "")] = f"{failure.get('reason')}: {failure.get('detail', '')}"
+            for t in batch:
+                if t.arn not in failed:
+                    t.status, t.drained_here = decide.DRAINING, True
+        except AWS_ERRORS as error:
+            reason = _error("drain", None, error, instance_ids=[t.instance_id for t in batch])
+            failed.update({t.arn: reason for t in batch})
+    drained = []
+    for t in tagged:
+        if t.arn in failed:
+            # Tagged, perhaps drained: never placed onto; the next run reads it again and finishes.
+            outcome.left[t.instance_id] = f"drain failed: {failed[t.arn]}"
+            log_decision("removal-error", step="drain", instance_id=t.instance_id, reason=failed[t.arn],
+                         action="left tagged for the next run")
+        elif t.status is None:
+            outcome.left[t.instance_id] = "container instance unreadable before the drain"
+            log_decision("removal-error", step="describe", instance_id=t.instance_id,
+                         reason=outcome.left[t.instance_id], action="left tagged for the next run")
+        else:
+            log_decision("removal-drain", instance_id=t.instance_id, asg=t.asg_name, method=t.method,
+                         reason=t.reason, resumed=t.resumed, status=t.status)
+            drained.append(t)
+    return drained
+
+
+def placed_jobs(ledger: LedgerSource) -> dict[str, list[str]] | None:
+    """Instance id -> jobs STARTING or RUNNING that the ledger places on it; None when unreadable.
+    Only `job_id` and `placement` are read, so a record the job code cannot decode does not hide the rest."""
+    dynamodb = client("dynamodb", ledger.region)
+    found: dict[str, list[str]] = {}
+    try:
+        for state in (STARTING, RUNNING):
+            for item in paginate(dynamodb, "query", "Items", TableName=ledger.table, IndexName=BY_STATE,
+                                 KeyConditionExpression="#state = :state", ProjectionExpression="job_id, placement",
+                                 ExpressionAttributeNames={"#state": "state"},
+                                 ExpressionAttributeValues={":state": {"S": state}}):
+                instance_id = item.get("placement", {}).get("M", {}).get("instance_id", {}).get("S")
+                job_id = item.get("job_id", {}).get("S", "?")
+                if instance_id is None:
+                    log_decision("removal-ledger-unplaced", job_id=job_id, state=state,
+                                 reason="a job STARTING or RUNNING without a placement; ECS's task counts still guard")
+                    continue
+                found.setdefault(instance_id, []).append(job_id)
+    except AWS_ERRORS as error:
+        _error("read-ledger", None, error, table=ledger.table)
+        return None
+    return found
+
+
+def _observe(ecs, cluster: str, drained: Sequence[_Target], groups: Mapping[str, Group],
+             ledger: LedgerSource) -> dict[str, Observed]:
+    if not drained:
+        return {}
+    described = _describe(ecs, cluster, (t.arn for t in drained))
+    jobs = placed_jobs(ledger)
+    observed = {}
+    for t in drained:
+        ci = described.get(t.arn)
+        try:
+            listed = len(ecs.list_tasks(cluster=cluster, containerInstance=t.arn, desiredStatus="RUNNING")["taskArns"])
+        except AWS_ERRORS as error:
+            _error("list-tasks", t.instance_id, error)
+            listed = None
+        member = groups.get(t.asg_name, Group(t.asg_name, 0, 0)).members.get(t.instance_id)
+        observed[t.instance_id] = Observed(
+            ecs_status=ci.get("status") if ci else None,
+            ecs_tasks=(ci.get("runningTasksCount", 0) + ci.get("pendingTasksCount", 0)) if ci else None,
+            listed_tasks=listed,
+            ledger_jobs=tuple(jobs.get(t.instance_id, ())) if jobs is not None else None,
+            keep_alive=member.tags.get(tag_keys.KEEP_ALIVE) if member else None)
+        if ci:
+            t.status = ci.get("status")
+    return observed
+
+
+def _reactivate(ec2, ecs, cluster: str, t: _Target, reason: str, outcome: Outcome) -> None:
+    """ACTIVE again (when this protocol drained it), then the tag removed. A failure leaves the tag:
+    the machine is still never placed onto, and the next run resumes it."""
+    try:
+        if t.arn is not None and t.status == decide.DRAINING and (t.drained_here or t.resumed):
+            response = ecs.update_container_instances_state(cluster=cluster, containerInstances=[t.arn], status="ACTIVE")
+            if response.get("failures"):
+                raise RuntimeError(f"UpdateContainerInstancesState ACTIVE failed: {response['failures']}")
+        ec2.delete_tags(Resources=[t.instance_id], Tags=[{"Key": tag_keys.REMOVING}])
+    except (*AWS_ERRORS, RuntimeError) as error:
+        outcome.left[t.instance_id] = f"re-activation failed ({_error('reactivate', t.instance_id, error)}); kept: {reason}"
+        return
+    outcome.reactivated[t.instance_id] = reason
+    log_decision("removal-reactivate", instance_id=t.instance_id, asg=t.asg_name, method=t.method, reason=reason)
+
+
+def _terminate(ec2, ecs, scope: Scope, targets: list[_Target], lease_left: Callable[[], bool], outcome: Outcome) -> None:
+    """Read the groups again, then terminate each with the decrement, or re-activate it."""
+    try:
+        groups = read_groups(scope.region, sorted({t.asg_name for t in targets}), with_tags=False)
+    except AWS_ERRORS as error:
+        reason = _error("read-groups", None, error, region=scope.region)
+        for t in targets:
+            outcome.left[t.instance_id] = f"groups unreadable before the terminate ({reason}); drained, tagged"
+        return
+    autoscaling = client("autoscaling", scope.region)
+    done: dict[str, int] = {}
+    for t in targets:
+        if not lease_left():
+            outcome.left[t.instance_id] = "placement lease running out before the terminate: left for the next run"
+            log_decision("removal-deferred", instance_id=t.instance_id, asg=t.asg_name, reason=outcome.left[t.instance_id])
+            continue
+        verdict = decide.may_terminate(groups.get(t.asg_name), t.instance_id, done.get(t.asg_name, 0))
+        if verdict.action == decide.TERMINATE:
+            try:
+                autoscaling.terminate_instance_in_auto_scaling_group(InstanceId=t.instance_id,
+                                                                     ShouldDecrementDesiredCapacity=True)
+            except ClientError as error:
+                err = error.response.get("Error", {})
+                verdict = decide.terminate_error(err.get("Code", ""), err.get("Message", ""))
+                _error("terminate", t.instance_id, error, asg=t.asg_name, then=verdict.action)
+            except BotoCoreError as error:
+                # A timeout may or may not have terminated it: the next run reads the group and knows.
+                outcome.left[t.instance_id] = f"terminate unconfirmed ({_error('terminate', t.instance_id, error)})"
+                continue
+            else:
+                done[t.asg_name] = done.get(t.asg_name, 0) + 1
+                outcome.terminated.append(t.instance_id)
+                log_decision("removal-terminate", instance_id=t.instance_id, asg=t.asg_name, method=t.method,
+                             reason=t.reason, group=verdict.reason)
+                continue
+        if verdict.action == decide.REACTIVATE:
+            _reactivate(ec2, ecs, scope.cluster, t, verdict.reason, outcome)
+        elif verdict.action == decide.GONE:
+            outcome.gone.append(t.instance_id)
+            log_decision("removal-terminate", instance_id=t.instance_id, asg=t.asg_name, method=t.method,
+                         reason=verdict.reason, already_gone=True)
+        else:
+            outcome.left[t.instance_id] = verdict.reason
+            log_decision("removal-deferred", instance_id=t.instance_id, asg=t.asg_name, reason=verdict.reason)

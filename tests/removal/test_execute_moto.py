@@ -1,0 +1,226 @@
+"""The removal executor against moto (lambdas/removal/execute.py). Each test names the race or fault it
+guards against; tests/removal/world.py says where moto differs from AWS."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from removal.world import (ASG, FAULTS, FLEET_REGION, HOME, aws, build, decisions, group_state, inject,
+                           on_call, place_job_in_ledger, record_calls, run, start_task_on, status_of, tags_of)
+
+from lambdas.removal import decide
+
+
+
+class Killed(BaseException):
+    """The Lambda stopped at its timeout: nothing after this point of the run happens."""
+
+
+def settled(world, instance_id: str) -> bool:
+    """Not left half-done: ACTIVE and untagged, or out of the group."""
+    desired, members = group_state()
+    if instance_id not in members:
+        return True
+    return status_of(world, instance_id) == "ACTIVE" and "mlfleet:removing" not in tags_of(instance_id)
+
+
+def test_an_idle_machine_is_tagged_drained_and_terminated_with_the_group_shrunk(fleet_aws, caplog):
+    world = build(size=3)
+    idle = world.ids[0]
+    outcome = run(world, idle)
+    assert outcome.terminated == [idle]
+    desired, members = group_state()
+    assert desired == 2 and idle not in members, "terminated with the decrement: no replacement"
+    steps = [(d["decision"], d.get("instance_id")) for d in decisions(caplog) if d["decision"].startswith("removal-")]
+    assert steps == [("removal-propose", idle), ("removal-drain", idle), ("removal-terminate", idle)]
+
+
+def test_race_a_task_placed_between_the_read_and_the_drain_is_never_killed(fleet_aws):
+    """The reaper's finding: it read the machine idle, a task started, then it drained and terminated.
+    The re-check after the drain sees the task; the machine is re-activated and kept."""
+    world = build(size=3)
+    machine = world.ids[0]
+    on_call("ecs", "UpdateContainerInstancesState", lambda params: start_task_on(world, machine))
+    outcome = run(world, machine)
+    assert outcome.terminated == [] and "gained work: 1 ECS task" in outcome.reactivated[machine]
+    assert machine in group_state()[1] and group_state()[0] == 3
+    assert settled(world, machine)
+
+
+def test_race_a_job_claimed_in_the_ledger_before_its_task_starts_keeps_the_machine(fleet_aws):
+    """The scheduler claims a job (STARTING, placed on the machine) before StartTask. A claim with no
+    task yet still means the machine is about to get work."""
+    world = build(size=2)
+    machine = world.ids[1]
+    place_job_in_ledger("sub-20261122120000-abcdef-00001", machine)
+    outcome = run(world, machine)
+    assert "the ledger places sub-20261122120000-abcdef-00001" in outcome.reactivated[machine]
+    assert settled(world, machine) and machine in group_state()[1]
+
+
+def test_group_at_its_minimum_nothing_is_tagged_or_drained(fleet_aws):
+    """The reaper's finding: a group at its minimum. Validation drops the candidate before any write."""
+    world = build(size=2, min_size=2)
+    outcome = run(world, world.ids[0])
+    assert "group at its minimum" in outcome.dropped[world.ids[0]]
+    assert settled(world, world.ids[0]) and group_state()[0] == 2
+
+
+def test_a_terminate_refused_below_the_minimum_re_activates_the_machine(fleet_aws):
+    """moto does not refuse a terminate that takes desired below the minimum; AWS does, with this
+    ValidationError (aws/aws-cli#47). Injected: the survivor must not be left DRAINING."""
+    world = build(size=2)
+    machine = world.ids[0]
+    refusal = "Currently, desiredSize equals minSize (2). Terminating instance without replacement will violate " \
+              "group's min size constraint. Either set shouldDecrementDesiredCapacity flag to false or lower group's min size."
+    from botocore.exceptions import ClientError
+    inject("autoscaling", "TerminateInstanceInAutoScalingGroup",
+           lambda op: ClientError({"Error": {"Code": "ValidationError", "Message": refusal}}, op))
+    outcome = run(world, machine)
+    assert "terminate refused: ValidationError: Currently, desiredSize equals minSize" in outcome.reactivated[machine]
+    assert settled(world, machine) and machine in group_state()[1]
+
+
+def test_race_the_minimum_raised_after_validation_is_read_again_before_the_terminate(fleet_aws):
+    world = build(size=2)
+    machine = world.ids[0]
+    on_call("ecs", "UpdateContainerInstancesState", lambda params: aws("autoscaling")
+            .update_auto_scaling_group(AutoScalingGroupName=ASG, MinSize=2))
+    outcome = run(world, machine)
+    assert "group at its minimum right before the terminate" in outcome.reactivated[machine]
+    assert settled(world, machine) and group_state()[0] == 2
+
+
+def test_a_lambda_cut_short_after_the_drain_is_resumed_by_the_method_s_next_run(fleet_aws):
+    world = build(size=3)
+    machine = world.ids[0]
+    inject("ecs", "ListTasks", lambda op: Killed(), times=1)
+    with pytest.raises(Killed):
+        run(world, machine)
+    assert status_of(world, machine) == "DRAINING" and tags_of(machine)["mlfleet:removing"].startswith("idle@")
+    # The next run proposes nothing new: it finds the removal in flight and finishes it.
+    assert run(world).terminated == [machine]
+    assert group_state() == (2, set(world.ids[1:]))
+
+
+def test_a_resumed_removal_whose_machine_gained_work_is_re_activated(fleet_aws):
+    world = build(size=3)
+    machine = world.ids[0]
+    inject("ecs", "ListTasks", lambda op: Killed(), times=1)
+    with pytest.raises(Killed):
+        run(world, machine)
+    start_task_on(world, machine)  # e.g. a user's run-task that ignores DRAINING
+    outcome = run(world)
+    assert "gained work" in outcome.reactivated[machine] and settled(world, machine)
+
+
+def test_another_method_s_removal_is_left_to_it_until_stale_then_adopted_by_the_safety_net(fleet_aws):
+    world = build(size=3)
+    machine = world.ids[0]
+    inject("ecs", "ListTasks", lambda op: Killed(), times=1)
+    with pytest.raises(Killed):
+        run(world, machine, method=decide.RELEASE)
+    assert run(world, method=decide.IDLE, adopt_after=timedelta(minutes=30)).terminated == []
+    later = datetime.now(timezone.utc) + timedelta(minutes=31)
+    assert run(world, method=decide.IDLE, adopt_after=timedelta(minutes=30), now=later).terminated == [machine]
+
+
+def test_two_actors_propose_the_same_machine_only_one_removes_it(fleet_aws):
+    """The scheduler's release and the reaper both propose the machine. They act one after the other
+    (the lease); the second finds it gone, or being removed by the first, and drops it."""
+    world = build(size=4)
+    machine = world.ids[0]
+    assert run(world, machine, method=decide.RELEASE).terminated == [machine]
+    second = run(world, machine, method=decide.IDLE)
+    assert "no longer in group" in second.dropped[machine]
+    assert group_state()[0] == 3, "decremented once"
+
+    other = world.ids[1]
+    inject("ecs", "ListTasks", lambda op: Killed(), times=1)
+    with pytest.raises(Killed):
+        run(world, other, method=decide.IDLE)
+    racing = run(world, other, method=decide.RELEASE)
+    assert "already being removed (idle since" in racing.dropped[other]
+
+
+def test_the_disruption_budget_and_the_minimum_bound_one_run(fleet_aws):
+    world = build(size=10, min_size=7)
+    outcome = run(world, *world.ids, budget_percent=20)
+    assert len(outcome.terminated) == 2  # 20% of 10
+    assert all("disruption budget of 2" in reason for reason in outcome.dropped.values())
+    outcome = run(world, *world.ids[2:], budget_percent=100)
+    assert len(outcome.terminated) == 1, "8 - 1 = 7, the minimum"
+    assert group_state()[0] == 7
+
+
+def test_a_lease_running_out_defers_everything_before_any_write(fleet_aws):
+    world = build(size=3)
+    outcome = run(world, world.ids[0], lease_seconds=5)
+    assert "lease running out" in outcome.left[world.ids[0]] and settled(world, world.ids[0])
+
+
+def test_a_dry_run_changes_nothing(fleet_aws):
+    world = build(size=3)
+    outcome = run(world, world.ids[0], dry_run=True)
+    assert outcome.left == {world.ids[0]: "dry run: not drained"} and settled(world, world.ids[0])
+    assert group_state()[0] == 3
+
+
+def test_a_keep_alive_written_while_proposed_keeps_the_machine(fleet_aws):
+    world = build(size=3)
+    machine = world.ids[0]
+    on_call("ec2", "CreateTags", lambda params: aws("ec2").create_tags(
+        Resources=[machine], Tags=[{"Key": "mlfleet:keep-alive", "Value": "true"}]))
+    outcome = run(world, machine)
+    # Read with the groups before the drain: this run already saw no keep-alive; the next run does.
+    assert outcome.terminated == [machine] or machine in outcome.reactivated
+    assert run(world, world.ids[1]).terminated == [world.ids[1]]
+
+
+# Fault injection: each AWS call of the executor throttles, times out or is refused, before it reaches
+# AWS or (for writes) after AWS applied it. Whatever fails, no machine with work is terminated, and after
+# the method's next run nothing is left DRAINING or tagged.
+CALLS = [
+    ("autoscaling", "DescribeAutoScalingGroups", 0), ("autoscaling", "DescribeAutoScalingGroups", 1),
+    ("ec2", "DescribeInstances", 0), ("ec2", "CreateTags", 0), ("ecs", "DescribeContainerInstances", 0),
+    ("ecs", "DescribeContainerInstances", 1), ("ecs", "UpdateContainerInstancesState", 0),
+    ("ecs", "UpdateContainerInstancesState", 1), ("ecs", "ListTasks", 0), ("dynamodb", "Query", 0),
+    ("autoscaling", "TerminateInstanceInAutoScalingGroup", 0), ("ec2", "DeleteTags", 0),
+]
+WRITES = {"CreateTags", "UpdateContainerInstancesState", "TerminateInstanceInAutoScalingGroup", "DeleteTags"}
+CASES = [(service, operation, skip, fault, applied) for service, operation, skip in CALLS for fault in FAULTS
+         for applied in ((False, True) if operation in WRITES else (False,))]
+
+
+@pytest.mark.parametrize("service, operation, skip, fault, applied", CASES,
+                         ids=[f"{o}#{s}-{f}{'-applied' if a else ''}" for _, o, s, f, a in CASES])
+def test_fault_on_each_call_never_kills_work_and_the_next_run_settles_everything(fleet_aws, service, operation, skip,
+                                                                                    fault, applied):
+    world = build(size=4)
+    idle, busy, claimed = world.ids[:3]
+    start_task_on(world, busy)
+    place_job_in_ledger("sub-20261122120000-abcdef-00001", claimed)
+    # The busy machines look idle to the method (it read them before they got work): all three proposed.
+    proposed = (idle, busy, claimed)
+    fired = inject(service, operation, FAULTS[fault], region=HOME if service == "dynamodb" else FLEET_REGION,
+                   applied=applied, skip=skip)
+    run(world, *proposed, budget_percent=100)
+    assert fired, f"{operation} was not called {skip + 1} time(s): the case tests nothing"
+    run(world, *proposed, budget_percent=100)  # the next run, proposing what is still idle
+
+    desired, members = group_state()
+    assert busy in members and claimed in members, "a machine with work was terminated"
+    assert idle not in members, "the idle machine is removed by the second run at the latest"
+    assert desired == 3
+    for instance_id in members:
+        assert settled(world, instance_id), f"{instance_id} left DRAINING or tagged after the next run"
+
+
+def test_each_call_the_executor_makes_is_one_the_fault_matrix_covers(fleet_aws):
+    """The matrix above is only complete if it names every call a removal makes; record them."""
+    world = build(size=3)
+    start_task_on(world, world.ids[1])
+    made = record_calls(("autoscaling", FLEET_REGION), ("ec2", FLEET_REGION), ("ecs", FLEET_REGION), ("dynamodb", HOME))
+    run(world, world.ids[0], world.ids[1], budget_percent=100)
+    assert set(made) == {(s, o) for s, o, _ in CALLS}, set(made) ^ {(s, o) for s, o, _ in CALLS}
