@@ -39,15 +39,16 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from lambdas.common.logs import log_decision
 from lambdas.common.permissions import needs
-from lambdas.jobs.ledger import TABLE_ARNS
 
 LEASE_KEY = "#lease/placement"
 CLOCK_SKEW_SECONDS = 30
 
 # dynamodb:LeadingKeys limits these to the lease item
-# (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/specifying-conditions.html).
+# (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/specifying-conditions.html). Any
+# region: the reaper takes the lease from a fleet region; the ledger table exists in the home region only.
 PERMISSIONS = (
-    needs("dynamodb:PutItem", "dynamodb:DeleteItem", resources=TABLE_ARNS[:1],
+    needs("dynamodb:PutItem", "dynamodb:DeleteItem",
+          resources=("arn:{partition}:dynamodb:*:{account}:table/mlfleet-{environment}-jobs",),
           condition={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": LEASE_KEY}},
           why="take and release the placement lease, one item of the job ledger"),
 )

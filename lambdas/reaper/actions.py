@@ -1,23 +1,22 @@
-"""What the reaper changes. Every action is idempotent: a second run, or a retry, does no harm.
+"""What the reaper changes itself: idle marks, standalone stops, its metrics and its summary. Fleet
+instances are removed through the removal protocol (lambdas/removal), never here.
 
-Fleet instances: DRAINING in ECS (tasks get their stop signal; none run on an idle machine anyway),
-then TerminateInstanceInAutoScalingGroup with ShouldDecrementDesiredCapacity, so the group does not
-launch a replacement. Scale-in protection does not block this call: protection only stops the group's
-own scale-in choices, not a termination requested for a named instance. Standalone instances are stopped.
+Every action is idempotent and per machine: a batch call that fails is retried machine by machine, so
+one machine's error (an instance gone, a throttle that outlasted the retries) is reported for that
+machine and never stops the others.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from lambdas.common import tags as tag_keys
 from lambdas.common.aws import chunks
 from lambdas.common.permissions import ISO_8601_TIME, PUBLISH_TO_ENCRYPTED_TOPICS, needs
 
-DRAIN_BATCH = 10  # UpdateContainerInstancesState takes at most 10 container instances a call
 TAG_BATCH = 1000
 METRIC_NAMESPACE = "mlfleet"
 INSTANCES = ("arn:{partition}:ec2:{region}:{account}:instance/*",)
@@ -28,12 +27,6 @@ PERMISSIONS = (
     needs("ec2:DeleteTags", resources=INSTANCES, tag_scoped=True, tag_keys=(tag_keys.IDLE_SINCE,),
           why="unmark them when they are busy again"),
     needs("ec2:StopInstances", resources=INSTANCES, tag_scoped=True, why="stop only this environment's instances"),
-    needs("ecs:UpdateContainerInstancesState",
-          resources=("arn:{partition}:ecs:{region}:{account}:container-instance/mlfleet-{environment}/*",),
-          why="drain idle fleet instances"),
-    needs("autoscaling:TerminateInstanceInAutoScalingGroup",
-          resources=("arn:{partition}:autoscaling:{region}:{account}:autoScalingGroup:*:autoScalingGroupName/mlfleet-{environment}-*",),
-          tag_scoped=True, why="terminate idle fleet instances and shrink their group"),
     needs("cloudwatch:PutMetricData", condition={"StringEquals": {"cloudwatch:namespace": METRIC_NAMESPACE}},
           why="publish idle-marked, reaped and lifecycle counts for the dashboard"),
     # The region's alert topic: the environment's own in its home region, mlfleet-<env>-alerts-<region>
@@ -45,36 +38,33 @@ PERMISSIONS = (
 )
 
 
-def mark(ec2, instance_ids: Sequence[str], now: datetime) -> None:
-    for batch in chunks(instance_ids, TAG_BATCH):
-        ec2.create_tags(Resources=batch, Tags=[{"Key": tag_keys.IDLE_SINCE, "Value": now.isoformat()}])
+def per_machine(call: Callable[[list[str]], object], instance_ids: Sequence[str], batch: int = TAG_BATCH) -> dict[str, str]:
+    """`call(ids)` a batch at a time; a batch that fails is retried one machine at a time.
+    Returns instance id -> error for the machines that still failed."""
+    failed: dict[str, str] = {}
+    for ids in chunks(instance_ids, batch):
+        try:
+            call(ids)
+        except (ClientError, BotoCoreError):
+            for instance_id in ids:
+                try:
+                    call([instance_id])
+                except (ClientError, BotoCoreError) as error:
+                    failed[instance_id] = f"{type(error).__name__}: {error}"
+    return failed
 
 
-def unmark(ec2, instance_ids: Sequence[str]) -> None:
-    for batch in chunks(instance_ids, TAG_BATCH):
-        ec2.delete_tags(Resources=batch, Tags=[{"Key": tag_keys.IDLE_SINCE}])
+def mark(ec2, instance_ids: Sequence[str], now: datetime) -> dict[str, str]:
+    return per_machine(lambda ids: ec2.create_tags(
+        Resources=ids, Tags=[{"Key": tag_keys.IDLE_SINCE, "Value": now.isoformat()}]), instance_ids)
 
 
-def drain(ecs, cluster: str, container_arns: Sequence[str]) -> None:
-    for batch in chunks(container_arns, DRAIN_BATCH):
-        ecs.update_container_instances_state(cluster=cluster, containerInstances=batch, status="DRAINING")
+def unmark(ec2, instance_ids: Sequence[str]) -> dict[str, str]:
+    return per_machine(lambda ids: ec2.delete_tags(Resources=ids, Tags=[{"Key": tag_keys.IDLE_SINCE}]), instance_ids)
 
 
-def terminate_in_group(autoscaling, instance_id: str) -> bool:
-    """True when terminated now; False when the group had already let it go (idempotent)."""
-    try:
-        autoscaling.terminate_instance_in_auto_scaling_group(InstanceId=instance_id, ShouldDecrementDesiredCapacity=True)
-        return True
-    except ClientError as error:
-        message = error.response.get("Error", {}).get("Message", "")
-        if error.response.get("Error", {}).get("Code") == "ValidationError" and "not" in message.lower():
-            return False  # "Instance Id not found" / not in a group any more: already gone
-        raise
-
-
-def stop(ec2, instance_ids: Sequence[str]) -> None:
-    for batch in chunks(instance_ids, TAG_BATCH):
-        ec2.stop_instances(InstanceIds=batch)
+def stop(ec2, instance_ids: Sequence[str]) -> dict[str, str]:
+    return per_machine(lambda ids: ec2.stop_instances(InstanceIds=ids), instance_ids)
 
 
 def publish_counts(cloudwatch, environment: str, counts: Mapping[tuple[str, str], float], now: datetime) -> None:

@@ -2,30 +2,50 @@
 
 Triggers: the EventBridge schedule, or a fleet's idle alarm invoking the function directly (its event
 has source "aws.cloudwatch" and "alarmData"); any trigger means "look at everything now".
+
+The reaper is the safety net for every machine the scheduler does not release itself (docs/removal.md):
+it proposes fleet instances by its idle contract (idle.py) and removes them through the one removal
+protocol (lambdas/removal: group minimum, disruption budget, drain, re-check under the placement lease,
+terminate with decrement), which also finishes the removals a previous run left half-done. A run that
+cannot take the placement lease leaves its removals to its next run. Standalone machines are stopped.
+Every failure is per machine: the others, the standalone stops and the summary still happen.
+
 Environment: ENVIRONMENT, CLUSTER_NAME, FLEET_ASG_NAMES, IDLE_WINDOW_MINUTES, IDLE_CPU_PERCENT,
-IDLE_GPU_PERCENT, IDLE_GRACE_MINUTES, DRY_RUN, MAX_ACTIONS_PER_RUN, ALERT_TOPIC_ARN.
+IDLE_GPU_PERCENT, IDLE_GRACE_MINUTES, ALERT_TOPIC_ARN, JOBS_TABLE and HOME_REGION (the job ledger, which
+holds the placement lease), DRY_RUN, MAX_ACTIONS_PER_RUN, DISRUPTION_BUDGET_PERCENT.
 """
 
 from __future__ import annotations
 
+import time
+import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
+from botocore.exceptions import BotoCoreError, ClientError
+
+from lambdas.common import lease
+from lambdas.common import tags as tag_keys
 from lambdas.common.aws import client
 from lambdas.common.logs import log_decision
-from lambdas.common.settings import from_env
+from lambdas.common.settings import SettingsError, from_env
 from lambdas.reaper import actions, inventory
-from lambdas.reaper.idle import (
-    MARK,
-    REAP_FLEET,
-    STOP_STANDALONE,
-    UNMARK,
-    Decision,
-    IdleSettings,
-    decide_all,
-    summarize,
-)
+from lambdas.reaper.idle import MARK, REAP_FLEET, STOP_STANDALONE, UNMARK, Decision, IdleSettings, decide_all, summarize
+from lambdas.removal import decide as removal
+from lambdas.removal import execute
+from lambdas.removal.execute import Outcome
+
+# The removal protocol's calls and the placement lease (a function's policy is collected from its own
+# folder's PERMISSIONS, components/functions).
+PERMISSIONS = (*execute.PERMISSIONS, *lease.PERMISSIONS)
+
+# The lease is held for the removals only, not the whole run: a scheduler run waits at most this long
+# (plus the lease's clock margin) if a reaper run dies holding it.
+REMOVAL_LEASE_SECONDS = 120
+# As the safety net, the reaper finishes a removal another method started and left this long ago.
+ADOPT_AFTER = timedelta(minutes=30)
 
 
 @dataclass(frozen=True)
@@ -38,8 +58,15 @@ class Settings:
     idle_gpu_percent: int
     idle_grace_minutes: int
     alert_topic_arn: str
+    jobs_table: str
+    home_region: str
     dry_run: bool = False
     max_actions_per_run: int = 20
+    disruption_budget_percent: int = removal.DEFAULT_BUDGET_PERCENT
+
+    def __post_init__(self) -> None:
+        if not 0 < self.disruption_budget_percent <= 100:
+            raise SettingsError(f"DISRUPTION_BUDGET_PERCENT={self.disruption_budget_percent!r}: must be 1 to 100")
 
     @property
     def idle(self) -> IdleSettings:
@@ -56,45 +83,100 @@ def trigger_of(event) -> str:
     return "manual"
 
 
-def run(settings: Settings, now: datetime, trigger: str = "manual") -> dict:
-    ec2, ecs = client("ec2"), client("ecs")
+@dataclass
+class Run:
+    """What one run did, for its counts and its summary."""
+    decisions: list[Decision]
+    removal: Outcome
+    failed: dict[str, str]  # instance id -> the mark, unmark or stop that failed, and why
+
+
+def run(settings: Settings, now: datetime, trigger: str = "manual", request_id: str = "",
+        remaining_ms: Callable[[], int] = lambda: 600_000) -> dict:
+    region = client("ec2").meta.region_name  # the function's own: the fleets it reaps are there
+    ec2, ecs = client("ec2", region), client("ecs", region)
     raws = inventory.environment_instances(ec2, settings.environment, settings.fleet_asg_names)
     registered = inventory.container_instances(ecs, settings.cluster_name)
-    series = inventory.utilisation(client("cloudwatch"), raws, now, settings.idle)
+    series = inventory.utilisation(client("cloudwatch", region), raws, now, settings.idle)
     instances = inventory.to_instances(raws, registered, series)
     decisions = decide_all(instances, now, settings.idle, settings.max_actions_per_run)
     for d in decisions:
         log_decision(d.action, instance_id=d.instance_id, asg=d.asg_name, reason=d.reason,
                      dry_run=settings.dry_run, trigger=trigger)
 
-    by_action = summarize(decisions)
+    done = Run(decisions, Outcome(), {})
     if not settings.dry_run:
-        _act(settings, decisions, registered, now)
-    _publish_counts(settings, instances, decisions, now)
+        of = lambda action: [d.instance_id for d in decisions if d.action == action]  # noqa: E731
+        done.failed.update({i: f"mark: {e}" for i, e in actions.mark(ec2, of(MARK), now).items()})
+        done.failed.update({i: f"unmark: {e}" for i, e in actions.unmark(ec2, of(UNMARK)).items()})
+    in_flight = any(tag_keys.REMOVING in {t["Key"] for t in raw.get("Tags", [])} for raw in raws)
+    candidates = [removal.Candidate(d.instance_id, registered[d.instance_id].arn, region, d.asg_name, removal.IDLE,
+                                    d.reason)
+                  for d in decisions if d.action == REAP_FLEET and d.instance_id in registered]
+    if candidates or in_flight:
+        done.removal = _remove(settings, region, candidates, {i: ci.arn for i, ci in registered.items()}, now,
+                               request_id or f"local-{uuid.uuid4()}", remaining_ms)
+    if not settings.dry_run:
+        stops = actions.stop(ec2, [d.instance_id for d in decisions if d.action == STOP_STANDALONE])
+        done.failed.update({i: f"stop: {e}" for i, e in stops.items()})
+    for instance_id, reason in sorted(done.failed.items()):
+        log_decision("reaper-error", instance_id=instance_id, reason=reason)
+
+    by_action = summarize(decisions)
+    _best_effort("publish-counts", lambda: _publish_counts(settings, region, instances, done, now))
     changed = [d for d in decisions if d.action in (MARK, UNMARK, REAP_FLEET, STOP_STANDALONE)]
-    if changed:
-        actions.notify(client("sns"), settings.alert_topic_arn, _subject(settings, by_action), _report(settings, decisions))
+    if changed or done.removal.terminated or done.removal.reactivated or done.failed:
+        _best_effort("notify", lambda: actions.notify(client("sns", region), settings.alert_topic_arn,
+                                                      _subject(settings, by_action, done), _report(settings, done)))
     return {"trigger": trigger, "dry_run": settings.dry_run, "instances": len(instances),
-            "decisions": {action: sorted(ids) for action, ids in by_action.items()}}
+            "decisions": {action: sorted(ids) for action, ids in by_action.items()},
+            "terminated": sorted(done.removal.terminated), "kept": dict(sorted(done.removal.reactivated.items())),
+            "not_removed": dict(sorted({**done.removal.dropped, **done.removal.left}.items())),
+            "failed": dict(sorted(done.failed.items()))}
 
 
-def _act(settings: Settings, decisions: list[Decision], registered, now: datetime) -> None:
-    ec2 = client("ec2")
-    of = lambda action: [d.instance_id for d in decisions if d.action == action]  # noqa: E731
-    actions.mark(ec2, of(MARK), now)
-    actions.unmark(ec2, of(UNMARK))
-    reap = of(REAP_FLEET)
-    if reap:
-        drain = [registered[i].arn for i in reap if i in registered]
-        actions.drain(client("ecs"), settings.cluster_name, drain)
-        autoscaling = client("autoscaling")
-        for instance_id in reap:
-            terminated = actions.terminate_in_group(autoscaling, instance_id)
-            log_decision("terminated" if terminated else "already-gone", instance_id=instance_id)
-    actions.stop(ec2, of(STOP_STANDALONE))
+def _remove(settings: Settings, region: str, candidates: list[removal.Candidate], registered: dict[str, str],
+            now: datetime, request_id: str, remaining_ms: Callable[[], int]) -> Outcome:
+    """The removal protocol, under the placement lease (none needed for a dry run, which changes nothing)."""
+    scope = execute.Scope(region, settings.cluster_name, settings.fleet_asg_names, removal.IDLE,
+                          settings.disruption_budget_percent, adopt_after=ADOPT_AFTER, dry_run=settings.dry_run)
+    ledger = execute.LedgerSource(settings.home_region, settings.jobs_table)
+    if settings.dry_run:
+        return execute.remove(candidates, scope, registered=registered, ledger=ledger, lease_expires_at=0.0, now=now)
+    dynamodb = client("dynamodb", settings.home_region)
+    seconds = min(REMOVAL_LEASE_SECONDS, remaining_ms() / 1000 - execute.LEASE_MARGIN_SECONDS)
+    try:
+        taken = lease.acquire(dynamodb, settings.jobs_table, f"reaper:{region}:{request_id}", now=time.time(),
+                              run_seconds=max(1.0, seconds))
+    except (ClientError, BotoCoreError) as error:
+        taken, why = None, f"placement lease unreadable ({type(error).__name__}: {error})"
+    else:
+        holder = taken.holder.owner if taken.holder else "another actor"
+        why = f"placement lease held by {holder}"
+    if taken is None or not taken.granted:
+        outcome = Outcome()
+        for c in candidates:
+            outcome.left[c.instance_id] = f"{why}: left for the next run"
+            log_decision("removal-deferred", instance_id=c.instance_id, asg=c.asg_name, reason=outcome.left[c.instance_id])
+        if not candidates:
+            log_decision("removal-deferred", reason=f"{why}: removals in flight left for the next run")
+        return outcome
+    try:
+        return execute.remove(candidates, scope, registered=registered, ledger=ledger,
+                              lease_expires_at=taken.lease.expires_at - lease.CLOCK_SKEW_SECONDS, now=now)
+    finally:
+        lease.release(dynamodb, settings.jobs_table, taken.lease)
 
 
-def _publish_counts(settings: Settings, instances, decisions: list[Decision], now: datetime) -> None:
+def _best_effort(step: str, action: Callable[[], object]) -> None:
+    """Counts and the summary report on the run; their failure is logged, never raised over its work."""
+    try:
+        action()
+    except (ClientError, BotoCoreError) as error:
+        log_decision("reaper-error", step=step, reason=f"{type(error).__name__}: {error}")
+
+
+def _publish_counts(settings: Settings, region: str, instances, done: Run, now: datetime) -> None:
     counts: Counter = Counter()
     for asg in settings.fleet_asg_names:
         for lifecycle in ("spot", "on-demand"):
@@ -104,36 +186,55 @@ def _publish_counts(settings: Settings, instances, decisions: list[Decision], no
     for i in instances:
         if i.asg_name:
             counts[("FleetInstances", i.asg_name, i.lifecycle)] += 1
-    for d in decisions:
+    asg_of = {i.instance_id: i.asg_name for i in instances}
+    for d in done.decisions:
         if d.asg_name and d.idle_since is not None and d.action not in (UNMARK,):
             counts[("IdleMarkedInstances", d.asg_name)] += 1
-        if d.asg_name and d.action == REAP_FLEET and not settings.dry_run:
-            counts[("ReapedInstances", d.asg_name)] += 1
-    actions.publish_counts(client("cloudwatch"), settings.environment, counts, now)
+    for instance_id in done.removal.terminated:
+        if asg_of.get(instance_id):
+            counts[("ReapedInstances", asg_of[instance_id])] += 1
+    actions.publish_counts(client("cloudwatch", region), settings.environment, counts, now)
 
 
-def _subject(settings: Settings, by_action: dict[str, list[str]]) -> str:
-    reaped = len(by_action.get(REAP_FLEET, [])) + len(by_action.get(STOP_STANDALONE, []))
+def _subject(settings: Settings, by_action: dict[str, list[str]], done: Run) -> str:
+    if settings.dry_run:
+        reaped = len(by_action.get(REAP_FLEET, [])) + len(by_action.get(STOP_STANDALONE, []))
+    else:
+        stopped = [i for i in by_action.get(STOP_STANDALONE, []) if i not in done.failed]
+        reaped = len(done.removal.terminated) + len(stopped)
     prefix = "[dry run] " if settings.dry_run else ""
     return (f"{prefix}mlfleet {settings.environment} reaper: {len(by_action.get(MARK, []))} marked idle, "
             f"{reaped} reaped")
 
 
-def _report(settings: Settings, decisions: list[Decision]) -> str:
-    titles = {
-        MARK: "Marked idle (acted on after the grace period unless busy again)",
-        REAP_FLEET: "Drained and terminated (group shrunk)" + (" [DRY RUN: not done]" if settings.dry_run else ""),
-        STOP_STANDALONE: "Stopped (standalone)" + (" [DRY RUN: not done]" if settings.dry_run else ""),
-        UNMARK: "Busy again: idle mark removed",
-        "wait-grace": "Idle, waiting out the grace period",
-        "spare": "Spared",
-    }
+def _report(settings: Settings, done: Run) -> str:
+    dry = " [DRY RUN: not done]" if settings.dry_run else ""
+    sections: list[tuple[str, list[tuple[str, str]]]] = []
+    by = {d.instance_id: d for d in done.decisions}
+
+    def chosen(action: str) -> list[tuple[str, str]]:
+        return [(d.instance_id, d.reason) for d in done.decisions if d.action == action]
+
+    sections.append(("Marked idle (acted on after the grace period unless busy again)", chosen(MARK)))
+    if settings.dry_run:
+        sections.append(("Would be drained and terminated (group shrunk)" + dry, chosen(REAP_FLEET)))
+    else:
+        sections.append(("Drained and terminated (group shrunk)",
+                         [(i, by[i].reason if i in by else "a removal in flight, finished") for i in done.removal.terminated]))
+        sections.append(("Kept after the drain (gained work, protected, or refused): re-activated",
+                         sorted(done.removal.reactivated.items())))
+        sections.append(("Not removed this run", sorted({**done.removal.dropped, **done.removal.left}.items())))
+    sections.append(("Stopped (standalone)" + dry,
+                     [(i, r) for i, r in chosen(STOP_STANDALONE) if i not in done.failed]))
+    sections.append(("Busy again: idle mark removed", chosen(UNMARK)))
+    sections.append(("Idle, waiting out the grace period", chosen("wait-grace")))
+    sections.append(("Spared", chosen("spare")))
+    sections.append(("Failed (retried next run)", sorted(done.failed.items())))
     lines = [f"mlfleet {settings.environment} reaper run ({settings.cluster_name})", ""]
-    for action, title in titles.items():
-        chosen = [d for d in decisions if d.action == action]
-        if chosen:
+    for title, items in sections:
+        if items:
             lines.append(f"{title}:")
-            lines += [f"  {d.instance_id} ({d.asg_name or 'standalone'}): {d.reason}" for d in chosen]
+            lines += [f"  {i} ({(by[i].asg_name or 'standalone') if i in by else 'fleet'}): {reason}" for i, reason in items]
             lines.append("")
     lines.append("Keep a machine: aws ec2 create-tags --resources <id> --tags Key=mlfleet:keep-alive,Value=true")
     return "\n".join(lines)
@@ -141,4 +242,6 @@ def _report(settings: Settings, decisions: list[Decision]) -> str:
 
 def handler(event, context=None, settings: Settings | None = None, now: datetime | None = None):
     settings = settings or from_env(Settings)
-    return run(settings, now or datetime.now(timezone.utc), trigger_of(event))
+    remaining = context.get_remaining_time_in_millis if context is not None else (lambda: 600_000)
+    return run(settings, now or datetime.now(timezone.utc), trigger_of(event),
+               getattr(context, "aws_request_id", "") or "", remaining)

@@ -7,6 +7,7 @@ Where moto differs from AWS (and why the test still means something):
 - There is no CloudWatch agent: GPU datapoints are written with put_metric_data under the agent's
   namespace, metric name and dimensions.
 - moto does not model GPUs on container instances; the reaper never reads them (task counts only).
+- moto's EC2 loads no default AMIs here (tests/removal/world.py, `fleet_aws`): no image is looked up.
 """
 
 from __future__ import annotations
@@ -16,46 +17,60 @@ from datetime import datetime, timedelta, timezone
 
 import boto3
 import pytest
+from jobs.conftest import create_table
 
 from lambdas.reaper.handler import Settings, run
 from lambdas.reaper.idle import PERIOD_SECONDS, IdleSettings, window_periods
 
-REGION = "us-east-1"
+REGION = HOME = "us-east-1"
 ASG = "mlfleet-dev-gpu1"
 CLUSTER = "mlfleet-dev"
+TABLE = "mlfleet-dev-jobs"
 SETTINGS = Settings(environment="dev", cluster_name=CLUSTER, fleet_asg_names=(ASG,), idle_window_minutes=60,
                     idle_cpu_percent=10, idle_gpu_percent=5, idle_grace_minutes=30,
-                    alert_topic_arn="", max_actions_per_run=20)
+                    alert_topic_arn="", jobs_table=TABLE, home_region=HOME, max_actions_per_run=20)
 
 
-def build_world(fleet_size: int = 5, standalone: int = 1) -> dict:
-    """An ASG of `fleet_size` registered GPU instances plus `standalone` tagged machines; returns ids."""
-    ec2, asg, ecs, sns = (boto3.client(s, REGION) for s in ("ec2", "autoscaling", "ecs", "sns"))
+def build_world(fleet_size: int = 5, standalone: int = 1, min_size: int = 0, region: str = REGION) -> dict:
+    """An ASG of `fleet_size` registered GPU instances plus `standalone` tagged machines, the home region's
+    job ledger (it holds the placement lease) and an alert topic with a queue subscribed; returns ids."""
+    ec2, asg, ecs, sns, sqs = (boto3.client(s, region) for s in ("ec2", "autoscaling", "ecs", "sns", "sqs"))
     topic = sns.create_topic(Name="mlfleet-dev-alerts")["TopicArn"]
+    inbox = sqs.create_queue(QueueName="mlfleet-dev-inbox")["QueueUrl"]
+    sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=sqs.get_queue_attributes(
+        QueueUrl=inbox, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"])
+    create_table(HOME)
     ec2.create_launch_template(LaunchTemplateName="mlfleet-dev-gpu1",
                                LaunchTemplateData={"ImageId": "ami-12c6146b", "InstanceType": "g5.xlarge"})
     asg.create_auto_scaling_group(
-        AutoScalingGroupName=ASG, LaunchTemplate={"LaunchTemplateName": "mlfleet-dev-gpu1"}, MinSize=0,
-        MaxSize=fleet_size + 5, DesiredCapacity=fleet_size, AvailabilityZones=[f"{REGION}a"],
+        AutoScalingGroupName=ASG, LaunchTemplate={"LaunchTemplateName": "mlfleet-dev-gpu1"}, MinSize=min_size,
+        MaxSize=fleet_size + 5, DesiredCapacity=fleet_size, AvailabilityZones=[f"{region}a"],
         NewInstancesProtectedFromScaleIn=True,
         Tags=[{"Key": "mlfleet:environment", "Value": "dev", "PropagateAtLaunch": True}])
     ecs.create_cluster(clusterName=CLUSTER)
     fleet = [i["InstanceId"] for i in asg.describe_auto_scaling_groups()["AutoScalingGroups"][0]["Instances"]]
     for instance_id in fleet:
         ecs.register_container_instance(cluster=CLUSTER, instanceIdentityDocument=json.dumps(
-            {"instanceId": instance_id, "region": REGION, "availabilityZone": f"{REGION}a"}))
+            {"instanceId": instance_id, "region": region, "availabilityZone": f"{region}a"}))
     loose = []
     if standalone:
         reservation = ec2.run_instances(ImageId="ami-12c6146b", InstanceType="g5.xlarge", MinCount=standalone,
                                         MaxCount=standalone, TagSpecifications=[{"ResourceType": "instance",
                                         "Tags": [{"Key": "mlfleet:environment", "Value": "dev"}]}])
         loose = [i["InstanceId"] for i in reservation["Instances"]]
-    return {"fleet": fleet, "standalone": loose, "topic": topic}
+    return {"fleet": fleet, "standalone": loose, "topic": topic, "inbox": inbox}
+
+
+def summaries(world: dict, region: str = REGION) -> list[str]:
+    """The reaper summaries the alert topic delivered so far."""
+    sqs = boto3.client("sqs", region)
+    messages = sqs.receive_message(QueueUrl=world["inbox"], MaxNumberOfMessages=10).get("Messages", [])
+    return [json.loads(m["Body"])["Message"] for m in messages]
 
 
 def put_utilisation(instance_id: str, now: datetime, *, cpu: float, gpu: float | None, asg: str | None = ASG,
-                    gap: bool = False, minutes: int = 60) -> None:
-    cloudwatch = boto3.client("cloudwatch", REGION)
+                    gap: bool = False, minutes: int = 60, region: str = REGION) -> None:
+    cloudwatch = boto3.client("cloudwatch", region)
     periods = window_periods(now, IdleSettings(minutes, 10, 5, 30))
     if gap:
         periods = periods[:-1]
@@ -69,8 +84,8 @@ def put_utilisation(instance_id: str, now: datetime, *, cpu: float, gpu: float |
              "Timestamp": p + timedelta(seconds=PERIOD_SECONDS // 2), "Value": gpu} for p in periods])
 
 
-def start_task_on(instance_id: str) -> None:
-    ecs = boto3.client("ecs", REGION)
+def start_task_on(instance_id: str, region: str = REGION) -> None:
+    ecs = boto3.client("ecs", region)
     ecs.register_task_definition(family="mlfleet-dev-gpu-job", containerDefinitions=[
         {"name": "job", "image": "nvidia/cuda", "memory": 1024}])
     arns = ecs.list_container_instances(cluster=CLUSTER)["containerInstanceArns"]
@@ -79,13 +94,13 @@ def start_task_on(instance_id: str) -> None:
     ecs.start_task(cluster=CLUSTER, taskDefinition="mlfleet-dev-gpu-job", containerInstances=[target])
 
 
-def tags_of(instance_id: str) -> dict[str, str]:
-    raw = boto3.client("ec2", REGION).describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
+def tags_of(instance_id: str, region: str = REGION) -> dict[str, str]:
+    raw = boto3.client("ec2", region).describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
     return {t["Key"]: t["Value"] for t in raw.get("Tags", [])}
 
 
 @pytest.fixture
-def world(aws):
+def world(fleet_aws):
     world = build_world()
     settings = Settings(**{**SETTINGS.__dict__, "alert_topic_arn": world["topic"]})
     now = datetime.now(timezone.utc) + timedelta(hours=3)
@@ -122,6 +137,7 @@ def test_run_after_grace_drains_and_terminates_the_idle_fleet_instance_and_stops
     result = run(settings, later)
     assert result["decisions"]["reap-fleet"] == [world["idle"]]
     assert result["decisions"]["stop-standalone"] == [world["loose"]]
+    assert result["terminated"] == [world["idle"]]
 
     group = boto3.client("autoscaling", REGION).describe_auto_scaling_groups()["AutoScalingGroups"][0]
     assert group["DesiredCapacity"] == 4, "the group shrinks instead of replacing the reaped instance"
