@@ -35,7 +35,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from lambdas.common import tags as tag_keys
 from lambdas.common.aws import chunks, client, paginate
 from lambdas.common.logs import log_decision
-from lambdas.common.permissions import needs
+from lambdas.common.permissions import ISO_8601_TIME, needs
 from lambdas.jobs.ledger import BY_STATE, RUNNING, STARTING
 from lambdas.removal import decide
 from lambdas.removal.decide import Candidate, Group, Member, Observed
@@ -48,19 +48,23 @@ LEASE_MARGIN_SECONDS = 20
 AWS_ERRORS = (ClientError, BotoCoreError)
 
 CONTAINER_INSTANCES = "arn:{partition}:ecs:*:{account}:container-instance/mlfleet-{environment}/*"
+INSTANCES = ("arn:{partition}:ec2:*:{account}:instance/*",)
 # The scheduler (home region) acts in every fleet region; the reaper in its own. Names and the
 # environment tag scope them.
 PERMISSIONS = (
     needs("autoscaling:DescribeAutoScalingGroups", "ec2:DescribeInstances",
           why="read the fleet groups (desired, minimum, members) and their instances' tags (no resource scoping)"),
-    needs("ecs:DescribeContainerInstances", "ecs:ListTasks", resources=(CONTAINER_INSTANCES,),
-          why="re-check a drained machine: its status, and the tasks running or pending on it"),
+    needs("ecs:DescribeContainerInstances", resources=(CONTAINER_INSTANCES,),
+          why="re-check a drained machine: its status and task counts"),
+    # As in lambdas/scheduler/state.py: IAM authorizes ListTasks on "*" narrowed by ecs:cluster.
+    needs("ecs:ListTasks", condition={"ArnLike": {"ecs:cluster": "arn:{partition}:ecs:*:{account}:cluster/mlfleet-{environment}"}},
+          why="re-check a drained machine: the tasks running or pending on it"),
     needs("ecs:UpdateContainerInstancesState", resources=(CONTAINER_INSTANCES,),
           why="drain a machine being removed; re-activate one that gained work"),
-    needs("ec2:CreateTags", "ec2:DeleteTags", resources=("arn:{partition}:ec2:*:{account}:instance/*",),
-          tag_scoped=True, condition={"ForAllValues:StringEquals": {"aws:TagKeys": [tag_keys.REMOVING]},
-                                      "Null": {"aws:TagKeys": "false"}},
-          why="mark a machine being removed (the mlfleet:removing tag only), unmark it when re-activated"),
+    needs("ec2:CreateTags", resources=INSTANCES, tag_scoped=True, tag_keys=(tag_keys.REMOVING,),
+          tag_values=f"*@{ISO_8601_TIME}", why="mark a machine being removed (the mlfleet:removing tag only)"),
+    needs("ec2:DeleteTags", resources=INSTANCES, tag_scoped=True, tag_keys=(tag_keys.REMOVING,),
+          why="unmark it when it is re-activated"),
     needs("autoscaling:TerminateInstanceInAutoScalingGroup",
           resources=("arn:{partition}:autoscaling:*:{account}:autoScalingGroup:*:autoScalingGroupName/mlfleet-{environment}-*",),
           tag_scoped=True, why="terminate a drained, empty machine and shrink its group by one"),
