@@ -21,7 +21,7 @@ from components.compute import (
 from components.config import StackConfig
 from components.dashboard import FleetDashboard, FleetDashboardArgs
 from components.idle import Reaper, ReaperArgs
-from components.jobs.jobs import queue_name
+from components.jobs.jobs import ledger_name, queue_name
 from components.network import ImageCache, ImageCacheArgs, Network, NetworkArgs
 from components.resources import child, invoke
 from components.storage import CheckpointBucket, CheckpointBucketArgs
@@ -144,6 +144,9 @@ class FleetRegion(pulumi.ComponentResource):
                 max_actions_per_run=cfg.reaper_max_actions_per_run,
                 log_retention_days=cfg.log_retention_days,
                 tags=tags,
+                home_region=cfg.home_region,
+                jobs_table=ledger_name(cfg.environment),
+                disruption_budget_percent=cfg.disruption_budget_percent,
             ),
             opts=child(self),
         )

@@ -262,6 +262,15 @@ class StackConfig(_Model):
         default=20, gt=0, le=500,
         description="Cap on instances the reaper drains, terminates or stops in one run.")
 
+    # Giving capacity back: the scheduler's releases and the reaper share one removal protocol (docs/removal.md).
+    release_after_empty_minutes: int | None = Field(
+        default=None, ge=1, le=1440,
+        description="How long an instance the scheduler bought stays empty before it gives it back. Unset: the "
+        "fleets' boot time as measured on their running instances (docs/removal.md, \"The release delay\").")
+    disruption_budget_percent: int = Field(
+        default=10, ge=1, le=100,
+        description="Share of a fleet group (rounded up, at least one instance) that removals may drain at once.")
+
     # Jobs. A job spec may ask for at most MAX_ATTEMPTS_LIMIT attempts; the stack's default must be one it could ask for.
     job_max_attempts: int = Field(
         default=3, ge=1,

@@ -34,6 +34,10 @@ class ReaperArgs:
     max_actions_per_run: int
     log_retention_days: int
     tags: Mapping[str, str]
+    # The job ledger holds the placement lease the removals take (docs/removal.md); it is in the home region.
+    home_region: str
+    jobs_table: str
+    disruption_budget_percent: int
 
 
 class Reaper(pulumi.ComponentResource):
@@ -47,7 +51,7 @@ class Reaper(pulumi.ComponentResource):
             f"{name}-function",
             PythonFunctionArgs(
                 function="reaper",
-                description="Marks, then drains and terminates (or stops) idle GPU instances",
+                description="Marks idle GPU instances, then removes them through the removal protocol (or stops them)",
                 region=args.region,
                 environment=args.environment,
                 log_retention_days=args.log_retention_days,
@@ -62,6 +66,9 @@ class Reaper(pulumi.ComponentResource):
                     "DRY_RUN": str(args.dry_run).lower(),
                     "MAX_ACTIONS_PER_RUN": str(args.max_actions_per_run),
                     "ALERT_TOPIC_ARN": args.alert_topic_arn,
+                    "HOME_REGION": args.home_region,
+                    "JOBS_TABLE": args.jobs_table,
+                    "DISRUPTION_BUDGET_PERCENT": str(args.disruption_budget_percent),
                 },
                 # A 5,000-instance region fits one run (benchmarks/reaper.py). No reserved concurrency:
                 # its actions are idempotent, and reservations eat into a small account's quota.

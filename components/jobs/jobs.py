@@ -167,6 +167,10 @@ class JobService(pulumi.ComponentResource):
             "REBALANCE_TIMEOUT_MINUTES": str(cfg.rebalance_timeout_minutes),
         }
         common = dict(region=cfg.home_region, environment=env, log_retention_days=cfg.log_retention_days, tags=tags)
+        # Giving back what it bought (docs/removal.md); unset release delay: the fleets' measured boot time.
+        releases = {"DISRUPTION_BUDGET_PERCENT": str(cfg.disruption_budget_percent)}
+        if cfg.release_after_empty_minutes is not None:
+            releases["RELEASE_AFTER_EMPTY_MINUTES"] = str(cfg.release_after_empty_minutes)
         scheduler = PythonFunction(
             f"{name}-scheduler",
             PythonFunctionArgs(
@@ -174,7 +178,7 @@ class JobService(pulumi.ComponentResource):
                 description="Places queued GPU jobs on the fleets and buys capacity within the caps",
                 timeout_seconds=SCHEDULER_TIMEOUT_SECONDS,
                 memory_mib=1024,
-                variables={**variables, "ACCOUNT_ID": args.account_id},
+                variables={**variables, "ACCOUNT_ID": args.account_id, **releases},
                 **common,
             ),
             opts=child(self),

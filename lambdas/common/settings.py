@@ -13,6 +13,9 @@ class SettingsError(ValueError):
 
 
 def _convert(name: str, raw: str, kind: typing.Any) -> typing.Any:
+    optional = [k for k in typing.get_args(kind) if k is not type(None)]
+    if type(None) in typing.get_args(kind) and len(optional) == 1:
+        kind = optional[0]  # `int | None`: a variable that is set holds an int; unset is the field's default
     if kind is bool:
         lowered = raw.strip().lower()
         if lowered in ("true", "1", "yes"):

@@ -132,6 +132,10 @@ BAD_CASES = [
     pytest.param({"slackChannelId": "C01"}, ["slackWorkspaceId and mlfleet:slackChannelId must be set together"], id="half-slack"),
     pytest.param({"reaperScheduleMinutes": "5"}, ["mlfleet:reaperScheduleMinutes", "greater than or equal to 10"], id="reaper-too-often"),
     pytest.param({"costAllocationTags": {"aws:team": "x"}}, ["mlfleet:costAllocationTags", "reserved prefix"], id="reserved-tag"),
+    pytest.param({"releaseAfterEmptyMinutes": "0"}, ["mlfleet:releaseAfterEmptyMinutes", "greater than or equal to 1 (got '0')"],
+                 id="release-delay-zero"),
+    pytest.param({"disruptionBudgetPercent": "150"}, ["mlfleet:disruptionBudgetPercent", "less than or equal to 100 (got '150')"],
+                 id="disruption-budget-over-100"),
     pytest.param({"natGateway": "maybe"}, ["mlfleet:natGateway", "'maybe'"], id="not-a-boolean"),
     pytest.param({"aws:region": None}, ["aws:region: required key is not set"], id="no-home-region"),
     pytest.param({"aws:region": "mars-1"}, ["aws:region", "'mars-1' is not an AWS region"], id="bad-home-region"),
@@ -286,7 +290,7 @@ def test_pulumi_yaml_declares_each_key_with_the_models_type_and_default():
     declared = project["config"]
     fields = {f.alias: f for f in StackConfig.model_fields.values() if f.alias in stack_keys()}
     unset_by_default = {key for key, f in fields.items() if not f.is_required() and f.get_default() is None}
-    assert unset_by_default == {"monthlyBudgetUsd", "slackWorkspaceId", "slackChannelId"}
+    assert unset_by_default == {"monthlyBudgetUsd", "slackWorkspaceId", "slackChannelId", "releaseAfterEmptyMinutes"}
     assert set(declared) == set(fields) - unset_by_default, "Pulumi.yaml and components/config/model.py disagree"
     for key, declaration in declared.items():
         field = fields[key]
