@@ -7,9 +7,11 @@ for clients a run does not use.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Sequence
 
 import boto3
 from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
 
 # "standard" retries throttling and transient errors with exponential backoff and a retry quota;
 # ten attempts ride out a burst of throttling on a 5,000-instance fleet without hand-written loops.
@@ -51,3 +53,19 @@ def chunks(items, size: int):
     items = list(items)
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+def per_item(call: Callable[[list[str]], object], items: Sequence[str], batch: int) -> dict[str, str]:
+    """`call(items)` a batch at a time; a batch that fails is retried one item at a time, so one bad item
+    (an instance gone, a throttle that outlasted the retries) fails alone. Returns item -> error."""
+    failed: dict[str, str] = {}
+    for group in chunks(items, batch):
+        try:
+            call(group)
+        except (ClientError, BotoCoreError):
+            for item in group:
+                try:
+                    call([item])
+                except (ClientError, BotoCoreError) as error:
+                    failed[item] = f"{type(error).__name__}: {error}"
+    return failed

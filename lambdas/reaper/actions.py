@@ -8,13 +8,11 @@ machine and never stops the others.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from botocore.exceptions import BotoCoreError, ClientError
-
 from lambdas.common import tags as tag_keys
-from lambdas.common.aws import chunks
+from lambdas.common.aws import chunks, per_item
 from lambdas.common.permissions import ISO_8601_TIME, PUBLISH_TO_ENCRYPTED_TOPICS, needs
 
 TAG_BATCH = 1000
@@ -38,33 +36,17 @@ PERMISSIONS = (
 )
 
 
-def per_machine(call: Callable[[list[str]], object], instance_ids: Sequence[str], batch: int = TAG_BATCH) -> dict[str, str]:
-    """`call(ids)` a batch at a time; a batch that fails is retried one machine at a time.
-    Returns instance id -> error for the machines that still failed."""
-    failed: dict[str, str] = {}
-    for ids in chunks(instance_ids, batch):
-        try:
-            call(ids)
-        except (ClientError, BotoCoreError):
-            for instance_id in ids:
-                try:
-                    call([instance_id])
-                except (ClientError, BotoCoreError) as error:
-                    failed[instance_id] = f"{type(error).__name__}: {error}"
-    return failed
-
-
 def mark(ec2, instance_ids: Sequence[str], now: datetime) -> dict[str, str]:
-    return per_machine(lambda ids: ec2.create_tags(
-        Resources=ids, Tags=[{"Key": tag_keys.IDLE_SINCE, "Value": now.isoformat()}]), instance_ids)
+    return per_item(lambda ids: ec2.create_tags(
+        Resources=ids, Tags=[{"Key": tag_keys.IDLE_SINCE, "Value": now.isoformat()}]), instance_ids, TAG_BATCH)
 
 
 def unmark(ec2, instance_ids: Sequence[str]) -> dict[str, str]:
-    return per_machine(lambda ids: ec2.delete_tags(Resources=ids, Tags=[{"Key": tag_keys.IDLE_SINCE}]), instance_ids)
+    return per_item(lambda ids: ec2.delete_tags(Resources=ids, Tags=[{"Key": tag_keys.IDLE_SINCE}]), instance_ids, TAG_BATCH)
 
 
 def stop(ec2, instance_ids: Sequence[str]) -> dict[str, str]:
-    return per_machine(lambda ids: ec2.stop_instances(InstanceIds=ids), instance_ids)
+    return per_item(lambda ids: ec2.stop_instances(InstanceIds=ids), instance_ids, TAG_BATCH)
 
 
 def publish_counts(cloudwatch, environment: str, counts: Mapping[tuple[str, str], float], now: datetime) -> None:

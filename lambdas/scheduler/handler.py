@@ -43,7 +43,7 @@ from lambdas.jobs import checkpoints
 from lambdas.jobs import ledger as L
 from lambdas.jobs import queue
 from lambdas.jobs.fleets import FleetConfig, parse_fleets, regions
-from lambdas.scheduler import actions, state
+from lambdas.scheduler import actions, releases, state
 from lambdas.scheduler.planning import Fleet, JobRequest, Limits, Machine, Reservation, ScaleOut, plan
 
 PERMISSIONS = (
@@ -56,6 +56,7 @@ PERMISSIONS = (
     *state.PERMISSIONS,
     *actions.PERMISSIONS,
     *lease.PERMISSIONS,
+    *releases.PERMISSIONS,
 )
 
 MAX_MESSAGES = 100
@@ -133,8 +134,9 @@ def run(settings: Settings, remaining_ms: Callable[[], int], now: datetime | Non
     pending = ledger.by_state(L.QUEUED, limit=MAX_PENDING)
     if not flag.is_open:
         log_decision("admission-closed", pending=len(pending), reason=flag.reason)
-    elif pending:
-        place_and_scale(settings, fleets, catalog, ledger, pending, remaining_ms, now, summary)
+    # Every run reads the fleets, pending jobs or not: the empty machines it bought are given back when
+    # nothing waits (lambdas/scheduler/releases.py), and admission closed stops starts, not releases.
+    place_and_scale(settings, fleets, catalog, ledger, pending if flag.is_open else [], remaining_ms, now, summary)
 
     queue.delete_messages(sqs, settings.jobs_queue_url, to_delete)
     summary["pending"] = len(pending)
@@ -256,9 +258,11 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
     views, prices = [], {}
     for region in dict.fromkeys(f.region for f in fleets):
         in_region = [f for f in fleets if f.region == region]
-        spot = state.spot_prices_for(region, [t for f in in_region for t in f.instance_types], catalog)
+        # Live spot prices matter for buying; with nothing pending the catalog's prices do.
+        spot = state.spot_prices_for(region, [t for f in in_region for t in f.instance_types], catalog) if pending else {}
         prices.update({(region, instance_type): price for instance_type, price in spot.items()})
-        views.append(state.read_region(region, in_region, catalog, spot))
+        views.append(state.read_region(region, in_region, catalog, spot, now))
+    releases.record_empty(views, now)
     machines = {m.container_instance_arn: m for view in views for m in view.machines}
     fleet_views = {(fv.config.region, fv.config.fleet): fv for view in views for fv in view.fleets}
     stopped = {key for key, fv in fleet_views.items() if circuit_breaker(fv, now, settings)}
@@ -268,7 +272,8 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
         [Machine(key=m.container_instance_arn, instance_id=m.instance_id, region=m.region, fleet=m.fleet,
                  instance_type=m.instance_type, availability_zone=m.availability_zone, lifecycle=m.lifecycle,
                  free_gpus=m.free_gpus, free_vcpus=m.free_vcpus, free_memory_mib=m.free_memory_mib,
-                 price_per_hour=m.price_per_hour, rebalance_recommended=m.rebalance_recommended, draining=m.draining,
+                 price_per_hour=m.price_per_hour, rebalance_recommended=m.rebalance_recommended,
+                 draining=m.draining or m.removing,  # never placed onto a machine a removal is draining
                  submissions=m.submissions)
          for m in machines.values()],
         # A fleet whose breaker is open may not grow: its cap is what it already has.

@@ -8,6 +8,12 @@ and `pending_instances` the rest of its desired capacity (launching, booting, jo
 replacing a reclaimed instance). The planner counts pending instances as capacity for waiting jobs, so
 the one-minute schedule does not buy again, run after run, for jobs whose instances are still booting.
 
+Removals (docs/removal.md): a machine tagged `mlfleet:removing` is being drained by the removal protocol;
+it is `removing`, never placed onto, and counted in its fleet's `removing_instances`, neither usable nor
+launching (its group's desired capacity still counts it until the terminate decrements it). The release
+method reads `tasks` (running + pending), `empty_since` (the `mlfleet:empty-since` tag the scheduler
+writes, lambdas/scheduler/releases.py), the launch time, `mlfleet:keep-alive`, and each group's minimum.
+
 GPU accounting: free GPUs = the catalog's GPU count for the instance type minus the GPUs that the
 tasks placed on the instance request (their containers' GPU resourceRequirements, from the task's
 overrides or else its task definition). It never reads remainingResources GPU: moto does not model
@@ -23,8 +29,10 @@ from datetime import datetime, timedelta
 
 from botocore.exceptions import ClientError
 
+from lambdas.common import tags as tag_keys
 from lambdas.common.aws import chunks, client, paginate
 from lambdas.common.catalog import Catalog, UnknownInstanceType, UnknownRegion
+from lambdas.common.keep_alive import keep_alive_protects, parse_time
 from lambdas.common.logs import log_decision
 from lambdas.common.permissions import needs
 from lambdas.common.spot_prices import PERMISSIONS as SPOT_PRICE_PERMISSIONS
@@ -105,6 +113,12 @@ class MachineView:
     rebalance_recommended: bool
     draining: bool
     submissions: frozenset[str] = frozenset()  # of the jobs running on it
+    removing: bool = False  # tagged `mlfleet:removing`: never placed onto
+    tasks: int = 0  # running + pending on its container instance
+    launched_at: float | None = None  # epoch seconds
+    registered_at: float | None = None  # when its ECS agent registered (boot time = registered - launched)
+    empty_since: float | None = None  # the `mlfleet:empty-since` tag; None when absent or unreadable
+    protected: bool = False  # `mlfleet:keep-alive` protects it
 
 
 @dataclass(frozen=True)
@@ -117,6 +131,8 @@ class FleetView:
     hourly_usd: float
     # The circuit breaker's mark on the group (SCALING_PAUSED_TAG), so it alerts once per opening.
     scaling_paused: bool = False
+    min_size: int = 0
+    removing_instances: int = 0  # being drained by a removal: neither usable nor launching
 
 
 @dataclass
@@ -205,8 +221,12 @@ def _instances(ec2, instance_ids: Sequence[str]) -> dict[str, Mapping]:
     return found
 
 
+def _epoch(value) -> float | None:
+    return value.timestamp() if isinstance(value, datetime) else None
+
+
 def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
-                spot_prices: Mapping[str, float]) -> RegionView:
+                spot_prices: Mapping[str, float], now: datetime | None = None) -> RegionView:
     """Machines, fleet sizes and running tasks of one fleet region."""
     ecs, ec2, autoscaling = client("ecs", region), client("ec2", region), client("autoscaling", region)
     view = RegionView(region)
@@ -264,6 +284,7 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
         if spec is not None:
             free_vcpus = min(free_vcpus, spec.schedulable_vcpus - vcpus_used)
             free_memory = min(free_memory, spec.schedulable_memory_mib - memory_used)
+        empty_since = parse_time(tags[tag_keys.EMPTY_SINCE]) if tag_keys.EMPTY_SINCE in tags else None
         view.machines.append(MachineView(
             container_instance_arn=ci["containerInstanceArn"], instance_id=ci["ec2InstanceId"], region=region,
             fleet=fleet.fleet, cluster=cluster, instance_type=instance_type,
@@ -273,7 +294,12 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
             price_per_hour=price_of(catalog, instance_type, region, lifecycle, spot_prices),
             rebalance_recommended=REBALANCE_TAG in tags,
             draining=ci.get("status") == "DRAINING" or not ci.get("agentConnected", True),
-            submissions=frozenset(submissions.get(ci["containerInstanceArn"], ()))))
+            submissions=frozenset(submissions.get(ci["containerInstanceArn"], ())),
+            removing=tag_keys.REMOVING in tags,
+            tasks=int(ci.get("runningTasksCount", 0)) + int(ci.get("pendingTasksCount", 0)),
+            launched_at=_epoch(instance.get("LaunchTime")), registered_at=_epoch(ci.get("registeredAt")),
+            empty_since=empty_since.timestamp() if empty_since else None,
+            protected=now is not None and keep_alive_protects(tags.get(tag_keys.KEEP_ALIVE), now)[0]))
 
     for fleet in fleets:
         group = groups.get(fleet.asg_name)
@@ -281,7 +307,9 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
             log_decision("skip-fleet", region=region, fleet=fleet.fleet, asg=fleet.asg_name, reason="group not found")
             continue
         members = [i for i in group.get("Instances", []) if not i["LifecycleState"].startswith("Terminat")]
-        usable = sum(1 for m in view.machines if m.fleet == fleet.fleet and not m.draining)
+        usable = sum(1 for m in view.machines if m.fleet == fleet.fleet and not m.draining and not m.removing)
+        removing = sum(1 for i in members if any(t["Key"] == tag_keys.REMOVING for t in
+                                                  instances.get(i["InstanceId"], {}).get("Tags", [])))
         desired = int(group["DesiredCapacity"])
         hourly = 0.0
         for member in members:
@@ -294,9 +322,10 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
             hourly += missing * max(price_of(catalog, t, region, "on-demand", {}) for t in fleet.instance_types)
         view.fleets.append(FleetView(
             config=fleet, desired=desired, current_instances=usable,
-            pending_instances=max(0, desired - usable),
+            pending_instances=max(0, desired - usable - removing),
             max_instances=min(int(group["MaxSize"]), fleet.max_instances), hourly_usd=hourly,
-            scaling_paused=any(t["Key"] == SCALING_PAUSED_TAG for t in group.get("Tags", []))))
+            scaling_paused=any(t["Key"] == SCALING_PAUSED_TAG for t in group.get("Tags", [])),
+            min_size=int(group.get("MinSize", 0)), removing_instances=removing))
     return view
 
 
