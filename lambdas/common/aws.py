@@ -30,15 +30,21 @@ def _session() -> boto3.session.Session:
     return boto3.session.Session()
 
 
-@functools.lru_cache(maxsize=None)
 def client(service: str, region: str | None = None):
-    """The boto3 client for `service` in `region` (the function's own region when None)."""
+    """The boto3 client for `service` in `region`; None is the function's own region, and the same client
+    as asking for that region by name (one client per service and region, whoever asks)."""
+    return _client(service, region or _session().region_name)
+
+
+@functools.lru_cache(maxsize=None)
+def _client(service: str, region: str | None):
     return _session().client(service, region_name=region, config=RETRY_CONFIG)
 
 
 def reset_clients() -> None:
-    """Forget cached clients (tests call this between moto contexts)."""
-    client.cache_clear()
+    """Forget cached clients and the session (tests call this between moto contexts and region changes)."""
+    _client.cache_clear()
+    _session.cache_clear()
 
 
 def paginate(service_client, operation: str, result_key: str, **kwargs):
