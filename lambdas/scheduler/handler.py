@@ -84,6 +84,9 @@ class Settings:
     default_max_attempts: int
     rebalance_timeout_minutes: int
     account_id: str
+    # Giving back what it bought (lambdas/scheduler/releases.py): None measures the fleets' boot time.
+    release_after_empty_minutes: int | None = None
+    disruption_budget_percent: int = 10
 
     def __post_init__(self) -> None:
         if self.admission_parameter != admission.parameter_name(self.environment):
@@ -91,6 +94,10 @@ class Settings:
                                 f"{admission.parameter_name(self.environment)!r} for ENVIRONMENT={self.environment!r}")
         if not checkpoints.ACCOUNT_ID.fullmatch(self.account_id):
             raise SettingsError(f"ACCOUNT_ID={self.account_id!r}: expected the 12-digit AWS account id")
+        if not 0 < self.disruption_budget_percent <= 100:
+            raise SettingsError(f"DISRUPTION_BUDGET_PERCENT={self.disruption_budget_percent!r}: must be 1 to 100")
+        if self.release_after_empty_minutes is not None and self.release_after_empty_minutes < 1:
+            raise SettingsError(f"RELEASE_AFTER_EMPTY_MINUTES={self.release_after_empty_minutes!r}: must be at least 1")
 
     def checkpoint_uri(self, region: str, job_id: str) -> str:
         """The job's location in the region's checkpoint bucket, as components/storage names the bucket."""
