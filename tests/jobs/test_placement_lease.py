@@ -54,7 +54,8 @@ class Context:
 def environment(home, monkeypatch):
     values = vars(scheduler_settings(home))
     for name, value in values.items():
-        monkeypatch.setenv(name.upper(), str(value))
+        if value is not None:  # an optional setting left unset is a variable the function does not get
+            monkeypatch.setenv(name.upper(), str(value))
     return home
 
 
