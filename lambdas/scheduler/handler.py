@@ -43,6 +43,7 @@ from lambdas.jobs import checkpoints
 from lambdas.jobs import ledger as L
 from lambdas.jobs import queue
 from lambdas.jobs.fleets import FleetConfig, parse_fleets, regions
+from lambdas.removal.execute import LedgerSource
 from lambdas.scheduler import actions, releases, state
 from lambdas.scheduler.planning import Fleet, JobRequest, Limits, Machine, Reservation, ScaleOut, plan
 
@@ -118,12 +119,15 @@ def handler(event, context=None):
         return {"skipped": "another run or a removal holds the placement lease"}
     try:
         log_decision("scheduler-run", trigger=trigger, lease_owner=owner)
-        return run(settings, remaining)
+        return run(settings, remaining, held=taken.lease)
     finally:
         lease.release(dynamodb, settings.jobs_table, taken.lease)
 
 
-def run(settings: Settings, remaining_ms: Callable[[], int], now: datetime | None = None) -> dict:
+def run(settings: Settings, remaining_ms: Callable[[], int], now: datetime | None = None,
+        held: lease.Lease | None = None) -> dict:
+    """One run. `held`: the placement lease the handler took; without it (a run outside the handler)
+    nothing is released, since a removal may only act under the lease."""
     now = now or datetime.now(timezone.utc)
     stamp = now.timestamp()
     fleets = parse_fleets(settings.fleets)
@@ -143,7 +147,8 @@ def run(settings: Settings, remaining_ms: Callable[[], int], now: datetime | Non
         log_decision("admission-closed", pending=len(pending), reason=flag.reason)
     # Every run reads the fleets, pending jobs or not: the empty machines it bought are given back when
     # nothing waits (lambdas/scheduler/releases.py), and admission closed stops starts, not releases.
-    place_and_scale(settings, fleets, catalog, ledger, pending if flag.is_open else [], remaining_ms, now, summary)
+    place_and_scale(settings, fleets, catalog, ledger, pending if flag.is_open else [], remaining_ms, now, summary,
+                    held)
 
     queue.delete_messages(sqs, settings.jobs_queue_url, to_delete)
     summary["pending"] = len(pending)
@@ -261,7 +266,8 @@ def circuit_breaker(view: state.FleetView, now: datetime, settings: Settings) ->
 
 
 def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog, ledger: L.Ledger,
-                    pending: list[L.JobRecord], remaining_ms: Callable[[], int], now: datetime, summary: dict) -> None:
+                    pending: list[L.JobRecord], remaining_ms: Callable[[], int], now: datetime, summary: dict,
+                    held: lease.Lease | None = None) -> None:
     views, prices = [], {}
     for region in dict.fromkeys(f.region for f in fleets):
         in_region = [f for f in fleets if f.region == region]
@@ -333,6 +339,24 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
             spent += scale_out.hourly_usd
             summary["scaled"].append({"asg": scale_out.asg_name, "before": changed[0], "after": changed[1]})
             reserve_boxes(ledger, records, scale_out, changed[1] - changed[0], now, remaining_ms)
+    give_back(settings, views, (), held, now, summary)
+
+
+def give_back(settings: Settings, views: list[state.RegionView], candidates, held: lease.Lease | None, now: datetime,
+              summary: dict) -> None:
+    """The plan's release candidates through the removal executor, under the lease this run holds, and
+    the releases an earlier run left half-done (lambdas/scheduler/releases.py)."""
+    if held is None:
+        if candidates:
+            log_decision("release-skipped", reason="no placement lease held: a removal acts only under it",
+                         candidates=[c.instance_id for c in candidates])
+        return
+    outcome = releases.give_back(
+        candidates, views, budget_percent=settings.disruption_budget_percent,
+        ledger=LedgerSource(client("dynamodb").meta.region_name, settings.jobs_table),
+        lease_expires_at=held.expires_at - lease.CLOCK_SKEW_SECONDS, now=now)
+    summary["released"] = sorted(outcome.terminated)
+    summary["release_kept"] = dict(sorted(outcome.reactivated.items()))
 
 
 def reserve_boxes(ledger: L.Ledger, records: dict[str, L.JobRecord], scale_out: ScaleOut, launched: int,

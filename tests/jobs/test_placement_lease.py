@@ -122,7 +122,7 @@ def test_two_concurrent_invocations_one_acts_the_other_returns_at_once(environme
     planning, finish = threading.Event(), threading.Event()
     runs: list[str] = []
 
-    def slow_run(settings_, remaining_ms, now=None):
+    def slow_run(settings_, remaining_ms, now=None, held=None):
         runs.append(settings_.jobs_table)
         planning.set()
         assert finish.wait(10)

@@ -23,7 +23,7 @@ from lambdas.jobs.fleets import parse_fleets
 from lambdas.jobs.spec import assign_ids, parse_spec
 from lambdas.removal.execute import LedgerSource
 from lambdas.scheduler import releases, state
-from lambdas.scheduler.handler import run
+from lambdas.scheduler.handler import handler, run
 from lambdas.scheduler.state import MachineView
 
 NOW = datetime.now(timezone.utc)
@@ -150,3 +150,30 @@ def test_no_removal_in_view_and_no_candidate_costs_no_call(fleet_aws):
     assert releases.give_back([], [view], budget_percent=10, ledger=LedgerSource(HOME, home["table"]),
                               lease_expires_at=time.time() + 600, now=NOW).terminated == []
     assert calls == []
+
+
+class Context:
+    """What the scheduler reads of the Lambda context."""
+    aws_request_id = "req-release"
+
+    @staticmethod
+    def get_remaining_time_in_millis() -> int:
+        return 170_000
+
+
+def test_the_handler_finishes_a_release_cut_short_under_its_lease_and_a_run_without_it_does_not(fleet_aws,
+                                                                                                 monkeypatch):
+    home = home_world()
+    instances = build_fleet(size=3)
+    for name, value in vars(scheduler_settings(home)).items():
+        if value is not None:
+            monkeypatch.setenv(name.upper(), str(value))
+    cut_short, *others = instances
+    aws("ec2", HOME).create_tags(Resources=[cut_short], Tags=[{"Key": "mlfleet:removing",
+                                                                "Value": f"release@{NOW.isoformat(timespec='seconds')}"}])
+    aws("ecs", HOME).update_container_instances_state(cluster=CLUSTER, containerInstances=[instances[cut_short]],
+                                                      status="DRAINING")
+    assert run(scheduler_settings(home), lambda: 170_000, now=NOW).get("released") is None, "no lease, no removal"
+    assert handler({}, Context())["released"] == [cut_short]
+    group = aws("autoscaling", HOME).describe_auto_scaling_groups(AutoScalingGroupNames=[ASG])["AutoScalingGroups"][0]
+    assert group["DesiredCapacity"] == 2 and {i["InstanceId"] for i in group["Instances"]} == set(others)
