@@ -114,8 +114,15 @@ def run(settings: Settings, now: datetime, trigger: str = "manual", request_id: 
                                     d.reason)
                   for d in decisions if d.action == REAP_FLEET and d.instance_id in registered]
     if candidates or in_flight:
-        done.removal = _remove(settings, region, candidates, {i: ci.arn for i, ci in registered.items()}, now,
-                               request_id or f"local-{uuid.uuid4()}", remaining_ms)
+        try:
+            done.removal = _remove(settings, region, candidates, {i: ci.arn for i, ci in registered.items()}, now,
+                                   request_id or f"local-{uuid.uuid4()}", remaining_ms)
+        except Exception as error:  # noqa: BLE001 (the safety net's other work must still happen)
+            # The executor handles AWS errors machine by machine; anything else it could not have
+            # foreseen is reported, and the standalone stops and the summary still happen.
+            log_decision("removal-error", step="remove", reason=f"{type(error).__name__}: {error}")
+            done.removal.left.update({c.instance_id: f"removal failed: {type(error).__name__}: {error}"
+                                      for c in candidates})
     if not settings.dry_run:
         stops = actions.stop(ec2, [d.instance_id for d in decisions if d.action == STOP_STANDALONE])
         done.failed.update({i: f"stop: {e}" for i, e in stops.items()})

@@ -111,6 +111,11 @@ def give_back(candidates: Sequence, views: Sequence[RegionView], *, budget_perce
                 continue
             scope = execute.Scope(view.region, cluster, tuple(sorted(groups)), removal.RELEASE, budget_percent)
             registered = {m.instance_id: m.container_instance_arn for m in view.machines if m.cluster == cluster}
-            outcome.merge(execute.remove(mine, scope, registered=registered, ledger=ledger,
-                                         lease_expires_at=lease_expires_at, now=now))
+            try:
+                outcome.merge(execute.remove(mine, scope, registered=registered, ledger=ledger,
+                                             lease_expires_at=lease_expires_at, now=now))
+            except Exception as error:  # noqa: BLE001 (one region's failure never stops the others or the run)
+                log_decision("removal-error", step="remove", region=view.region, cluster=cluster,
+                             reason=f"{type(error).__name__}: {error}")
+                outcome.left.update({c.instance_id: f"removal failed: {type(error).__name__}" for c in mine})
     return outcome

@@ -19,6 +19,7 @@ from reaper.test_reaper_moto import ASG, HOME, SETTINGS, TABLE, build_world, put
 from lambdas.common import lease
 from lambdas.common.aws import reset_clients
 from lambdas.reaper.handler import Settings, run
+from lambdas.removal import execute
 
 FLEET = "us-west-2"
 REFUSAL = ("Currently, desiredSize equals minSize (2). Terminating instance without replacement will violate group's "
@@ -151,3 +152,17 @@ def test_a_dry_run_reports_what_the_protocol_would_drop_and_changes_nothing(flee
     result = run(settings, w["later"])  # nothing was marked: still marking in a dry run
     assert container_status(w["idle"]) == "ACTIVE" and group()["DesiredCapacity"] == 3
     assert all(state_of(i) == "running" for i in w["standalone"])
+
+
+def test_an_error_the_protocol_could_not_foresee_still_leaves_the_stops_and_the_summary(fleet_region, monkeypatch):
+    w = idle_world()
+    run(w["settings"], w["now"])
+
+    def broken(*args, **kwargs):
+        raise KeyError("containerInstances")  # e.g. an answer shaped unlike the API model
+
+    monkeypatch.setattr(execute, "remove", broken)
+    result = run(w["settings"], w["later"])
+    assert all(state_of(i) in ("stopping", "stopped") for i in w["standalone"])
+    assert "removal failed: KeyError" in result["not_removed"][w["idle"]]
+    assert any("Not removed this run" in summary for summary in summaries(w, FLEET))

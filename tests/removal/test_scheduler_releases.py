@@ -177,3 +177,19 @@ def test_the_handler_finishes_a_release_cut_short_under_its_lease_and_a_run_with
     assert handler({}, Context())["released"] == [cut_short]
     group = aws("autoscaling", HOME).describe_auto_scaling_groups(AutoScalingGroupNames=[ASG])["AutoScalingGroups"][0]
     assert group["DesiredCapacity"] == 2 and {i["InstanceId"] for i in group["Instances"]} == set(others)
+
+
+def test_an_error_in_one_region_s_removals_never_stops_the_run(fleet_aws, monkeypatch):
+    home = home_world()
+    instances = build_fleet(size=2)
+    ids = list(instances)
+    view = state.read_region(HOME, parse_fleets(scheduler_settings(home).fleets), load_catalog(), {}, NOW)
+
+    def broken(*args, **kwargs):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(releases.execute, "remove", broken)
+    planned = [PlannedRelease(ids[0], instances[ids[0]], HOME, ASG, "release", "empty")]
+    outcome = releases.give_back(planned, [view], budget_percent=50, ledger=LedgerSource(HOME, home["table"]),
+                                 lease_expires_at=time.time() + 600, now=NOW)
+    assert outcome.left == {ids[0]: "removal failed: RecursionError"} and outcome.terminated == []
