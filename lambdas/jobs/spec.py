@@ -10,19 +10,28 @@ the ledger). Standard library only, plus the instance catalog.
 
 Placeholders: `{name}` in command arguments and environment values is replaced by the sweep parameter
 `name` (or `{start}`/`{end}` for batches). `{{` and `}}` are literal braces and `${NAME}` is left for
-the shell. A placeholder with no value is an error, never left in the command.
+the shell. A placeholder with no value is an error, never left in the command; so is a sweep parameter
+no placeholder uses (it would queue identical jobs) and a sweep value given twice.
+
+Images: the reference must follow distribution/reference's grammar, and every region the job may run in
+must be able to pull it (lambdas/common/registries.py): a region without internet egress reaches only its
+own ECR and ECR Public through its pull-through cache. ECR Public images are pulled through the region's
+cache wherever the stack has one, as the default job image is (`JobSpec.images`, `image_for`).
 """
 
 from __future__ import annotations
 
 import itertools
 import re
+from collections import Counter
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
-from lambdas.common.catalog import Catalog
+from lambdas.common.catalog import Catalog, InstanceType
+from lambdas.common.registries import DOCKER_HUB, ECR_PUBLIC, reachable_without_egress, reference_problem, \
+    registry_of, through_cache
 
 SPOT, ON_DEMAND = "spot", "on-demand"
 LIFECYCLES = (SPOT, ON_DEMAND)
@@ -37,7 +46,19 @@ RESERVED_ENV = ("MLFLEET_JOB_ID", "MLFLEET_ATTEMPT", "MLFLEET_CHECKPOINT_URI", "
 CHECKPOINT_INTERVAL_LIMIT_MINUTES = 1440
 
 KEYS = ("image", "command", "environment", "gpus", "vcpus", "memory_mib", "instance_type_pattern", "regions",
-        "lifecycle", "max_attempts", "checkpoint_interval_minutes")
+        "lifecycle", "max_attempts", "checkpoint_interval_minutes", "retry_on_exit_codes", "team",
+        "notify")
+# Keys of a spec file that belong to the submission, not to each job: `sweep: {name: [values]}`.
+SUBMISSION_KEYS = ("sweep",)
+# Exit codes are what the container's main process returns: 0-255, and 0 is success.
+EXIT_CODES = range(1, 256)
+# A team is a short name for cost reports (and, later, fair shares between teams).
+TEAM_NAME = re.compile(r"[a-z][a-z0-9-]{0,29}")
+# Who hears about a submission's end: an e-mail address (subscribed once with `mlfleet notify subscribe`)
+# or the environment's Slack channel.
+SLACK = "slack"
+EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
+MAX_NOTIFY = 10
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\$\{[^}]*\}|\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SUBMISSION_ID = re.compile(r"sub-\d{14}-[0-9a-f]{6}")
@@ -66,16 +87,38 @@ class JobSpec:
     lifecycle: str | None = None
     # Minutes between the job's checkpoints, as the job declares them (None: it restarts from zero).
     checkpoint_interval_minutes: int | None = None
+    # Non-zero exit codes that mean "run it again" (while attempts remain); any other fails the job at once.
+    retry_on_exit_codes: tuple[int, ...] = ()
+    team: str | None = None
+    # E-mail addresses and/or SLACK: told once when the whole submission has ended.
+    notify: tuple[str, ...] = ()
+    # region -> the reference that region pulls, where it is not `image` (ECR Public through the cache).
+    images: Mapping[str, str] = field(default_factory=dict)
+
+    def image_for(self, region: str) -> str:
+        return self.images.get(region, self.image)
 
     def to_document(self) -> dict:
-        """Plain JSON-able form (the ledger stores it; parse_spec reads it back)."""
+        """Plain JSON-able form (the ledger stores it; parse_spec reads it back). Optional keys only when set."""
         document = {"image": self.image, "command": list(self.command), "environment": dict(self.environment),
                     "gpus": self.gpus, "vcpus": self.vcpus, "memory_mib": self.memory_mib,
                     "instance_type_pattern": self.instance_type_pattern, "regions": list(self.regions),
                     "lifecycle": self.lifecycle, "max_attempts": self.max_attempts}
-        if self.checkpoint_interval_minutes is not None:
-            document["checkpoint_interval_minutes"] = self.checkpoint_interval_minutes
+        optional = {"checkpoint_interval_minutes": self.checkpoint_interval_minutes,
+                    "retry_on_exit_codes": list(self.retry_on_exit_codes), "team": self.team,
+                    "notify": list(self.notify), "images": dict(self.images)}
+        document.update({key: value for key, value in optional.items() if value})
         return document
+
+
+@dataclass(frozen=True)
+class RegionPulls:
+    """How a fleet region's machines pull images (the job-service parameter says, per region)."""
+    internet_egress: bool
+    # The region's ECR pull-through cache for ECR Public (components/network/image_cache.py), if any:
+    # "<account>.dkr.ecr.<region>.amazonaws.com" and the environment's prefix "mlfleet/<env>".
+    cache_registry: str | None = None
+    cache_prefix: str | None = None
 
 
 @dataclass(frozen=True)
@@ -100,19 +143,23 @@ def _number(problems: list[str], key: str, value, kind, minimum, *, inclusive: b
 
 
 def parse_spec(document: Mapping, *, fleet_regions: Sequence[str], catalog: Catalog,
-               default_max_attempts: int, fleet_types: Mapping[str, Sequence[str]] | None = None) -> JobSpec:
+               default_max_attempts: int, fleet_types: Mapping[str, Sequence[str]] | None = None,
+               pulls: Mapping[str, RegionPulls] | None = None, notify_channels: Sequence[str] = ()) -> JobSpec:
     """Validate a spec document, naming every bad key and value in one SpecError.
 
     `fleet_types` (region -> the instance types the stack's fleets launch there) judges size against what
-    the stack can run; without it, against every catalog type priced in the fleet regions.
+    the stack can run; without it, against every catalog type priced in the fleet regions. `pulls`
+    (region -> RegionPulls) checks that each region the job may run in can pull its image. `notify_channels`
+    says which of "email" and SLACK the environment can deliver. SUBMISSION_KEYS are left to the caller.
     """
     problems: list[str] = []
-    for key in sorted(set(document) - set(KEYS)):
-        problems.append(f"{key}={document[key]!r}: unknown key (known: {', '.join(KEYS)})")
+    for key in sorted(set(document) - set(KEYS) - set(SUBMISSION_KEYS)):
+        problems.append(f"{key}={document[key]!r}: unknown key (known: {', '.join((*KEYS, *SUBMISSION_KEYS))})")
 
     image = document.get("image")
-    if not isinstance(image, str) or not image.strip() or any(c.isspace() for c in image):
-        problems.append(f"image={image!r}: must be a container image reference such as repo/name:tag")
+    image_problem = reference_problem(image) if isinstance(image, str) else "must be a container image reference"
+    if image_problem:
+        problems.append(f"image={image!r}: {image_problem}")
 
     command = document.get("command", [])
     if not isinstance(command, (list, tuple)) or not all(isinstance(a, str) for a in command):
@@ -163,7 +210,14 @@ def parse_spec(document: Mapping, *, fleet_regions: Sequence[str], catalog: Cata
     if lifecycle is not None and lifecycle not in LIFECYCLES:
         problems.append(f"lifecycle={lifecycle!r}: must be one of {', '.join(LIFECYCLES)}")
 
-    wanted = regions or fleet_regions
+    retry = _exit_codes(problems, document.get("retry_on_exit_codes") or [], max_attempts)
+    team = document.get("team")
+    if team is not None and (not isinstance(team, str) or not TEAM_NAME.fullmatch(team)):
+        problems.append(f"team={team!r}: must be a short name of lower-case letters, digits and '-' (1-30 "
+                        "characters, starting with a letter), e.g. ml-platform")
+    notify = _notify(problems, document.get("notify") or [], notify_channels)
+
+    wanted = tuple(regions or fleet_regions)
     if fleet_types is None:
         candidates = [(t, r) for t in catalog.types for r in wanted if r in t.regions()]
         where, holder = "catalog instance type", "catalog instance"
@@ -172,20 +226,133 @@ def parse_spec(document: Mapping, *, fleet_regions: Sequence[str], catalog: Cata
         where = holder = "instance type of this stack's fleets"
     largest = max((t.gpus for t, _ in candidates), default=0)
     if gpus is not None and gpus > largest:
-        problems.append(f"gpus={gpus}: more GPUs than any {holder} has (largest: {largest})")
+        biggest = sorted({t.name for t, _ in candidates if t.gpus == largest})
+        problems.append(f"gpus={gpus}: more GPUs than any {holder} has (largest: {largest}, "
+                        f"{', '.join(biggest) or 'none'})")
     elif None not in (gpus, vcpus, memory_mib) and not problems:
-        fitting = [t for t, _ in candidates
-                   if (compiled is None or compiled.fullmatch(t.name))
-                   and t.gpus >= gpus and t.schedulable_vcpus >= vcpus and t.schedulable_memory_mib >= memory_mib]
+        matching = [t for t, _ in candidates if compiled is None or compiled.fullmatch(t.name)]
+        fitting = [t for t in matching
+                   if t.gpus >= gpus and t.schedulable_vcpus >= vcpus and t.schedulable_memory_mib >= memory_mib]
         if not fitting:
             problems.append(f"gpus={gpus}, vcpus={vcpus:g}, memory_mib={memory_mib}: no {where} "
                             f"{'matching ' + repr(pattern) + ' ' if pattern else ''}in "
-                            f"{', '.join(regions or fleet_regions)} holds that much")
+                            f"{', '.join(wanted)} holds that much{closest_types(matching, gpus, vcpus, memory_mib)}")
+    images: dict[str, str] = {}
+    if pulls is not None and not image_problem:
+        images = _pull_references(problems, image, wanted, pulls)
     if problems:
         raise SpecError(problems)
     return JobSpec(image=image, command=tuple(command), environment=dict(environment), gpus=gpus, vcpus=vcpus,
                    memory_mib=memory_mib, max_attempts=max_attempts, instance_type_pattern=pattern,
-                   regions=tuple(regions), lifecycle=lifecycle, checkpoint_interval_minutes=interval)
+                   regions=tuple(regions), lifecycle=lifecycle, checkpoint_interval_minutes=interval,
+                   retry_on_exit_codes=retry, team=team,
+                   notify=notify, images=images)
+
+
+def _exit_codes(problems: list[str], codes, max_attempts: int | None) -> tuple[int, ...]:
+    if not isinstance(codes, (list, tuple)) or not all(isinstance(c, int) and not isinstance(c, bool) for c in codes):
+        problems.append(f"retry_on_exit_codes={codes!r}: must be a list of exit codes, e.g. [137, 143]")
+        return ()
+    bad = [c for c in codes if c not in EXIT_CODES]
+    if bad:
+        problems.append(f"retry_on_exit_codes={list(codes)!r}: {', '.join(map(str, bad))} not an exit code a "
+                        "failed run returns (1-255; 0 is success)")
+    repeated = sorted(c for c, n in Counter(codes).items() if n > 1)
+    if repeated:
+        problems.append(f"retry_on_exit_codes={list(codes)!r}: {', '.join(map(str, repeated))} given twice")
+    if codes and max_attempts == 1:
+        problems.append(f"retry_on_exit_codes={list(codes)!r}: max_attempts is 1, so no run is ever retried; "
+                        "set max_attempts to 2 or more")
+    return tuple(codes)
+
+
+def _notify(problems: list[str], entries, channels: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(entries, str) or not isinstance(entries, (list, tuple)) \
+            or not all(isinstance(e, str) for e in entries):
+        problems.append(f"notify={entries!r}: must be a list of e-mail addresses and/or {SLACK!r}")
+        return ()
+    for entry in entries:
+        if entry == SLACK:
+            if SLACK not in channels:
+                problems.append(f"notify: {SLACK!r}: this environment has no Slack channel (the stack's "
+                                "slackWorkspaceId and slackChannelId)")
+        elif not EMAIL.fullmatch(entry):
+            problems.append(f"notify: {entry!r} is neither an e-mail address nor {SLACK!r}")
+        elif "email" not in channels:
+            problems.append(f"notify: {entry!r}: this environment publishes no job notifications (run `pulumi up` "
+                            "for the stack with this version of mlfleet)")
+    repeated = sorted(e for e, n in Counter(entries).items() if n > 1)
+    if repeated:
+        problems.append(f"notify: {', '.join(map(repr, repeated))} given twice")
+    if len(entries) > MAX_NOTIFY:
+        problems.append(f"notify: {len(entries)} recipients, more than {MAX_NOTIFY}")
+    return tuple(entries)
+
+
+def closest_types(types: Sequence[InstanceType], gpus: int, vcpus: float, memory_mib: int, shown: int = 3) -> str:
+    """The instance types that come closest to holding a request, grouped by what they can schedule, with what
+    is over and the request that fits the closest group (a suffix for the sizing error)."""
+    groups: dict[tuple[int, int, int], list[str]] = {}
+    for t in types:
+        groups.setdefault((t.gpus, t.schedulable_vcpus, t.schedulable_memory_mib), []).append(t.name)
+    if not groups:
+        return ""
+
+    def over(capacity: tuple[int, int, int]) -> float:
+        # How many times the request exceeds the type in its tightest dimension: 1.0 would just fit.
+        g, v, m = capacity
+        return max(gpus / g if g else float("inf"), vcpus / v, memory_mib / m)
+
+    ranked = sorted((c for c in groups if over(c) > 1), key=lambda c: (over(c), c))[:shown]
+    if not ranked:
+        return ""
+    lines = []
+    for rank, capacity in enumerate(ranked):
+        g, v, m = capacity
+        excess = [f"{key} is {amount} over" for key, amount in (
+            ("gpus", f"{gpus - g}" if gpus > g else None), ("vcpus", f"{vcpus - v:g}" if vcpus > v else None),
+            ("memory_mib", f"{memory_mib - m:,} MiB" if memory_mib > m else None)) if amount]
+        line = (f"{', '.join(sorted(groups[capacity]))} schedule{'s' if len(groups[capacity]) == 1 else ''} "
+                f"{g} GPU{'s' if g != 1 else ''}, {v} vCPUs, {m:,} MiB ({m / 1024:.1f} GiB): {', '.join(excess)}")
+        if rank == 0 and gpus <= g:
+            fits = [f"vcpus <= {v}" if vcpus > v else "", f"memory_mib <= {m}" if memory_mib > m else ""]
+            flags = [f"--vcpus {v}" if vcpus > v else "", f"--memory {_fitting_memory(m)}" if memory_mib > m else ""]
+            line += f"; ask for {' and '.join(f for f in fits if f)} (e.g. {' '.join(f for f in flags if f)})"
+        lines.append(line)
+    return "; closest:\n      " + "\n      ".join(lines)
+
+
+def _fitting_memory(mib: int) -> str:
+    """The largest round --memory value within `mib`: whole GiB when there is one, else MiB."""
+    return f"{mib // 1024}GiB" if mib >= 1024 else f"{mib}MiB"
+
+
+def _pull_references(problems: list[str], image: str, regions: Sequence[str],
+                     pulls: Mapping[str, RegionPulls]) -> dict[str, str]:
+    """What each region pulls for `image` (only where it differs), or a problem naming the regions that
+    cannot pull it and the fixes."""
+    registry = registry_of(image)
+    images, unreachable = {}, []
+    for region in regions:
+        pull = pulls.get(region, RegionPulls(internet_egress=True))
+        cached = registry == ECR_PUBLIC and pull.cache_registry and pull.cache_prefix
+        if cached:
+            images[region] = through_cache(image, pull.cache_registry, pull.cache_prefix)
+        if not pull.internet_egress and not (reachable_without_egress(image, region)
+                                             and (registry != ECR_PUBLIC or cached)):
+            unreachable.append(region)
+    if unreachable:
+        open_regions = [r for r in regions if pulls.get(r, RegionPulls(True)).internet_egress]
+        fixes = ["an ECR Public image (public.ecr.aws/..., pulled through each region's ECR cache)"]
+        if len(unreachable) == 1:
+            fixes.append(f"an image pushed to {unreachable[0]}'s own ECR (<account>.dkr.ecr.{unreachable[0]}"
+                         ".amazonaws.com/...)")
+        if open_regions:
+            fixes.append(f"regions the image can be pulled in (--regions {','.join(open_regions)})")
+        source = "Docker Hub" if registry == DOCKER_HUB else registry
+        problems.append(f"image={image!r}: {', '.join(unreachable)} cannot pull from {source} (no internet "
+                        f"egress there); use {' or '.join(fixes)}")
+    return images
 
 
 def spec_from_document(document: Mapping) -> JobSpec:
@@ -196,7 +363,29 @@ def spec_from_document(document: Mapping) -> JobSpec:
                    max_attempts=int(document["max_attempts"]),
                    instance_type_pattern=document.get("instance_type_pattern") or None,
                    regions=tuple(document.get("regions") or ()), lifecycle=document.get("lifecycle") or None,
-                   checkpoint_interval_minutes=document.get("checkpoint_interval_minutes"))
+                   checkpoint_interval_minutes=document.get("checkpoint_interval_minutes"),
+                   retry_on_exit_codes=tuple(int(c) for c in document.get("retry_on_exit_codes") or ()),
+                   team=document.get("team") or None, notify=tuple(document.get("notify") or ()),
+                   images=dict(document.get("images") or {}))
+
+
+def parse_sweep(value, where: str = "sweep") -> dict[str, list[str]]:
+    """A spec file's `sweep: {name: [values]}` as strings. Numbers keep Python's spelling of them (YAML's
+    0.10 becomes "0.1"): quote a value to keep its text exactly. Booleans and nested values are refused."""
+    if not isinstance(value, Mapping):
+        raise SpecError([f"{where}={value!r}: must be a mapping of parameter name to a list of values"])
+    problems, sweep = [], {}
+    for name, values in value.items():
+        if isinstance(values, (str, int, float)) and not isinstance(values, bool):
+            values = [values]
+        if not isinstance(values, (list, tuple)) or not all(
+                isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in values):
+            problems.append(f"{where}.{name}={values!r}: must be a list of strings or numbers (quote true/false/yes/no)")
+            continue
+        sweep[str(name)] = [str(v) for v in values]
+    if problems:
+        raise SpecError(problems)
+    return sweep
 
 
 def parse_batches(text: str) -> list[tuple[int, int]]:
@@ -214,6 +403,11 @@ def parse_batches(text: str) -> list[tuple[int, int]]:
     if problems:
         raise SpecError(problems)
     return [(lo, min(lo + step, end)) for lo in range(start, end, step)]
+
+
+def placeholders(texts: Sequence[str]) -> set[str]:
+    """The `{name}` placeholders used in `texts` (not `{{`, `}}` or the shell's `${NAME}`)."""
+    return {m.group(1) for text in texts for m in _PLACEHOLDER.finditer(text) if m.group(1)}
 
 
 def substitute(text: str, values: Mapping[str, str], where: str) -> str:
@@ -248,6 +442,16 @@ def expand(spec: JobSpec, *, sweep: Mapping[str, Sequence[str]] | None = None, b
             problems.append(f"sweep parameter {name!r}: reserved for --batches")
         if not values:
             problems.append(f"sweep parameter {name}: has no values")
+        repeated = [v for v, n in Counter(values).items() if n > 1]
+        if repeated:
+            problems.append(f"sweep parameter {name}: {', '.join(map(repr, repeated))} given twice (it would "
+                            "queue the same job twice)")
+    used = placeholders([*spec.command, *spec.environment.values()])
+    for name in sweep:
+        if name not in used:
+            problems.append(f"sweep parameter {name}: no {{{name}}} in the command or environment, so its "
+                            f"{len(sweep[name])} values would queue identical jobs; put {{{name}}} where the value "
+                            "belongs, or drop the parameter")
     if problems:
         raise SpecError(problems)
     if not sweep and batches is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 from datetime import datetime, timezone
 
 import pytest
@@ -10,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lambdas.common.catalog import load_catalog
-from lambdas.jobs.spec import (BATCH_END_ENV, BATCH_START_ENV, SpecError, assign_ids, expand, expand_batches,
-                               expand_sweep, is_job_id, new_submission_id, parse_batches, parse_memory, parse_spec,
-                               spec_from_document)
+from lambdas.jobs.spec import (BATCH_END_ENV, BATCH_START_ENV, RegionPulls, SpecError, assign_ids, closest_types,
+                               expand, expand_batches, expand_sweep, is_job_id, new_submission_id, parse_batches,
+                               parse_memory, parse_spec, parse_sweep, spec_from_document)
 
 REGIONS = ("us-east-1", "us-west-2")
 GOOD = {"image": "ghcr.io/team/train:1.0", "command": ["python", "train.py"], "gpus": 1, "vcpus": 4,
@@ -97,13 +98,15 @@ def test_bad_batch_ranges(text):
 
 
 def test_sweep_times_batches_and_the_submission_cap():
-    assert len(expand(parse(), sweep={"lr": ["1", "2", "3"]}, batches="0:10:5")) == 6
+    assert len(expand(parse(command=["run", "{lr}"]), sweep={"lr": ["1", "2", "3"]}, batches="0:10:5")) == 6
     with pytest.raises(SpecError, match="more than 10000"):
-        expand(parse(), sweep={"a": [str(i) for i in range(200)], "b": [str(i) for i in range(51)]})
+        expand(parse(command=["run", "{a}", "{b}"]), sweep={"a": [str(i) for i in range(200)],
+                                                            "b": [str(i) for i in range(51)]})
 
 
 @given(st.dictionaries(st.from_regex(r"[a-z]{1,6}", fullmatch=True),
-                       st.lists(st.from_regex(r"[a-z0-9.]{1,4}", fullmatch=True), min_size=1, max_size=4),
+                       st.lists(st.from_regex(r"[a-z0-9.]{1,4}", fullmatch=True), min_size=1, max_size=4,
+                                unique=True),
                        min_size=1, max_size=3))
 def test_sweep_count_is_the_product_of_list_lengths(params):
     spec = parse(command=["run", *[f"--{name}={{{name}}}" for name in params]])
@@ -143,3 +146,190 @@ def test_parse_memory(text, mib):
 def test_parse_memory_refuses(text):
     with pytest.raises(SpecError, match="memory="):
         parse_memory(text)
+
+
+# --- image references (distribution/reference's grammar) ------------------------------------------
+
+@pytest.mark.parametrize("image", [
+    "ubuntu", "ghcr.io/team/train:3", "nvcr.io/nvidia/pytorch:24.08-py3", "localhost:5000/train",
+    "123456789012.dkr.ecr.us-east-1.amazonaws.com/team/train@sha256:" + "a" * 64, "[::1]:5000/a/b:c",
+    "GHCR.IO/team/train:v1.2_x", "a/b__c/d-e.f:" + "t" * 128,
+])
+def test_valid_image_references(image):
+    assert parse(image=image).image == image
+
+
+@pytest.mark.parametrize("image, fragment", [
+    ("ghcr.io/Team/train:3", "must be lower case"),
+    ("Ubuntu", "must be lower case"),
+    ("train:", "not an image reference"),
+    ("a b", "not an image reference"),
+    ("ghcr.io//train", "not an image reference"),
+    ("-train", "not an image reference"),
+    ("train:" + "t" * 129, "not an image reference"),
+    ("train@sha256:abc", "not an image reference"),  # a digest has at least 32 hex digits
+    ("a" * 256, "more than 255"),
+    (7, "image=7"),
+])
+def test_invalid_image_references_are_refused(image, fragment):
+    with pytest.raises(SpecError, match=re.escape(fragment)):
+        parse(image=image)
+
+
+# --- sizing errors name what comes closest --------------------------------------------------------
+
+DEV_TYPES = {"us-east-1": ["g6.xlarge", "g5.xlarge", "g4dn.xlarge", "g6.2xlarge", "g5.2xlarge"]}
+
+
+def test_a_request_just_too_big_names_the_closest_types_and_the_request_that_fits():
+    with pytest.raises(SpecError) as error:
+        parse_spec({**GOOD, "vcpus": 8, "memory_mib": 30 * 1024}, fleet_regions=("us-east-1",), catalog=load_catalog(),
+                   default_max_attempts=3, fleet_types=DEV_TYPES)
+    (problem,) = error.value.problems
+    closest, second = problem.split("closest:\n")[1].splitlines()
+    assert closest.strip().startswith("g5.2xlarge, g6.2xlarge schedule 1 GPU, 8 vCPUs, 30,433 MiB (29.7 GiB)")
+    assert "memory_mib is 287 MiB over; ask for memory_mib <= 30433 (e.g. --memory 29GiB)" in closest
+    assert second.strip().startswith("g4dn.xlarge, g5.xlarge, g6.xlarge schedule 1 GPU, 4 vCPUs")
+    # ... and what it suggests is accepted
+    assert parse_spec({**GOOD, "vcpus": 8, "memory_mib": 29 * 1024}, fleet_regions=("us-east-1",),
+                      catalog=load_catalog(), default_max_attempts=3, fleet_types=DEV_TYPES).memory_mib == 29696
+
+
+def test_closest_types_rank_by_the_tightest_dimension():
+    catalog = load_catalog()
+    types = [catalog.get(n) for n in ("g5.xlarge", "g5.12xlarge", "g5.2xlarge")]
+    text = closest_types(types, gpus=1, vcpus=10, memory_mib=10_000)
+    lines = text.split("closest:\n")[1].splitlines()
+    assert lines[0].strip().startswith("g5.2xlarge") and "vcpus is 2 over" in lines[0] and "--vcpus 8" in lines[0]
+    assert lines[1].strip().startswith("g5.xlarge")
+    assert not any("g5.12xlarge" in line for line in lines)  # it fits: never "closest"
+    assert closest_types([], 1, 1, 1) == ""
+
+
+def test_too_many_gpus_names_the_largest_types():
+    with pytest.raises(SpecError, match=r"gpus=2: more GPUs than any instance type of this stack's fleets has "
+                                        r"\(largest: 1, g4dn.xlarge, g5.2xlarge"):
+        parse_spec({**GOOD, "gpus": 2}, fleet_regions=("us-east-1",), catalog=load_catalog(), default_max_attempts=3,
+                   fleet_types=DEV_TYPES)
+
+
+# --- sweeps: every parameter used, every value once; spec files -----------------------------------
+
+def test_a_sweep_parameter_the_command_never_uses_is_refused():
+    with pytest.raises(SpecError) as error:
+        expand(parse(command=["train", "--lr", "{lr}"]), sweep={"lr": ["1", "2"], "seed": ["1", "2", "3"]})
+    assert error.value.problems == (
+        "sweep parameter seed: no {seed} in the command or environment, so its 3 values would queue identical "
+        "jobs; put {seed} where the value belongs, or drop the parameter",)
+
+
+def test_a_sweep_parameter_used_in_the_environment_only_is_accepted():
+    jobs = expand(parse(command=["train"], environment={"SEED": "{seed}"}), sweep={"seed": ["1", "2"]})
+    assert [j.environment["SEED"] for j in jobs] == ["1", "2"]
+
+
+def test_a_literal_brace_or_a_shell_variable_does_not_count_as_using_a_parameter():
+    with pytest.raises(SpecError, match="no {lr}"):
+        expand(parse(command=["echo", "{{lr}}", "${lr}"]), sweep={"lr": ["1", "2"]})
+
+
+def test_a_sweep_value_given_twice_is_refused():
+    with pytest.raises(SpecError, match=r"sweep parameter lr: '0\.1' given twice"):
+        expand(parse(command=["train", "{lr}"]), sweep={"lr": ["0.1", "0.01", "0.1"]})
+
+
+def test_a_spec_file_sweep_becomes_strings():
+    assert parse_sweep({"lr": [0.1, 0.01], "model": ["a", "b"], "seed": 7}) == {
+        "lr": ["0.1", "0.01"], "model": ["a", "b"], "seed": ["7"]}
+
+
+@pytest.mark.parametrize("value, fragment", [
+    ([1, 2], "must be a mapping"),
+    ({"flag": [True, False]}, "sweep.flag=[True, False]: must be a list of strings or numbers (quote"),
+    ({"x": [{"a": 1}]}, "sweep.x"),
+])
+def test_a_spec_file_sweep_that_is_not_lists_of_values_is_refused(value, fragment):
+    with pytest.raises(SpecError, match=re.escape(fragment)):
+        parse_sweep(value)
+
+
+def test_sweep_is_a_submission_key_not_a_job_key():
+    assert parse(sweep={"lr": [1]}) == parse()  # parse_spec leaves it to the caller
+
+
+# --- retry rules, team, notify --------------------------------------------------------------------
+
+def test_retry_rules_team_and_notify_are_kept_and_read_back():
+    with pytest.raises(SpecError, match="no Slack channel"):  # the environment offers no channel
+        parse(notify=["slack"])
+    spec = parse_spec({**GOOD, "retry_on_exit_codes": [137, 143], "team": "ml-platform",
+                       "notify": ["ana@example.com", "slack"]}, fleet_regions=REGIONS, catalog=load_catalog(),
+                      default_max_attempts=3, notify_channels=("email", "slack"))
+    assert (spec.retry_on_exit_codes, spec.team, spec.notify) == ((137, 143), "ml-platform", ("ana@example.com", "slack"))
+    assert spec_from_document(spec.to_document()) == spec
+
+
+@pytest.mark.parametrize("changes, fragment", [
+    ({"retry_on_exit_codes": 137}, "retry_on_exit_codes=137: must be a list of exit codes"),
+    ({"retry_on_exit_codes": [0, 256]}, "0, 256 not an exit code a failed run returns (1-255; 0 is success)"),
+    ({"retry_on_exit_codes": [137, 137]}, "137 given twice"),
+    ({"retry_on_exit_codes": ["137"]}, "must be a list of exit codes"),
+    ({"retry_on_exit_codes": [True]}, "must be a list of exit codes"),
+    ({"retry_on_exit_codes": [137], "max_attempts": 1}, "max_attempts is 1, so no run is ever retried"),
+    ({"team": "ML Platform"}, "team='ML Platform': must be a short name"),
+    ({"team": "a" * 31}, "must be a short name"),
+    ({"notify": "ana@example.com"}, "must be a list of e-mail addresses"),
+    ({"notify": ["ana"]}, "'ana' is neither an e-mail address nor 'slack'"),
+    ({"notify": ["slack"]}, "this environment has no Slack channel"),
+    ({"notify": ["a@example.com", "a@example.com"]}, "'a@example.com' given twice"),
+])
+def test_bad_retry_rules_team_and_notify_are_refused(changes, fragment):
+    with pytest.raises(SpecError, match=re.escape(fragment)):
+        parse_spec({**GOOD, **changes}, fleet_regions=REGIONS, catalog=load_catalog(), default_max_attempts=3,
+                   notify_channels=("email",))
+
+
+# --- images every region can pull -----------------------------------------------------------------
+
+CACHE = "123456789012.dkr.ecr.{region}.amazonaws.com"
+CLOSED = {r: RegionPulls(internet_egress=False, cache_registry=CACHE.format(region=r), cache_prefix="mlfleet/prod")
+          for r in REGIONS}
+
+
+def parse_in(pulls, **changes):
+    return parse_spec({**GOOD, **changes}, fleet_regions=REGIONS, catalog=load_catalog(), default_max_attempts=3,
+                      pulls=pulls)
+
+
+def test_ecr_public_images_are_pulled_through_each_regions_cache():
+    spec = parse_in(CLOSED, image="public.ecr.aws/nvidia/cuda:12.6.3-base-ubuntu24.04")
+    assert spec.images == {r: f"{CACHE.format(region=r)}/mlfleet/prod/nvidia/cuda:12.6.3-base-ubuntu24.04"
+                           for r in REGIONS}
+    assert spec.image_for("us-west-2").startswith("123456789012.dkr.ecr.us-west-2")
+    assert spec.image_for("eu-west-1") == spec.image  # a region without a cache pulls it as given
+
+
+def test_an_image_a_region_without_egress_cannot_pull_is_refused_with_the_fixes():
+    pulls = {**CLOSED, "us-east-1": RegionPulls(internet_egress=True)}
+    with pytest.raises(SpecError) as error:
+        parse_in(pulls, image="ghcr.io/team/train:3")
+    assert error.value.problems == (
+        "image='ghcr.io/team/train:3': us-west-2 cannot pull from ghcr.io (no internet egress there); use an ECR "
+        "Public image (public.ecr.aws/..., pulled through each region's ECR cache) or an image pushed to "
+        "us-west-2's own ECR (<account>.dkr.ecr.us-west-2.amazonaws.com/...) or regions the image can be pulled in "
+        "(--regions us-east-1)",)
+    # the fixes it names are accepted
+    assert parse_in(pulls, image="ghcr.io/team/train:3", regions=["us-east-1"]).images == {}
+    assert parse_in(pulls, image=CACHE.format(region="us-west-2") + "/team/train:3", regions=["us-west-2"]).images == {}
+
+
+def test_docker_hub_and_another_regions_ecr_are_unreachable_without_egress():
+    with pytest.raises(SpecError, match="us-east-1, us-west-2 cannot pull from Docker Hub"):
+        parse_in(CLOSED, image="nvidia/cuda:12")
+    with pytest.raises(SpecError, match="us-west-2 cannot pull from 123456789012.dkr.ecr.us-east-1"):
+        parse_in(CLOSED, image=CACHE.format(region="us-east-1") + "/team/train:3")
+
+
+def test_ecr_public_without_a_cache_is_unreachable_without_egress():
+    with pytest.raises(SpecError, match="cannot pull from public.ecr.aws"):
+        parse_in({r: RegionPulls(internet_egress=False) for r in REGIONS}, image="public.ecr.aws/a/b:1")
