@@ -8,11 +8,22 @@ Events (forwarded from every fleet region to the home region's default bus):
   - "EC2 Instance Rebalance Recommendation": the instance is at elevated risk. It is tagged
     `mlfleet:rebalance-at=<time>` and the planner avoids it; the tag is removed again (undone) when no
     interruption followed within REBALANCE_TIMEOUT_MINUTES (the scheduled "Scheduled Event" check).
-  - "ECS Task State Change": keeps the ledger true. A stopped task succeeds on exit code 0, otherwise the
-    job is requeued while attempts remain; a stop the spot market caused always requeues (while attempts
-    remain), whatever the exit code, because a job that exits 0 on SIGTERM has not necessarily finished.
-    An event for an older attempt, or for a job that has moved on, changes nothing; a task still running
-    for an attempt the ledger no longer holds is stopped, so one attempt never runs twice.
+  - "ECS Task State Change": keeps the ledger true. What a stopped task means (the retry rules):
+      * the spot market took the machine (stopCode SpotInterruption or TerminationNotice), or the host
+        failed (stoppedReason "Host EC2 (instance ...) stopped/terminated."): requeued while attempts
+        remain, whatever the exit code (a job that exits 0 on SIGTERM has not necessarily finished);
+      * exit code 0: SUCCEEDED;
+      * an exit code the spec lists in `retry_on_exit_codes`: requeued while attempts remain;
+      * any other exit code: FAILED at once, with the exit code and ECS's reason in the record;
+      * no exit code (the container never ran to an exit, e.g. TaskFailedToStart with
+        CannotPullContainerError): requeued while attempts remain.
+    Each run's cost is recorded when it ends (lambdas/jobs/costs.py). An event for an older attempt, or
+    for a job that has moved on, changes nothing (but the run of a job cancelled while it ran is still
+    charged, once); a task still running for an attempt the ledger no longer holds is stopped, so one
+    attempt never runs twice.
+    The fields are those of the EventBridge "ECS Task State Change" event (detail: the DescribeTasks Task
+    shape of botocore's ecs model: stopCode TaskStopCode, containers[].exitCode, stoppedReason, stoppedAt;
+    https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ecs_task_events.html).
 """
 
 from __future__ import annotations
@@ -22,15 +33,21 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from lambdas.jobs.ledger import FAILED, QUEUED, RUNNING, STARTING, SUCCEEDED, JobRecord, Placement
+from lambdas.common.catalog import Catalog
+from lambdas.jobs.costs import run_cost
+from lambdas.jobs.ledger import CANCELLED, FAILED, QUEUED, RUNNING, STARTING, SUCCEEDED, JobRecord, Placement
 from lambdas.jobs.spec import is_job_id
 
 INTERRUPTION = "EC2 Spot Instance Interruption Warning"
 REBALANCE = "EC2 Instance Rebalance Recommendation"
 TASK_STATE_CHANGE = "ECS Task State Change"
 SCHEDULED = "Scheduled Event"
-# ECS stop codes meaning the spot market took the machine (ECS documents both for spot capacity).
+# ECS stop codes meaning the spot market took the machine (ECS documents both for spot capacity; botocore's
+# ecs model, TaskStopCode).
 SPOT_STOP_CODES = frozenset({"SpotInterruption", "TerminationNotice"})
+# ECS's stoppedReason when the instance under a task stopped or was terminated ("Host EC2 (instance
+# i-0abc) terminated."): the host failed, not the job.
+HOST_FAILURE_PREFIX = "Host EC2 (instance"
 
 
 class EventError(ValueError):
@@ -58,6 +75,7 @@ class TaskStateChange:
     stop_code: str
     stopped_reason: str
     exit_code: int | None  # the job container's, when it has one
+    stopped_at: float | None = None  # detail.stoppedAt, else the event's time (epoch seconds)
 
 
 @dataclass(frozen=True)
@@ -108,6 +126,7 @@ def parse_event(event: Mapping) -> InstanceEvent | TaskStateChange | RebalanceCh
                 except (KeyError, ValueError):
                     raise EventError(f"detail.overrides MLFLEET_ATTEMPT={variable.get('value')!r}: not an integer") from None
     exit_codes = [c.get("exitCode") for c in detail.get("containers", []) if c.get("exitCode") is not None]
+    stopped = detail.get("stoppedAt") or event.get("time")
     return TaskStateChange(
         region=region, cluster_arn=_require(detail, "clusterArn", "detail"), task_arn=_require(detail, "taskArn", "detail"),
         container_instance_arn=detail.get("containerInstanceArn", ""),
@@ -116,6 +135,7 @@ def parse_event(event: Mapping) -> InstanceEvent | TaskStateChange | RebalanceCh
         stop_code=detail.get("stopCode", ""), stopped_reason=detail.get("stoppedReason", ""),
         # The first nonzero exit code if any container failed (a job task has one container).
         exit_code=next((c for c in exit_codes if c != 0), 0) if exit_codes else None,
+        stopped_at=_time(stopped, "detail.stoppedAt").timestamp() if stopped else None,
     )
 
 
@@ -133,18 +153,36 @@ class Decision:
     stop_task: str | None = None  # a task ARN to stop (in the event's cluster)
 
 
-def _after_run(record: JobRecord, reason: str) -> Decision:
-    """A run of the job's current attempt ended without success: requeue, or fail when none is left."""
+def _after_run(record: JobRecord, reason: str, changes: Mapping[str, Any]) -> Decision:
+    """A run of the job's current attempt ended and may be retried: requeue, or fail when none is left."""
     runs = record.runs + (1 if record.state == STARTING else 0)  # STARTING: the task ran, not yet counted
     common = dict(job_id=record.job_id, expect_state=record.state, expect_attempt=record.attempt)
     if runs < record.spec.max_attempts:
-        return Decision(**common, reason=reason, to_state=QUEUED, changes={"runs": runs},
+        return Decision(**common, reason=reason, to_state=QUEUED, changes={**changes, "runs": runs},
                         send_message_attempt=record.attempt)
     cause = f"{reason}; attempts exhausted ({runs} of {record.spec.max_attempts})"
-    return Decision(**common, reason=cause, to_state=FAILED, changes={"runs": runs}, dead_letter=True)
+    return Decision(**common, reason=cause, to_state=FAILED, changes={**changes, "runs": runs}, dead_letter=True)
 
 
-def decide_task_change(event: TaskStateChange, record: JobRecord | None) -> Decision:
+def _failed(record: JobRecord, reason: str, changes: Mapping[str, Any]) -> Decision:
+    """A run failed in a way retrying does not mend: FAILED now, attempts left or not."""
+    return Decision(record.job_id, reason, to_state=FAILED, expect_state=record.state, expect_attempt=record.attempt,
+                    changes={**changes, "runs": record.runs + (record.state == STARTING)}, dead_letter=True)
+
+
+def is_host_failure(event: TaskStateChange) -> bool:
+    return event.stopped_reason.startswith(HOST_FAILURE_PREFIX)
+
+
+def _charge(record: JobRecord, event: TaskStateChange, catalog: Catalog | None) -> dict[str, Any]:
+    """The cost of the run that ended, as a ledger change ({} when there is nothing to charge)."""
+    if catalog is None or event.stopped_at is None:
+        return {}
+    cost = run_cost(record, event.stopped_at, catalog)
+    return {"cost": cost} if cost is not None else {}
+
+
+def decide_task_change(event: TaskStateChange, record: JobRecord | None, catalog: Catalog | None = None) -> Decision:
     job = event.job_id or "-"
     if record is None or event.attempt is None:
         return Decision(job, "not an mlfleet job task (no ledger entry or no attempt)")
@@ -164,26 +202,42 @@ def decide_task_change(event: TaskStateChange, record: JobRecord | None) -> Deci
         return Decision(record.job_id, f"task of attempt {event.attempt} runs but the ledger holds {record.state} "
                                        f"attempt {record.attempt}: stopping it", stop_task=event.task_arn)
     if not current:
+        charge = _charge(record, event, catalog) if record.state == CANCELLED and event.attempt == record.attempt else {}
+        if charge:
+            # Cancelled while it ran: the ledger moved on, but the run still cost what it held until now.
+            return Decision(record.job_id, "run of a cancelled job ended: its cost recorded", expect_state=CANCELLED,
+                            expect_attempt=record.attempt, changes=charge)
         return Decision(record.job_id, f"stop of attempt {event.attempt} ignored: ledger holds {record.state} "
                                        f"attempt {record.attempt}")
+    changes = {**_charge(record, event, catalog), "exit_code": event.exit_code}
+    why = f" ({event.stopped_reason})" if event.stopped_reason else ""
     if event.stop_code in SPOT_STOP_CODES:
-        return _after_run(record, f"spot interruption ({event.stop_code}: {event.stopped_reason})".strip())
+        return _after_run(record, f"spot interruption ({event.stop_code}: {event.stopped_reason})".strip(), changes)
+    if is_host_failure(event):
+        return _after_run(record, f"host failure: {event.stopped_reason}", changes)
     if event.exit_code == 0:
         return Decision(record.job_id, "exit code 0", to_state=SUCCEEDED, expect_state=record.state,
-                        expect_attempt=record.attempt, changes={"runs": record.runs + (record.state == STARTING)})
-    cause = f"exit code {event.exit_code}" if event.exit_code is not None else "no exit code"
-    if event.stopped_reason:
-        cause += f" ({event.stopped_reason})"
-    return _after_run(record, cause)
+                        expect_attempt=record.attempt,
+                        changes={**changes, "runs": record.runs + (record.state == STARTING)})
+    if event.exit_code is None:
+        return _after_run(record, f"no exit code{why}", changes)
+    retried = record.spec.retry_on_exit_codes
+    if event.exit_code in retried:
+        return _after_run(record, f"exit code {event.exit_code}{why}: retried (in retry_on_exit_codes)", changes)
+    rule = f"retry_on_exit_codes is {list(retried)}" if retried else "no retry_on_exit_codes"
+    return _failed(record, f"exit code {event.exit_code}{why}: not retried ({rule})", changes)
 
 
-def decide_interruption(instance_id: str, records: Sequence[JobRecord]) -> list[Decision]:
-    """Every job started on the instance goes back to the queue (or fails, with no attempt left)."""
+def decide_interruption(instance_id: str, records: Sequence[JobRecord], *, now: float | None = None,
+                        catalog: Catalog | None = None) -> list[Decision]:
+    """Every job started on the instance goes back to the queue (or fails, with no attempt left), its run
+    charged up to the warning (`now`)."""
     decisions = []
     for record in records:
         if record.state not in (STARTING, RUNNING) or record.placement is None or record.placement.instance_id != instance_id:
             continue
-        decision = _after_run(record, f"spot interruption of {instance_id}")
+        cost = run_cost(record, now, catalog) if now is not None and catalog is not None else None
+        decision = _after_run(record, f"spot interruption of {instance_id}", {"cost": cost} if cost else {})
         task = record.placement.task_arn
         decisions.append(Decision(**{**vars(decision), "stop_task": task}))
     return decisions

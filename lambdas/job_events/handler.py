@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from lambdas.common.aws import chunks, client, paginate
+from lambdas.common.catalog import load_catalog
 from lambdas.common.logs import log_decision
 from lambdas.common.permissions import ISO_8601_TIME, needs
 from lambdas.common.settings import from_env
@@ -73,7 +74,7 @@ def handle(event, settings: Settings, now: datetime | None = None) -> dict:
         return {"ignored": parsed.detail_type}
     if isinstance(parsed, D.TaskStateChange):
         record = ledger.get(parsed.job_id) if parsed.job_id else None
-        decision = D.decide_task_change(parsed, record)
+        decision = D.decide_task_change(parsed, record, load_catalog())
         return {"decisions": [apply(decision, ledger, settings, parsed.region, parsed.cluster_arn, now)]}
     if isinstance(parsed, D.RebalanceCheck):
         return {"undone": undo_expired_rebalances(settings, parsed.time)}
@@ -84,6 +85,9 @@ def handle(event, settings: Settings, now: datetime | None = None) -> dict:
 
 def apply(decision: D.Decision, ledger: L.Ledger, settings: Settings, region: str, cluster: str, now: datetime) -> dict:
     applied = None
+    if decision.to_state is None and decision.changes:
+        applied = ledger.amend(decision.job_id, expect_state=decision.expect_state,
+                               expect_attempt=decision.expect_attempt, now=now.timestamp(), **decision.changes).applied
     if decision.to_state is not None:
         outcome = ledger.transition(decision.job_id, decision.to_state, expect_states=[decision.expect_state],
                                     expect_attempt=decision.expect_attempt, reason=decision.reason,
@@ -126,7 +130,7 @@ def interrupt(event: D.InstanceEvent, ledger: L.Ledger, settings: Settings, now:
                      container_instances=arns)
     records = [*ledger.by_state(L.RUNNING), *ledger.by_state(L.STARTING)]
     results = []
-    for decision in D.decide_interruption(event.instance_id, records):
+    for decision in D.decide_interruption(event.instance_id, records, now=event.time.timestamp(), catalog=load_catalog()):
         placement = next(r.placement for r in records if r.job_id == decision.job_id)
         results.append(apply(decision, ledger, settings, placement.region, placement.cluster, now))
     return results

@@ -14,11 +14,21 @@ win, and replaying a change that already happened changes nothing.
 `attempt` counts claims: QUEUED(attempt n) -> STARTING(attempt n+1) is the only increment, so a
 (job, attempt) pair names at most one task. `runs` counts tasks actually started; a job has attempts
 left while runs < max_attempts.
+
+A submission's jobs are written in transactions of up to 100 conditional puts (`put_new_batch`):
+BatchWriteItem cannot carry conditions, and TransactWriteItems needs only the PutItem permission of each
+put (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis-iam.html), so the
+command's policy stays exactly what it was and a batch never overwrites a record.
+
+What a job cost is recorded by the job-events function when a run ends (`cost`, lambdas/job_events);
+`owner` is who submitted it; `notified_at` (on a submission's first job) says its end was announced.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
@@ -70,8 +80,22 @@ RESERVE_PERMISSIONS = (
 )
 
 
+# TransactWriteItems takes at most 100 actions and 4 MB in one call (DynamoDB API reference, TransactWriteItems;
+# botocore's dynamodb model caps TransactItems at 100). Batches stay below both.
+TRANSACTION_ITEMS = 100
+TRANSACTION_BYTES = 3_500_000
+
+
 class IllegalTransition(ValueError):
     pass
+
+
+class DuplicateJob(Exception):
+    """A job id of a new submission is already in the ledger; nothing of its transaction was written."""
+
+    def __init__(self, job_id: str):
+        self.job_id = job_id
+        super().__init__(f"job {job_id} already exists in the ledger")
 
 
 @dataclass(frozen=True)
@@ -83,6 +107,23 @@ class Placement:
     instance_id: str
     instance_type: str
     task_arn: str | None = None
+    # What the machine costs: spot or on-demand, and its hourly price when the job was placed on it (the
+    # scheduler's live spot price or the catalog's on-demand price); when the claim was made.
+    lifecycle: str | None = None
+    price_per_hour: float | None = None
+    placed_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What a job's runs cost, each run counted once (runs of attempts up to `charged_attempt`)."""
+    usd: float = 0.0  # its share of the instance for the time it held it, at the price paid
+    on_demand_usd: float = 0.0  # the same share and time at the catalog's on-demand price
+    seconds: float = 0.0  # time it held its share, over all runs
+    charged_attempt: int = 0
+
+    def plus(self, usd: float, on_demand_usd: float, seconds: float, attempt: int) -> Cost:
+        return Cost(self.usd + usd, self.on_demand_usd + on_demand_usd, self.seconds + seconds, attempt)
 
 
 @dataclass(frozen=True)
@@ -103,6 +144,10 @@ class JobRecord:
     # (region, fleet, box): the new instance a scheduler run bought for this job and the jobs packed
     # with it. Only a QUEUED job has one; every transition clears it.
     reserved: tuple[str, str, str] | None = None
+    owner: str | None = None  # who submitted it (the caller's IAM identity name)
+    cost: Cost | None = None
+    exit_code: int | None = None  # of the job's last run, when it had one
+    notified_at: float | None = None  # on a submission's first job: when the submission's end was announced
 
     @property
     def attempts_left(self) -> bool:
@@ -156,6 +201,10 @@ def encode(record: JobRecord) -> dict:
         document["placement"] = dict(vars(record.placement))
     if record.reserved is not None:
         document["reserved"] = dict(zip(("region", "fleet", "box"), record.reserved))
+    if record.cost is not None:
+        document["cost"] = dict(vars(record.cost))
+    for key in ("owner", "exit_code", "notified_at"):
+        document[key] = getattr(record, key)
     return {k: _serializer.serialize(v) for k, v in _to_dynamo(document).items()}
 
 
@@ -171,13 +220,30 @@ def decode(item: Mapping) -> JobRecord:
         placement=Placement(**{"task_arn": None, **placement}) if placement else None,
         reasons=tuple(document.get("reasons", ())), version=int(document.get("version", 0)),
         reserved=(reserved["region"], reserved["fleet"], reserved["box"]) if reserved else None,
+        owner=document.get("owner"), cost=Cost(**document["cost"]) if document.get("cost") else None,
+        exit_code=document.get("exit_code"), notified_at=document.get("notified_at"),
     )
 
 
-def new_record(job: Job, now: float) -> JobRecord:
+def new_record(job: Job, now: float, owner: str | None = None) -> JobRecord:
     return JobRecord(job_id=job.job_id, submission_id=job.submission_id, index=job.index, state=QUEUED, attempt=0,
-                     runs=0, start_failures=0, submitted_at=now, updated_at=now, spec=job.spec,
+                     runs=0, start_failures=0, submitted_at=now, updated_at=now, spec=job.spec, owner=owner,
                      reasons=({"at": now, "attempt": 0, "state": QUEUED, "reason": "submitted"},))
+
+
+def transactions(items: Sequence[dict], *, max_items: int = TRANSACTION_ITEMS,
+                 max_bytes: int = TRANSACTION_BYTES) -> list[list[dict]]:
+    """Encoded items in groups that one TransactWriteItems call takes (count and, roughly, size)."""
+    groups: list[list[dict]] = []
+    size = 0
+    for item in items:
+        item_size = len(json.dumps(item))
+        if not groups or len(groups[-1]) >= max_items or size + item_size > max_bytes:
+            groups.append([])
+            size = 0
+        groups[-1].append(item)
+        size += item_size
+    return groups
 
 
 @dataclass
@@ -193,6 +259,34 @@ class Ledger:
             return True
         except self.dynamodb.exceptions.ConditionalCheckFailedException:
             return False
+
+    def put_new_batch(self, records: Sequence[JobRecord], *, progress: Callable[[int], None] | None = None) -> int:
+        """Write new jobs in transactions of up to 100 puts, each conditioned on the job id being new.
+
+        A transaction is all or nothing: DuplicateJob (naming the job) when one of its ids exists, and
+        none of that transaction is written (earlier ones are). Each call carries a ClientRequestToken
+        derived from its job ids, so botocore resending a call whose answer was lost writes nothing twice
+        (DynamoDB keeps tokens for 10 minutes). `progress(n)` after each transaction, n jobs written so far.
+        """
+        written = 0
+        for group in transactions([encode(r) for r in records]):
+            ids = [item["job_id"]["S"] for item in group]
+            token = hashlib.sha256(" ".join(ids).encode()).hexdigest()[:36]
+            try:
+                self.dynamodb.transact_write_items(ClientRequestToken=token, TransactItems=[
+                    {"Put": {"TableName": self.table, "Item": item, "ConditionExpression": "attribute_not_exists(job_id)"}}
+                    for item in group])
+            except self.dynamodb.exceptions.TransactionCanceledException as error:
+                reasons = error.response.get("CancellationReasons") or []
+                duplicate = next((ids[i] for i, r in enumerate(reasons) if r.get("Code") == "ConditionalCheckFailed"),
+                                 None)
+                if duplicate is None:
+                    raise
+                raise DuplicateJob(duplicate) from None
+            written += len(group)
+            if progress is not None:
+                progress(written)
+        return written
 
     def cancel(self, record: JobRecord, *, reason: str, now: float) -> Outcome:
         """The one transition a user makes: an active job (as read in `record`) -> CANCELLED.
@@ -279,6 +373,38 @@ class Ledger:
         except self.dynamodb.exceptions.ConditionalCheckFailedException:
             return Outcome(False, self.get(job_id), "another writer changed the job first")
         return Outcome(True, updated)
+
+    def amend(self, job_id: str, *, expect_state: str, expect_attempt: int, now: float, **changes: Any) -> Outcome:
+        """Change fields of a job without a state change (what a run of an ended job cost, the mark that its
+        submission's end was announced): applied only while the job is still in `expect_state` at
+        `expect_attempt`, conditional on its version like every transition."""
+        record = self.get(job_id)
+        if record is None:
+            return Outcome(False, None, "job is not in the ledger")
+        if record.state != expect_state or record.attempt != expect_attempt:
+            return Outcome(False, record, f"ledger has {record.state} attempt {record.attempt}, expected "
+                                          f"{expect_state} attempt {expect_attempt}")
+        updated = replace(record, updated_at=now, version=record.version + 1, **changes)
+        try:
+            self.dynamodb.put_item(TableName=self.table, Item=encode(updated), ConditionExpression="version = :v",
+                                   ExpressionAttributeValues={":v": {"N": str(record.version)}})
+        except self.dynamodb.exceptions.ConditionalCheckFailedException:
+            return Outcome(False, self.get(job_id), "another writer changed the job first")
+        return Outcome(True, updated)
+
+    def mark_notified(self, job_id: str, now: float, *, undo: bool = False) -> bool:
+        """Set (or, with `undo`, clear) `notified_at` on a submission's first job, once: False, changing
+        nothing, when it is already in that condition or another writer changed the job meanwhile."""
+        record = self.get(job_id)
+        if record is None or (record.notified_at is None) == undo:
+            return False
+        updated = replace(record, version=record.version + 1, notified_at=None if undo else now)
+        try:
+            self.dynamodb.put_item(TableName=self.table, Item=encode(updated), ConditionExpression="version = :v",
+                                   ExpressionAttributeValues={":v": {"N": str(record.version)}})
+        except self.dynamodb.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
 
     def reserve(self, job_id: str, attempt: int, reserved: tuple[str, str, str], now: float) -> bool:
         """Note the new instance bought for a queued job (one write, no read). False, changing nothing,

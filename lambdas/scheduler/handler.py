@@ -26,6 +26,7 @@ MAX_HOURLY_USD, ALERT_TOPIC_ARN, DEFAULT_MAX_ATTEMPTS, REBALANCE_TIMEOUT_MINUTES
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections.abc import Callable, Collection
@@ -380,9 +381,12 @@ def reserve_boxes(ledger: L.Ledger, records: dict[str, L.JobRecord], scale_out: 
 def start_one(settings: Settings, ledger: L.Ledger, record: L.JobRecord, machine: state.MachineView,
               fleet: FleetConfig, definitions: actions.TaskDefinitions, now: float, summary: dict) -> None:
     attempt = record.attempt + 1
+    # The price paid is recorded with the placement: what the job's runs cost is charged at it (lambdas/jobs/costs.py).
     placement = L.Placement(region=machine.region, fleet=machine.fleet, cluster=machine.cluster,
                             container_instance_arn=machine.container_instance_arn, instance_id=machine.instance_id,
-                            instance_type=machine.instance_type)
+                            instance_type=machine.instance_type, lifecycle=machine.lifecycle,
+                            price_per_hour=machine.price_per_hour if math.isfinite(machine.price_per_hour) else None,
+                            placed_at=now)
     claim = ledger.transition(record.job_id, L.STARTING, expect_states=[L.QUEUED], expect_attempt=record.attempt,
                               reason=f"placed on {machine.instance_id} ({machine.instance_type}, {machine.region})",
                               now=now, attempt=attempt, placement=placement)
@@ -391,14 +395,14 @@ def start_one(settings: Settings, ledger: L.Ledger, record: L.JobRecord, machine
         return
     ecs = definitions.ecs
     try:
-        arn = definitions.arn_for(fleet.task_family, record.spec.image)
+        arn = definitions.arn_for(fleet.task_family, record.spec.image_for(machine.region))
         started = actions.start_job(ecs, cluster=machine.cluster, task_definition_arn=arn,
                                     container_instance_arn=machine.container_instance_arn, record=record,
                                     attempt=attempt, container_name=definitions.container_name(arn),
                                     environment=settings.environment,
                                     checkpoint_uri=settings.checkpoint_uri(machine.region, record.job_id))
     except ClientError as error:
-        started = actions.Started(None, f"task definition for {record.spec.image!r}: {error}")
+        started = actions.Started(None, f"task definition for {record.spec.image_for(machine.region)!r}: {error}")
     if started.task_arn:
         done = ledger.transition(record.job_id, L.RUNNING, expect_states=[L.STARTING], expect_attempt=attempt,
                                  reason="task started", now=now, runs=claim.record.runs + 1,

@@ -18,8 +18,9 @@ TASK = "arn:aws:ecs:us-east-1:123456789012:task/mlfleet-dev/abc"
 PLACE = L.Placement("us-east-1", "gpu1", "mlfleet-dev", "arn:ci/1", "i-1", "g5.xlarge", TASK)
 
 
-def record(state=L.RUNNING, attempt=1, runs=1, max_attempts=3, placement=PLACE) -> L.JobRecord:
-    spec = JobSpec(image="img", command=("run",), gpus=1, vcpus=1.0, memory_mib=1024, max_attempts=max_attempts)
+def record(state=L.RUNNING, attempt=1, runs=1, max_attempts=3, placement=PLACE, retry=()) -> L.JobRecord:
+    spec = JobSpec(image="img", command=("run",), gpus=1, vcpus=1.0, memory_mib=1024, max_attempts=max_attempts,
+                   retry_on_exit_codes=retry)
     return L.JobRecord(job_id=JOB, submission_id=JOB[:-6], index=7, state=state, attempt=attempt, runs=runs,
                        start_failures=0, submitted_at=0.0, updated_at=0.0, spec=spec, placement=placement)
 
@@ -38,12 +39,23 @@ def task_event(attempt=1, last="STOPPED", exit_code=0, stop_code="EssentialConta
                            {"name": "MLFLEET_ATTEMPT", "value": str(attempt)}]}]}}}
 
 
+HOST_GONE = "Host EC2 (instance i-1) terminated."
+
+
 @pytest.mark.parametrize("event, rec, to_state, message, dead, stop", [
     (task_event(exit_code=0), record(), L.SUCCEEDED, None, False, None),
-    (task_event(exit_code=1), record(runs=1), L.QUEUED, 1, False, None),
-    (task_event(exit_code=137, reason="OOM"), record(runs=3), L.FAILED, None, True, None),
+    # The retry rules: listed exit codes are retried while attempts remain; any other fails at once.
+    (task_event(exit_code=1), record(runs=1), L.FAILED, None, True, None),
+    (task_event(exit_code=1), record(runs=1, retry=(1,)), L.QUEUED, 1, False, None),
+    (task_event(exit_code=137, reason="OOM"), record(runs=1, retry=(143,)), L.FAILED, None, True, None),
+    (task_event(exit_code=137, reason="OOM"), record(runs=1, retry=(137, 143)), L.QUEUED, 1, False, None),
+    (task_event(exit_code=137, reason="OOM"), record(runs=3, retry=(137,)), L.FAILED, None, True, None),
+    # Spot interruptions and host failures are retried whatever the exit code, while attempts remain.
     (task_event(exit_code=0, stop_code="SpotInterruption"), record(), L.QUEUED, 1, False, None),
+    (task_event(exit_code=2, stop_code="SpotInterruption"), record(), L.QUEUED, 1, False, None),
     (task_event(exit_code=143, stop_code="TerminationNotice"), record(runs=3), L.FAILED, None, True, None),
+    (task_event(exit_code=143, reason=HOST_GONE), record(), L.QUEUED, 1, False, None),
+    (task_event(exit_code=None, reason=HOST_GONE), record(runs=3), L.FAILED, None, True, None),
     (task_event(exit_code=None, reason="CannotPullContainerError"), record(), L.QUEUED, 1, False, None),
     (task_event(exit_code=0), record(state=L.STARTING, runs=0), L.SUCCEEDED, None, False, None),
     (task_event(exit_code=1), record(state=L.STARTING, runs=0, max_attempts=1), L.FAILED, None, True, None),
@@ -64,8 +76,24 @@ def test_task_state_change(event, rec, to_state, message, dead, stop):
         to_state, message, dead, stop)
     if to_state == L.RUNNING:
         assert decision.changes["placement"].task_arn == TASK and decision.changes["runs"] == 1
+    exit_code = event["detail"]["containers"][0].get("exitCode")
+    if to_state in (L.QUEUED, L.FAILED, L.SUCCEEDED):
+        assert decision.changes["exit_code"] == exit_code  # the record keeps the exit code of the run
     if dead:
-        assert "attempts exhausted" in decision.reason
+        retryable = (exit_code in rec.spec.retry_on_exit_codes or exit_code is None or parsed.stop_code in
+                     D.SPOT_STOP_CODES or D.is_host_failure(parsed))
+        assert ("attempts exhausted" if retryable else "not retried") in decision.reason
+        if not retryable:
+            assert decision.reason.startswith(f"exit code {exit_code}") and decision.changes["runs"] == rec.runs + (
+                rec.state == L.STARTING)
+
+
+def test_a_failure_that_is_not_retried_names_the_code_the_reason_and_the_rule():
+    decision = D.decide_task_change(D.parse_event(task_event(exit_code=137, reason="Essential container in task exited")),
+                                    record(runs=1, retry=(143,)))
+    assert decision.reason == ("exit code 137 (Essential container in task exited): not retried "
+                               "(retry_on_exit_codes is [143])")
+    assert decision.to_state == L.FAILED and decision.dead_letter
 
 
 def test_interruption_requeues_the_jobs_on_that_instance_only():
@@ -74,7 +102,7 @@ def test_interruption_requeues_the_jobs_on_that_instance_only():
     elsewhere = replace(record(placement=replace(PLACE, instance_id="i-2")), job_id=JOB[:-1] + "6")
     decisions = {d.job_id: d for d in D.decide_interruption("i-1", [*on_it, elsewhere])}
     assert set(decisions) == {r.job_id for r in on_it}
-    assert decisions[JOB].to_state == L.QUEUED and decisions[JOB].changes == {"runs": 1}
+    assert decisions[JOB].to_state == L.QUEUED and decisions[JOB].changes == {"runs": 1}  # no catalog: no cost
     assert decisions[JOB[:-1] + "8"].changes == {"runs": 1} and decisions[JOB[:-1] + "8"].send_message_attempt == 1
     assert decisions[JOB[:-1] + "9"].to_state == L.FAILED and decisions[JOB[:-1] + "9"].dead_letter
     assert all(d.stop_task == TASK for d in decisions.values())

@@ -91,3 +91,53 @@ def test_a_reservation_is_noted_on_a_queued_job_only_and_cleared_when_it_moves_o
     assert claim.applied and claim.record.reserved is None and ledger.get(JOB).reserved is None
     assert not ledger.reserve(JOB, 1, box, now=201.0)  # no longer queued
     assert ledger.get(JOB).reserved is None
+
+
+def test_a_submission_is_written_in_transactions_of_at_most_100_conditional_puts(home, monkeypatch):
+    dynamodb = boto3.client("dynamodb", "us-east-1")
+    calls = []
+    dynamodb.meta.events.register("provide-client-params.dynamodb.TransactWriteItems",
+                                  lambda params, **_: calls.append(params))
+    led = L.Ledger(dynamodb, home["table"])
+    jobs = assign_ids("sub-20261122191103-0b0b0b", [SPEC] * 250)
+    seen = []
+    assert led.put_new_batch([L.new_record(j, now=5.0, owner="ana") for j in jobs], progress=seen.append) == 250
+    assert [len(c["TransactItems"]) for c in calls] == [100, 100, 50] and seen == [100, 200, 250]
+    assert all(item["Put"]["ConditionExpression"] == "attribute_not_exists(job_id)"
+               for c in calls for item in c["TransactItems"])
+    assert len({c["ClientRequestToken"] for c in calls}) == 3
+    assert len(led.by_submission("sub-20261122191103-0b0b0b")) == 250
+    assert led.get(jobs[7].job_id).owner == "ana"
+
+
+def test_a_transaction_with_an_existing_job_writes_none_of_its_jobs(ledger):
+    jobs = assign_ids("sub-20261122191103-0a1b2c", [SPEC] * 5)  # 0-2 exist already
+    before = ledger.get(JOB)
+    with pytest.raises(L.DuplicateJob) as error:
+        ledger.put_new_batch([L.new_record(j, now=7.0) for j in jobs])
+    assert error.value.job_id == JOB
+    assert ledger.get(jobs[3].job_id) is None and ledger.get(jobs[4].job_id) is None  # all or nothing
+    assert ledger.get(JOB) == before  # never overwritten
+
+
+def test_transactions_stay_under_the_size_limit_too():
+    items = [{"job_id": {"S": str(i)}, "blob": {"S": "x" * 100_000}} for i in range(100)]
+    groups = L.transactions(items)
+    assert all(sum(len(str(i)) for i in g) < 4_000_000 for g in groups) and sum(map(len, groups)) == 100
+    assert len(groups) > 1 and L.transactions([]) == []
+
+
+def test_cost_owner_exit_code_and_the_notified_mark_round_trip(ledger):
+    ledger.transition(JOB, L.STARTING, expect_states=[L.QUEUED], expect_attempt=0, reason="p", now=1.0, attempt=1,
+                      placement=L.Placement(**{**vars(PLACE), "lifecycle": "spot", "price_per_hour": 0.4321,
+                                               "placed_at": 1.0}))
+    ledger.transition(JOB, L.CANCELLED, expect_states=[L.STARTING], expect_attempt=1, reason="c", now=2.0)
+    cost = L.Cost(usd=0.125, on_demand_usd=0.5, seconds=60.0, charged_attempt=1)
+    assert ledger.amend(JOB, expect_state=L.CANCELLED, expect_attempt=1, now=3.0, cost=cost, exit_code=143).applied
+    assert not ledger.amend(JOB, expect_state=L.RUNNING, expect_attempt=1, now=3.0, exit_code=1).applied
+    record = ledger.get(JOB)
+    assert (record.cost, record.exit_code, record.placement.price_per_hour, record.state) == (
+        cost, 143, 0.4321, L.CANCELLED)
+    assert ledger.mark_notified(JOB, 4.0) and not ledger.mark_notified(JOB, 5.0)  # once
+    assert ledger.get(JOB).notified_at == 4.0
+    assert ledger.mark_notified(JOB, 6.0, undo=True) and ledger.get(JOB).notified_at is None
