@@ -80,6 +80,7 @@ def deploy(cfg: StackConfig) -> dict:
         # The billing topic is the alert topic when home is us-east-1: SlackChannel takes each topic once.
         topics = [home.alert_topic_arn, home.billing_topic_arn]
         topics += [r.alert_topic_arn for name, r in regions.items() if name != cfg.home_region]
+        topics.append(jobs.slack_notification_topic_arn)  # submissions that asked for --notify slack
         SlackChannel(
             f"{cfg.environment}-slack",
             SlackChannelArgs(environment=cfg.environment, workspace_id=cfg.slack_workspace_id,

@@ -42,7 +42,7 @@ def _sid(service: str) -> str:
     return service.split(".")[0].capitalize()
 
 
-def key_policy(account: str) -> str:
+def key_policy(account: str, services: Sequence[str] = tuple(PUBLISHING_SERVICES)) -> str:
     return json.dumps({
         "Version": "2012-10-17",
         "Statement": [
@@ -50,12 +50,12 @@ def key_policy(account: str) -> str:
              "Action": "kms:*", "Resource": "*"},
             *({"Sid": f"{_sid(service)}EncryptsMessagesForThisAccount", "Effect": "Allow",
                "Principal": {"Service": service}, "Action": ["kms:Decrypt", "kms:GenerateDataKey*"], "Resource": "*",
-               "Condition": _on_behalf_of_this_account(service, account)} for service in PUBLISHING_SERVICES),
+               "Condition": _on_behalf_of_this_account(service, account)} for service in services),
         ],
     }, sort_keys=True)
 
 
-def topic_policy(topic_arn: str, account: str) -> str:
+def topic_policy(topic_arn: str, account: str, services: Sequence[str] = tuple(PUBLISHING_SERVICES)) -> str:
     return json.dumps({
         "Version": "2012-10-17",
         "Statement": [
@@ -64,7 +64,7 @@ def topic_policy(topic_arn: str, account: str) -> str:
              "Resource": topic_arn},
             *({"Sid": f"{_sid(service)}PublishesForThisAccount", "Effect": "Allow", "Principal": {"Service": service},
                "Action": "SNS:Publish", "Resource": topic_arn,
-               "Condition": _on_behalf_of_this_account(service, account)} for service in PUBLISHING_SERVICES),
+               "Condition": _on_behalf_of_this_account(service, account)} for service in services),
             {"Sid": "TlsOnly", "Effect": "Deny", "Principal": "*", "Action": "SNS:Publish", "Resource": topic_arn,
              "Condition": {"Bool": {"aws:SecureTransport": "false"}}},
         ],
@@ -76,6 +76,9 @@ class AlertTopicArgs:
     topic_name: str
     emails: Sequence[str]
     tags: Mapping[str, str]
+    # The AWS services that publish to the topic (keys of PUBLISHING_SERVICES); none for a topic only
+    # this account's functions publish to (the job notifications).
+    publishing_services: Sequence[str] = tuple(PUBLISHING_SERVICES)
 
 
 class AlertTopic(pulumi.ComponentResource):
@@ -92,7 +95,7 @@ class AlertTopic(pulumi.ComponentResource):
             description=f"Encrypts SNS topic {args.topic_name}",
             enable_key_rotation=True,
             deletion_window_in_days=7,
-            policy=account.apply(key_policy),
+            policy=account.apply(lambda a: key_policy(a, args.publishing_services)),
             tags=tags,
             opts=child(self),
         )
@@ -106,7 +109,7 @@ class AlertTopic(pulumi.ComponentResource):
         aws.sns.TopicPolicy(
             f"{name}-policy",
             arn=topic.arn,
-            policy=pulumi.Output.all(topic.arn, account).apply(lambda v: topic_policy(v[0], v[1])),
+            policy=pulumi.Output.all(topic.arn, account).apply(lambda v: topic_policy(v[0], v[1], args.publishing_services)),
             opts=child(self),
         )
         for email in args.emails:

@@ -11,9 +11,12 @@
   checkpoint bucket (lambdas/jobs/checkpoints.py, as components/storage does) and gives every job its
   checkpoint location.
 - `/mlfleet/<env>/job-service` (SSM): what the `mlfleet` command needs to find all of the above (queue,
-  ledger, scheduler, fleets, log group), so data scientists need neither the repository nor Pulumi.
+  ledger, scheduler, fleets, log group), what each fleet region's machines can pull (internet egress, the
+  ECR pull-through cache) and where notifications go, so data scientists need neither the repository nor
+  Pulumi (`job_service_document`; a dry run builds the same description from the stack file).
 - `mlfleet-<env>-job_events`: spot interruptions, rebalance recommendations and task state changes from
-  every fleet region (components/jobs/events.py), plus a 5-minute check that undoes stale rebalances.
+  every fleet region (components/jobs/events.py), plus a 5-minute check that undoes stale rebalances; and
+  the ledger's stream of ended jobs, from which it announces the end of submissions (notifications.py).
 
 The ledger is the only stateful resource mlfleet declares: retained (and deletion-protected, with
 point-in-time recovery) only when the stack config says `retainJobLedger: true`. A kept ledger keeps its
@@ -34,13 +37,22 @@ from components.compute import cluster_name, fleet_group_name, job_log_group_nam
 from components.config import StackConfig
 from components.functions import PythonFunction, PythonFunctionArgs
 from components.jobs.events import job_event_pattern
+from components.jobs.notifications import JobNotifications, JobNotificationsArgs, email_topic_name, slack_topic_name
+from components.network.image_cache import cache_prefix, registry_host
 from components.resources import child
+from lambdas.jobs.ledger import TERMINAL
 
 DEAD_LETTER_AFTER_RECEIVES = 5
 DEAD_LETTER_RETENTION_SECONDS = 14 * 24 * 3600  # the SQS maximum: two weeks to look at a failed job
 SCHEDULER_TIMEOUT_SECONDS = 180
 SCHEDULE = "rate(1 minute)"
 REBALANCE_CHECK_SCHEDULE = "rate(5 minutes)"
+# The ledger's stream feeds the job-events function only the records of jobs that ended (Lambda event
+# filtering on the new image: https://docs.aws.amazon.com/lambda/latest/dg/with-ddb-filtering.html).
+ENDED_JOBS_FILTER = json.dumps({"dynamodb": {"NewImage": {"state": {"S": sorted(TERMINAL)}}}}, sort_keys=True)
+STREAM_BATCH_SIZE = 100
+STREAM_BATCHING_WINDOW_SECONDS = 30  # one look at a submission for many of its jobs ending together
+STREAM_RETRIES = 5
 
 
 def queue_name(environment: str, dead_letter: bool = False) -> str:
@@ -72,6 +84,34 @@ def fleets_document(cfg: StackConfig) -> str:
                 "on_demand_percent_above_base": fleet.on_demand_percentage_above_base,
             })
     return json.dumps(fleets, sort_keys=True, separators=(",", ":"))
+
+
+def internet_egress(cfg: StackConfig, region: str) -> bool:
+    """Whether the region's machines reach the internet: a NAT gateway, or a team's own VPC (its routing is
+    the team's; the config model's job-image check treats it the same way). Otherwise only VPC endpoints."""
+    return cfg.nat_gateway or region in cfg.networks
+
+
+def job_service_document(cfg: StackConfig, *, account: str, queue_url: str, dead_letter_queue_url: str,
+                         ledger_table: str, scheduler_function: str, admission_parameter: str,
+                         notification_topics: dict[str, str] | None = None) -> dict:
+    """The job-service description the mlfleet command reads (lambdas/jobs/cli/service.py). Without
+    `notification_topics`, their ARNs are derived from `account` (a dry run's placeholders)."""
+    if notification_topics is None:
+        topic = f"arn:aws:sns:{cfg.home_region}:{account}:"
+        notification_topics = {"email": topic + email_topic_name(cfg.environment),
+                               "slack": topic + slack_topic_name(cfg.environment) if cfg.slack_channel_id else None}
+    return {
+        "queueUrl": queue_url, "deadLetterQueueUrl": dead_letter_queue_url, "ledgerTable": ledger_table,
+        "schedulerFunction": scheduler_function, "admissionParameter": admission_parameter,
+        "homeRegion": cfg.home_region, "fleets": json.loads(fleets_document(cfg)),
+        "defaultMaxAttempts": cfg.job_max_attempts, "jobLogGroup": job_log_group_name(cfg.environment),
+        "regions": {region: {"internetEgress": internet_egress(cfg, region),
+                             "imageCache": {"registry": registry_host(account, region),
+                                            "prefix": cache_prefix(cfg.environment)}}
+                    for region in cfg.regions},
+        "notifications": notification_topics,
+    }
 
 
 @dataclass(frozen=True)
@@ -149,12 +189,20 @@ class JobService(pulumi.ComponentResource):
                 {"name": "by-submission", "hash_key": "submission_id", "range_key": "job_id", "projection_type": "ALL"},
             ],
             server_side_encryption={"enabled": True},  # the AWS managed key, not the AWS owned one
+            # Ended jobs reach the job-events function through the stream (submission notifications).
+            stream_enabled=True,
+            stream_view_type="NEW_IMAGE",
             point_in_time_recovery={"enabled": retain},
             deletion_protection_enabled=retain,
             tags=tags,
             opts=child(self, retain_on_delete=retain, import_=adopt),
         )
 
+        notifications = JobNotifications(
+            f"{name}-notifications",
+            JobNotificationsArgs(environment=env, slack=bool(cfg.slack_channel_id), tags=tags),
+            opts=child(self),
+        )
         variables = {
             "JOBS_TABLE": ledger.name,
             "JOBS_QUEUE_URL": queue.url,
@@ -187,12 +235,29 @@ class JobService(pulumi.ComponentResource):
             f"{name}-job-events",
             PythonFunctionArgs(
                 function="job_events",
-                description="Keeps the job ledger true: interruptions, rebalances, task state changes",
+                description="Keeps the job ledger true: interruptions, rebalances, task state changes; announces "
+                            "ended submissions",
                 timeout_seconds=120,
                 memory_mib=512,
-                variables=variables,
+                variables={**variables, "NOTIFY_EMAIL_TOPIC_ARN": notifications.email_topic_arn,
+                           "NOTIFY_SLACK_TOPIC_ARN": notifications.slack_topic_arn or ""},
                 **common,
             ),
+            opts=child(self),
+        )
+        # Synchronous: a batch that fails is retried (bisected, so one bad record cannot hold the others back),
+        # then given up after STREAM_RETRIES; announcing is idempotent (lambdas/job_events/submissions.py).
+        aws.lambda_.EventSourceMapping(
+            f"{name}-ended-jobs",
+            event_source_arn=ledger.stream_arn,
+            function_name=job_events.arn,
+            starting_position="LATEST",
+            batch_size=STREAM_BATCH_SIZE,
+            maximum_batching_window_in_seconds=STREAM_BATCHING_WINDOW_SECONDS,
+            bisect_batch_on_function_error=True,
+            maximum_retry_attempts=STREAM_RETRIES,
+            filter_criteria={"filters": [{"pattern": ENDED_JOBS_FILTER}]},
+            tags=tags,
             opts=child(self),
         )
 
@@ -231,14 +296,13 @@ class JobService(pulumi.ComponentResource):
             name=job_service_parameter_name(env),
             type="String",
             description="Where the mlfleet command finds the job queue, ledger, scheduler and fleets",
-            insecure_value=pulumi.Output.all(queue.url, dead_letters.url, ledger.name, scheduler.function_name,
-                                             args.admission_parameter).apply(
-                lambda values: json.dumps({
-                    "queueUrl": values[0], "deadLetterQueueUrl": values[1], "ledgerTable": values[2],
-                    "schedulerFunction": values[3], "admissionParameter": values[4], "homeRegion": cfg.home_region,
-                    "fleets": json.loads(fleets_document(cfg)), "defaultMaxAttempts": cfg.job_max_attempts,
-                    "jobLogGroup": job_log_group_name(env),
-                }, sort_keys=True)),
+            insecure_value=pulumi.Output.all(
+                account=args.account_id, queue_url=queue.url,
+                dead_letter_queue_url=dead_letters.url, ledger_table=ledger.name,
+                scheduler_function=scheduler.function_name, admission_parameter=args.admission_parameter,
+                email=notifications.email_topic_arn, slack=notifications.slack_topic_arn,
+            ).apply(lambda v: json.dumps(job_service_document(
+                cfg, notification_topics={"email": v.pop("email"), "slack": v.pop("slack")}, **v), sort_keys=True)),
             tags=tags,
             opts=child(self),
         )
@@ -249,4 +313,6 @@ class JobService(pulumi.ComponentResource):
         self.dead_letter_queue_name = dead_letters.name
         self.ledger_name = ledger.name
         self.scheduler_name = scheduler.function_name
+        self.notification_topic_arn = notifications.email_topic_arn
+        self.slack_notification_topic_arn = notifications.slack_topic_arn
         self.register_outputs({"queue_url": self.queue_url, "ledger_name": self.ledger_name})

@@ -41,6 +41,11 @@ def cache_prefix(environment: str) -> str:
     return f"mlfleet/{environment}"
 
 
+def registry_host(account: str, region: str) -> str:
+    """The account's private registry in `region`, where the cache serves its images."""
+    return f"{account}.dkr.ecr.{region}.amazonaws.com"
+
+
 def lifecycle_policy() -> str:
     """Superseded (untagged) digests go after a day, every cached image after CACHED_IMAGE_DAYS. ECR
     evaluates the `any` rule last, so it must have the highest priority.
@@ -119,7 +124,7 @@ class ImageCache(pulumi.ComponentResource):
             opts=child(self),
         )
 
-        self.registry = pulumi.Output.concat(account, ".dkr.ecr.", args.region, ".amazonaws.com")
+        self.registry = account.apply(lambda a: registry_host(a, args.region))
         self.register_outputs({"registry": self.registry, "prefix": self.prefix})
 
     def image(self, image: str) -> pulumi.Output[str]:

@@ -1,9 +1,12 @@
 """Lambda entry point: spot interruptions, rebalance recommendations and ECS task state changes keep
-the job ledger true and put interrupted jobs back in the queue. See decide.py for the rules.
+the job ledger true and put interrupted jobs back in the queue (decide.py has the rules); the ledger's
+stream of ended jobs announces the end of each submission that asked for it (submissions.py).
 
-Environment: ENVIRONMENT, JOBS_TABLE, JOBS_QUEUE_URL, JOBS_DLQ_URL, FLEETS, REBALANCE_TIMEOUT_MINUTES.
+Environment: ENVIRONMENT, JOBS_TABLE, JOBS_QUEUE_URL, JOBS_DLQ_URL, FLEETS, REBALANCE_TIMEOUT_MINUTES,
+NOTIFY_EMAIL_TOPIC_ARN, NOTIFY_SLACK_TOPIC_ARN (empty without a Slack channel).
 Events arrive from every fleet region through EventBridge rules forwarding to the home region's
-default bus, plus a schedule (every 5 minutes) for the rebalance timeout.
+default bus, plus a schedule (every 5 minutes) for the rebalance timeout; stream batches arrive from the
+ledger's DynamoDB stream through an event source mapping (synchronous: a failed batch is retried).
 """
 
 from __future__ import annotations
@@ -14,10 +17,11 @@ from datetime import datetime, timedelta, timezone
 from lambdas.common.aws import chunks, client, paginate
 from lambdas.common.catalog import load_catalog
 from lambdas.common.logs import log_decision
-from lambdas.common.permissions import ISO_8601_TIME, needs
+from lambdas.common.permissions import ISO_8601_TIME, PUBLISH_TO_ENCRYPTED_TOPICS, needs
 from lambdas.common.settings import from_env
 from lambdas.common.tags import ENVIRONMENT
 from lambdas.job_events import decide as D
+from lambdas.job_events import submissions
 from lambdas.jobs import ledger as L
 from lambdas.jobs import queue
 from lambdas.jobs.fleets import REBALANCE_TAG, parse_fleets
@@ -42,6 +46,17 @@ PERMISSIONS = (
           why="mark an instance under a rebalance recommendation (the rebalance-at tag only)"),
     needs("ec2:DeleteTags", resources=INSTANCES, tag_scoped=True, tag_keys=(REBALANCE_TAG,),
           why="undo the mark after the timeout"),
+    # What Lambda's event source mapping needs to read the ledger's stream with the function's role
+    # (https://docs.aws.amazon.com/lambda/latest/dg/with-ddb.html#events-dynamodb-permissions);
+    # ListStreams takes no resource (the IAM reference).
+    needs("dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator",
+          resources=("arn:{partition}:dynamodb:{region}:{account}:table/" + L.TABLE_NAME + "/stream/*",),
+          why="read the ledger's stream of ended jobs"),
+    needs("dynamodb:ListStreams", why="find the ledger's stream (ListStreams has no resource type)"),
+    needs("sns:Publish", resources=("arn:{partition}:sns:{region}:{account}:mlfleet-{environment}-job-notifications",
+                                    "arn:{partition}:sns:{region}:{account}:mlfleet-{environment}-job-notifications-slack"),
+          why="announce the end of a submission to who asked (e-mail, the Slack channel)"),
+    PUBLISH_TO_ENCRYPTED_TOPICS,
 )
 
 
@@ -53,10 +68,42 @@ class Settings:
     jobs_dlq_url: str
     fleets: str
     rebalance_timeout_minutes: int
+    notify_email_topic_arn: str
+    notify_slack_topic_arn: str = ""  # no Slack channel in the stack
 
 
 def handler(event, context=None):
-    return handle(event, from_env(Settings))
+    settings = from_env(Settings)
+    if is_stream_batch(event):
+        return ended_jobs(event["Records"], settings)
+    return handle(event, settings)
+
+
+def is_stream_batch(event) -> bool:
+    records = event.get("Records") if isinstance(event, dict) else None
+    return isinstance(records, list) and all(isinstance(r, dict) and r.get("eventSource") == "aws:dynamodb"
+                                             for r in records) and bool(records)
+
+
+def ended_jobs(records: list, settings: Settings, now: datetime | None = None) -> dict:
+    """A batch of the ledger's stream: announce each submission that ended and asked to be told. An error
+    is raised after all were tried, so the event source mapping retries the batch (announcing is
+    idempotent: a submission is announced once)."""
+    now = now or datetime.now(timezone.utc)
+    ledger = L.Ledger(client("dynamodb"), settings.jobs_table)
+    outcomes, failed = {}, []
+    for submission_id in submissions.submissions_to_check(records):
+        try:
+            outcomes[submission_id] = submissions.announce(
+                ledger, client("sns"), environment=settings.environment, submission_id=submission_id,
+                email_topic_arn=settings.notify_email_topic_arn, slack_topic_arn=settings.notify_slack_topic_arn,
+                now=now.timestamp())
+        except Exception as error:  # one submission's failure must not cost the others their turn
+            failed.append(submission_id)
+            log_decision("announce-failed", submission_id=submission_id, error=f"{type(error).__name__}: {error}")
+    if failed:
+        raise RuntimeError(f"announcing {', '.join(failed)} failed; the batch is retried")
+    return {"submissions": outcomes}
 
 
 def handle(event, settings: Settings, now: datetime | None = None) -> dict:

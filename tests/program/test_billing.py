@@ -97,7 +97,8 @@ def test_billing_alarms_stay_in_us_east_1_when_home_is_elsewhere():
 def test_every_topic_is_kms_encrypted_and_only_aws_services_of_this_account_publish():
     rendering = render_config(config(10_000), "dev")
     topics = rendering.of_type("aws:sns/topic:Topic")
-    assert {t.inputs["name"] for t in topics} == {"mlfleet-dev-alerts", "mlfleet-dev-budget-exceeded"}
+    assert {t.inputs["name"] for t in topics} == {"mlfleet-dev-alerts", "mlfleet-dev-budget-exceeded",
+                                                  "mlfleet-dev-job-notifications"}
     assert all(t.inputs["kmsMasterKeyId"] for t in topics)
     keys = rendering.of_type("aws:kms/key:Key")
     assert keys and all(k.inputs["enableKeyRotation"] for k in keys)
@@ -107,12 +108,13 @@ def test_every_topic_is_kms_encrypted_and_only_aws_services_of_this_account_publ
         "cloudwatch.amazonaws.com": {"StringEquals": {"aws:SourceAccount": "123456789012"},
                                      "ArnLike": {"aws:SourceArn": "arn:aws:cloudwatch:*:123456789012:alarm:*"}},
     }
-    for document in [*(k.inputs["policy"] for k in keys),
-                     *(p.inputs["policy"] for p in rendering.of_type("aws:sns/topicPolicy:TopicPolicy"))]:
-        statements = {s["Sid"]: s for s in json.loads(document)["Statement"]}
+    for resource in [*keys, *rendering.of_type("aws:sns/topicPolicy:TopicPolicy")]:
+        statements = {s["Sid"]: s for s in json.loads(resource.inputs["policy"])["Statement"]}
         services = {s["Principal"]["Service"]: s["Condition"] for s in statements.values()
                     if "Service" in s["Principal"]}
-        assert services == on_behalf_of_this_account  # confused deputy: only for this account's alarms and budgets
+        # confused deputy: only for this account's alarms and budgets; no service at all publishes job
+        # notifications (the job-events function does, with its role)
+        assert services == ({} if "-notifications-" in resource.name else on_behalf_of_this_account)
     for policy in rendering.of_type("aws:sns/topicPolicy:TopicPolicy"):
         statements = {s["Sid"]: s for s in json.loads(policy.inputs["policy"])["Statement"]}
         assert statements["TlsOnly"]["Effect"] == "Deny"

@@ -109,3 +109,33 @@ def test_the_job_service_is_discoverable_by_the_mlfleet_command(rendering):
     assert value["admissionParameter"] == f"/mlfleet/{env}/admission"
     assert {f["region"] for f in value["fleets"]} == set(cfg.regions)
     assert value["defaultMaxAttempts"] == cfg.job_max_attempts
+    # What each region's machines can pull: egress through a NAT gateway (or a team's VPC), else ECR only,
+    # ECR Public through the region's cache (the prefix the cache rule declares).
+    rules = {r.name.split(f"{env}-", 1)[1].split("-images")[0]: r.inputs["ecrRepositoryPrefix"]
+             for r in rendering.of_type("aws:ecr/pullThroughCacheRule:PullThroughCacheRule")}
+    assert value["regions"] == {region: {"internetEgress": cfg.nat_gateway or region in cfg.networks, "imageCache": {
+        "registry": f"123456789012.dkr.ecr.{region}.amazonaws.com", "prefix": rules[region]}} for region in cfg.regions}
+    topics = {t.inputs["name"] for t in rendering.of_type("aws:sns/topic:Topic")}
+    assert value["notifications"]["email"].rsplit(":", 1)[1] == f"mlfleet-{env}-job-notifications" in topics
+    assert (value["notifications"]["slack"] or ":").rsplit(":", 1)[1] == (
+        f"mlfleet-{env}-job-notifications-slack" if cfg.slack_channel_id else "")
+    # The mlfleet command reads it as this environment's, and a dry run from the stack file sees the same.
+    from lambdas.jobs.cli.service import describe, from_stack_file, service_mismatches
+
+    service = describe(env, value)
+    assert service_mismatches(service, env, cfg.home_region, env) == []
+    dry = from_stack_file(env)
+    assert (dry.fleets, dry.default_max_attempts, {r: p.internet_egress for r, p in dry.regions.items()}) == (
+        service.fleets, service.default_max_attempts, {r: p.internet_egress for r, p in service.regions.items()})
+    assert set(dry.notification_topics) == set(service.notification_topics)
+
+
+def test_the_ledger_streams_ended_jobs_to_the_job_events_function(rendering):
+    env = rendering.stack
+    (table,) = rendering.of_type("aws:dynamodb/table:Table")
+    assert (table.inputs["streamEnabled"], table.inputs["streamViewType"]) == (True, "NEW_IMAGE")
+    (mapping,) = rendering.of_type("aws:lambda/eventSourceMapping:EventSourceMapping")
+    assert mapping.inputs["functionName"].endswith(f"mlfleet-{env}-job_events")  # the function's ARN
+    assert mapping.inputs["bisectBatchOnFunctionError"] and mapping.inputs["maximumRetryAttempts"] == 5
+    (pattern,) = [json.loads(f["pattern"]) for f in mapping.inputs["filterCriteria"]["filters"]]
+    assert pattern == {"dynamodb": {"NewImage": {"state": {"S": ["CANCELLED", "FAILED", "SUCCEEDED"]}}}}

@@ -1,0 +1,159 @@
+"""The end of a submission, announced once, to whoever it asked (`notify`: e-mail addresses, the Slack channel).
+
+The ledger's stream (NEW_IMAGE, filtered to records whose new state is terminal, components/jobs) brings
+every job that ends, whoever ended it: the job-events function itself, the scheduler giving up on a job
+that cannot start, a person cancelling. For each submission in a batch that asked to be told:
+
+1. its jobs are read through the by-submission index; the index is eventually consistent, so a job it
+   still shows active is read again from the table (consistently) before the submission counts as
+   running. Reading stops at the first job really active, so a large submission costs one query, not
+   one read per job, while it runs.
+2. the submission's first job is marked `notified_at` with a conditional write (Ledger.mark_notified):
+   of two invocations that both see the end (a retried batch, two batches), only one marks, so the
+   message goes out once. If publishing fails the mark is taken back and the batch fails, so Lambda
+   delivers it again.
+3. e-mail: one message to the job-notification topic with the attribute `notify` listing the addresses;
+   each address's subscription filters on it (lambdas/jobs/cli/notify.py). Slack: a custom notification
+   (the format AWS Chatbot renders: https://docs.aws.amazon.com/chatbot/latest/adminguide/custom-notifs.html)
+   to the topic the environment's Chatbot channel subscribes to.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from lambdas.common.logs import log_decision
+from lambdas.jobs import ledger as L
+from lambdas.jobs.spec import SLACK
+
+ATTRIBUTE = "notify"  # the message attribute e-mail subscriptions filter on
+SHOWN_FAILURES = 5
+
+
+def submissions_to_check(records: Iterable[Mapping]) -> list[str]:
+    """Submissions of the stream records whose job ended and whose spec asks for a notification."""
+    found: dict[str, None] = {}
+    for record in records:
+        image = (record.get("dynamodb") or {}).get("NewImage") or {}
+        try:
+            job = L.decode(image)
+        except Exception as error:  # a record this code cannot read: not one to announce; say so, go on
+            log_decision("stream-record-skipped", error=f"{type(error).__name__}: {str(error)[:200]}")
+            continue
+        if job.state in L.TERMINAL and job.spec.notify:
+            found.setdefault(job.submission_id)
+    return list(found)
+
+
+def still_running(ledger: L.Ledger, records: Sequence[L.JobRecord]) -> str | None:
+    """A job of the submission that is really still active (re-read consistently), or None when all ended."""
+    for record in records:
+        if record.state in L.TERMINAL:
+            continue
+        current = ledger.get(record.job_id)
+        if current is not None and current.state not in L.TERMINAL:
+            return current.job_id
+    return None
+
+
+@dataclass(frozen=True)
+class Summary:
+    environment: str
+    submission_id: str
+    jobs: int
+    states: Mapping[str, int]
+    owner: str | None
+    team: str | None
+    usd: float
+    on_demand_usd: float
+    hours: float
+    failures: tuple[tuple[str, str], ...]  # (job id, last reason), the first SHOWN_FAILURES
+
+    @property
+    def title(self) -> str:
+        counts = ", ".join(f"{n} {state.lower()}" for state, n in sorted(self.states.items()))
+        return f"mlfleet {self.environment}: {self.submission_id} ended: {counts}"
+
+    def lines(self) -> list[str]:
+        who = f"submitted by {self.owner or 'unknown'}" + (f", team {self.team}" if self.team else "")
+        text = [f"Submission {self.submission_id} ({self.jobs} job{'s' if self.jobs != 1 else ''}, {who}) has ended "
+                f"in {self.environment}."]
+        text += [f"  {state:<10} {n}" for state, n in sorted(self.states.items())]
+        if self.on_demand_usd:
+            text.append(f"Cost: ${self.usd:,.2f} at the prices paid (${self.on_demand_usd:,.2f} on demand, "
+                        f"{1 - self.usd / self.on_demand_usd:.0%} saved), {self.hours:,.1f} hours of held capacity.")
+        if self.failures:
+            text.append(f"Failed jobs{' (the first ' + str(SHOWN_FAILURES) + ')' if len(self.failures) == SHOWN_FAILURES else ''}:")
+            text += [f"  {job_id}  {reason}" for job_id, reason in self.failures]
+        return text
+
+    def next_steps(self) -> list[str]:
+        steps = [f"mlfleet -e {self.environment} follow {self.submission_id}   (the whole history)"]
+        if self.failures:
+            steps.insert(0, f"mlfleet -e {self.environment} list --submission {self.submission_id} --state FAILED")
+        return steps
+
+
+def summarize(environment: str, records: Sequence[L.JobRecord]) -> Summary:
+    first = min(records, key=lambda r: r.index)
+    costs = [r.cost for r in records if r.cost is not None]
+    failed = sorted((r for r in records if r.state == L.FAILED), key=lambda r: r.index)
+    return Summary(environment=environment, submission_id=first.submission_id, jobs=len(records),
+                   states=dict(Counter(r.state for r in records)), owner=first.owner, team=first.spec.team,
+                   usd=sum(c.usd for c in costs), on_demand_usd=sum(c.on_demand_usd for c in costs),
+                   hours=sum(c.seconds for c in costs) / 3600,
+                   failures=tuple((r.job_id, r.last_reason[:300]) for r in failed[:SHOWN_FAILURES]))
+
+
+def email(summary: Summary) -> tuple[str, str]:
+    """Subject (SNS: ASCII, no line breaks, under 100 characters) and text of the e-mail."""
+    subject = summary.title.encode("ascii", "replace").decode()[:99]
+    return subject, "\n".join([*summary.lines(), "", *summary.next_steps()]) + "\n"
+
+
+def chatbot(summary: Summary) -> str:
+    """The Slack message as an AWS Chatbot custom notification."""
+    return json.dumps({"version": "1.0", "source": "custom", "id": summary.submission_id,
+                       "content": {"textType": "client-markdown", "title": summary.title,
+                                   "description": "\n".join(summary.lines()),
+                                   "nextSteps": [f"`{step}`" for step in summary.next_steps()]},
+                       "metadata": {"summary": summary.title, "eventType": "SubmissionEnded",
+                                    "additionalContext": {"submission_id": summary.submission_id}}}, sort_keys=True)
+
+
+def announce(ledger: L.Ledger, sns, *, environment: str, submission_id: str, email_topic_arn: str,
+             slack_topic_arn: str, now: float) -> str:
+    """Announce the submission's end if it has ended and nobody did yet; returns what happened."""
+    records = ledger.by_submission(submission_id)
+    if not records:
+        return "no jobs"
+    active = still_running(ledger, records)
+    if active is not None:
+        return f"running ({active})"
+    first = min(records, key=lambda r: r.index)
+    wanted = first.spec.notify
+    if not wanted:
+        return "nobody to tell"
+    if not ledger.mark_notified(first.job_id, now):
+        return "already announced"
+    summary = summarize(environment, records)
+    addresses = [w for w in wanted if w != SLACK]
+    try:
+        if addresses:
+            subject, text = email(summary)
+            sns.publish(TopicArn=email_topic_arn, Subject=subject, Message=text, MessageAttributes={
+                ATTRIBUTE: {"DataType": "String.Array", "StringValue": json.dumps(addresses)}})
+        if SLACK in wanted:
+            if slack_topic_arn:
+                sns.publish(TopicArn=slack_topic_arn, Message=chatbot(summary))
+            else:
+                log_decision("notify-skipped", submission_id=submission_id, reason="no Slack channel in this environment")
+    except Exception:
+        ledger.mark_notified(first.job_id, now, undo=True)  # so that the retried batch announces it
+        raise
+    log_decision("submission-ended", submission_id=submission_id, notified=list(wanted), states=dict(summary.states),
+                 usd=round(summary.usd, 4))
+    return "announced"
