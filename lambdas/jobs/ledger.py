@@ -329,12 +329,17 @@ class Ledger:
             for item in page.get("Items", []):
                 yield decode(item)
 
-    def by_state(self, state: str, limit: int | None = None) -> list[JobRecord]:
-        """Jobs in `state`, oldest submission first (GSI, eventually consistent: re-read before acting)."""
+    def by_state(self, state: str, limit: int | None = None, since: float | None = None) -> list[JobRecord]:
+        """Jobs in `state` (submitted at `since` or later), oldest submission first (GSI, eventually
+        consistent: re-read before acting)."""
         records = []
-        for record in self._query(IndexName=BY_STATE, KeyConditionExpression="#state = :state",
+        condition, values = "#state = :state", {":state": {"S": state}}
+        if since is not None:
+            condition += " AND submitted_at >= :since"
+            values[":since"] = _serializer.serialize(_to_dynamo(float(since)))
+        for record in self._query(IndexName=BY_STATE, KeyConditionExpression=condition,
                                   ExpressionAttributeNames={"#state": "state"},
-                                  ExpressionAttributeValues={":state": {"S": state}}, ScanIndexForward=True):
+                                  ExpressionAttributeValues=values, ScanIndexForward=True):
             records.append(record)
             if limit is not None and len(records) >= limit:
                 break

@@ -9,7 +9,7 @@ reach it through the queue's redrive policy (maxReceiveCount 5).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from lambdas.common.aws import chunks
@@ -54,13 +54,18 @@ def parse_message(body: str) -> JobMessage:
     return JobMessage(job_id, attempt)
 
 
-def send_jobs(sqs, queue_url: str, messages: Iterable[JobMessage]) -> list[str]:
-    """SendMessageBatch, 10 a call; returns the job ids SQS did not accept (the caller reports them)."""
-    refused = []
+def send_jobs(sqs, queue_url: str, messages: Iterable[JobMessage],
+              progress: Callable[[int], None] | None = None) -> list[str]:
+    """SendMessageBatch, 10 a call (the SQS maximum); returns the job ids SQS did not accept (the caller
+    reports them). `progress(n)` after each call, n messages handled so far."""
+    refused, sent = [], 0
     for batch in chunks(list(messages), 10):
         response = sqs.send_message_batch(QueueUrl=queue_url, Entries=[
             {"Id": str(i), "MessageBody": m.body()} for i, m in enumerate(batch)])
         refused.extend(batch[int(f["Id"])].job_id for f in response.get("Failed", []))
+        sent += len(batch)
+        if progress is not None:
+            progress(sent)
     return refused
 
 

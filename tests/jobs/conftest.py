@@ -134,3 +134,36 @@ def scheduler_settings(home: dict, max_instances: int = 4, max_hourly_usd: float
                     admission_parameter=f"/mlfleet/{ENV}/admission", fleets=fleets or fleets_json(max_instances=max_instances),
                     max_hourly_usd=max_hourly_usd, alert_topic_arn=f"arn:aws:sns:{HOME}:{ACCOUNT}:mlfleet-{ENV}-alerts",
                     default_max_attempts=3, rebalance_timeout_minutes=30, account_id=ACCOUNT)
+
+
+EMAIL_TOPIC = f"mlfleet-{ENV}-job-notifications"
+SLACK_TOPIC = f"mlfleet-{ENV}-job-notifications-slack"
+
+
+def job_service_value(stack: str = ENV, *, egress: bool = True, slack: bool = True, **changes) -> dict:
+    """The job-service parameter as components/jobs publishes it (job_service_document), for the fixtures'
+    resources in moto's account."""
+    topic = f"arn:aws:sns:{HOME}:{ACCOUNT}:"
+    document = {
+        "queueUrl": f"https://sqs.{HOME}.amazonaws.com/{ACCOUNT}/mlfleet-{stack}-jobs",
+        "deadLetterQueueUrl": f"https://sqs.{HOME}.amazonaws.com/{ACCOUNT}/mlfleet-{stack}-jobs-dlq",
+        "ledgerTable": f"mlfleet-{stack}-jobs", "schedulerFunction": f"mlfleet-{stack}-scheduler",
+        "admissionParameter": f"/mlfleet/{stack}/admission", "homeRegion": HOME,
+        "fleets": json.loads(fleets_json()), "defaultMaxAttempts": 3, "jobLogGroup": f"/mlfleet/{stack}/jobs",
+        "regions": {HOME: {"internetEgress": egress, "imageCache": {
+            "registry": f"{ACCOUNT}.dkr.ecr.{HOME}.amazonaws.com", "prefix": f"mlfleet/{stack}"}}},
+        "notifications": {"email": f"{topic}mlfleet-{stack}-job-notifications",
+                          "slack": f"{topic}mlfleet-{stack}-job-notifications-slack" if slack else None},
+    }
+    document.update(changes)
+    return document
+
+
+def publish_job_service(value: dict | str) -> None:
+    boto3.client("ssm", HOME).put_parameter(Name=f"/mlfleet/{ENV}/job-service", Type="String", Overwrite=True,
+                                            Value=value if isinstance(value, str) else json.dumps(value))
+
+
+def create_notification_topics(region: str = HOME) -> dict[str, str]:
+    sns = boto3.client("sns", region)
+    return {"email": sns.create_topic(Name=EMAIL_TOPIC)["TopicArn"], "slack": sns.create_topic(Name=SLACK_TOPIC)["TopicArn"]}

@@ -16,10 +16,11 @@ from pathlib import Path
 import boto3
 import pytest
 from botocore.stub import ANY, Stubber
-from conftest import CLUSTER, ENV, FAMILY, HOME, build_fleet, fleets_json, open_admission
+from conftest import CLUSTER, ENV, FAMILY, HOME, build_fleet, job_service_value, open_admission, publish_job_service
 
 from lambdas.jobs import cli
 from lambdas.jobs import ledger as L
+from lambdas.jobs.cli import submission
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "ghcr.io/team/train:3"
@@ -27,11 +28,7 @@ IMAGE = "ghcr.io/team/train:3"
 
 @pytest.fixture
 def service(home):
-    boto3.client("ssm", HOME).put_parameter(Name=f"/mlfleet/{ENV}/job-service", Type="String", Value=json.dumps({
-        "queueUrl": home["queue"], "deadLetterQueueUrl": home["dlq"], "ledgerTable": home["table"],
-        "schedulerFunction": f"mlfleet-{ENV}-scheduler", "admissionParameter": f"/mlfleet/{ENV}/admission",
-        "homeRegion": HOME, "fleets": json.loads(fleets_json()), "defaultMaxAttempts": 3,
-        "jobLogGroup": f"/mlfleet/{ENV}/jobs"}))
+    publish_job_service(job_service_value(queueUrl=home["queue"], deadLetterQueueUrl=home["dlq"]))
     open_admission()
     return home
 
@@ -62,7 +59,8 @@ def test_a_sweep_queues_one_job_per_value_with_the_value_in_its_command(service)
     code, lines = mlfleet("submit", "--image", IMAGE, "--gpus", "1", "--vcpus", "4", "--memory", "16GiB",
                           "--sweep", "lr=0.1,0.01,0.001", "--env", "WANDB_PROJECT=sweeps", "--",
                           "python", "train.py", "--lr", "{lr}")
-    assert code == 0 and lines[0].endswith("queued 3 job(s)")
+    assert code == 0 and lines[0] == f"{submitted(lines)}: submitting 3 job(s) to {ENV}"
+    assert lines[-1] == f"{submitted(lines)}: queued 3 job(s); watch them: mlfleet follow {submitted(lines)}"
     records = ledger().by_submission(submitted(lines))
     assert sorted(r.spec.command[-1] for r in records) == ["0.001", "0.01", "0.1"]
     assert all(r.state == L.QUEUED and r.spec.memory_mib == 16384 and r.spec.environment == {"WANDB_PROJECT": "sweeps"}
@@ -87,11 +85,11 @@ def test_batches_give_twenty_jobs_with_their_offsets(service, tmp_path):
     (["--image", IMAGE, "--gpus", "0", "--vcpus", "1", "--memory", "1GiB"], "gpus=0: must be >= 1"),
     (["--image", IMAGE, "--gpus", "1", "--vcpus", "-2", "--memory", "1GiB"], "vcpus=-2.0: must be > 0"),
     (["--image", IMAGE, "--gpus", "8", "--vcpus", "1", "--memory", "1GiB"],
-     "more GPUs than any instance type of this stack's fleets has (largest: 4)"),
+     "more GPUs than any instance type of this stack's fleets has (largest: 4, g5.12xlarge, g5.24xlarge)"),
     (["--image", IMAGE, "--gpus", "1", "--vcpus", "1", "--memory", "1GiB", "--regions", "eu-west-9"],
      "'eu-west-9' is not a region of this stack's fleets"),
     (["--image", IMAGE, "--gpus", "1", "--vcpus", "1", "--memory", "1GiB", "--sweep", "lr"], "--sweep 'lr': expected NAME=VALUE"),
-    (["--image", IMAGE, "--gpus", "1", "--vcpus", "1", "--memory", "1GiB", "--sweep", "lr=1,2", "--", "run", "{epochs}"],
+    (["--image", IMAGE, "--gpus", "1", "--vcpus", "1", "--memory", "1GiB", "--sweep", "lr=1,2", "--", "run", "{lr}", "{epochs}"],
      "placeholder {epochs} has no value"),
     (["--image", IMAGE, "--gpus", "1", "--vcpus", "1", "--memory", "lots"], "memory='lots'"),
 ])
@@ -109,15 +107,17 @@ def test_every_problem_is_named_at_once(service, capsys):
 
 def test_dry_run_lists_the_jobs_and_writes_nothing(service):
     code, lines = mlfleet("submit", "--image", IMAGE, "--gpus", "1", "--vcpus", "1", "--memory", "1GiB",
-                          "--sweep", "seed=1,2", "--dry-run")
-    assert code == 0 and "would queue 2 job(s)" in lines[0] and len(lines) == 3
+                          "--sweep", "seed=1,2", "--dry-run", "--", "python", "train.py", "--seed", "{seed}")
+    assert code == 0 and "would queue 2 job(s)" in lines[0]
+    assert [line.split("  ", 1)[1] for line in lines if line.startswith("sub-") and "  " in line] == [
+        "python train.py --seed 1", "python train.py --seed 2"]
     assert ledger().by_state(L.QUEUED) == []
 
 
 def test_the_scheduler_is_woken_and_a_closed_admission_is_told(service, capsys, monkeypatch):
     open_admission(state="closed")
     lam = boto3.client("lambda", HOME)
-    monkeypatch.setattr(cli, "client", lambda s, r=None: lam if s == "lambda" else boto3.client(s, r))
+    monkeypatch.setattr(submission, "client", lambda s, r=None: lam if s == "lambda" else boto3.client(s, r))
     with Stubber(lam) as stub:
         stub.add_response("invoke", {"StatusCode": 202}, {"FunctionName": f"mlfleet-{ENV}-scheduler",
                                                           "InvocationType": "Event", "Payload": ANY})
@@ -127,11 +127,12 @@ def test_the_scheduler_is_woken_and_a_closed_admission_is_told(service, capsys, 
 
 
 def test_list_status_and_json(service):
-    _, lines = mlfleet("submit", "--image", IMAGE, "--gpus", "1", "--vcpus", "1", "--memory", "1GiB", "--sweep", "a=1,2")
+    _, lines = mlfleet("submit", "--image", IMAGE, "--gpus", "1", "--vcpus", "1", "--memory", "1GiB", "--sweep", "a=1,2",
+                       "--", "run", "{a}")
     submission = submitted(lines)
     code, table = mlfleet("list", "--submission", submission)
-    assert code == 0 and table[0].split()[:4] == ["JOB", "STATE", "ATTEMPT", "RUNS"] and len(table) == 3
-    assert all(" QUEUED " in row for row in table[1:])
+    assert code == 0 and table[0].split()[:5] == ["JOB", "STATE", "ATTEMPT", "RUNS", "OWNER"] and len(table) == 3
+    assert all(" QUEUED " in row and " moto " in row for row in table[1:])
     _, listed = mlfleet("list", "--json")
     jobs = json.loads("\n".join(listed))
     assert {j["submission_id"] for j in jobs} == {submission}
@@ -149,7 +150,8 @@ def test_list_status_and_json(service):
 
 def test_cancel_a_queued_and_a_running_job_and_cancel_again(service):
     instances = build_fleet(size=1)
-    _, lines = mlfleet("submit", "--image", IMAGE, "--gpus", "1", "--vcpus", "1", "--memory", "1GiB", "--sweep", "a=1,2")
+    _, lines = mlfleet("submit", "--image", IMAGE, "--gpus", "1", "--vcpus", "1", "--memory", "1GiB", "--sweep", "a=1,2",
+                       "--", "run", "{a}")
     first, second = sorted(r.job_id for r in ledger().by_submission(submitted(lines)))
     # The second job runs: a task on the fleet's machine, recorded in the ledger as the scheduler does.
     ecs = boto3.client("ecs", HOME)
@@ -168,10 +170,12 @@ def test_cancel_a_queued_and_a_running_job_and_cancel_again(service):
     assert ecs.describe_tasks(cluster=CLUSTER, tasks=[task["taskArn"]])["tasks"][0]["desiredStatus"] == "STOPPED"
     assert {ledger().get(j).state for j in (first, second)} == {L.CANCELLED}
     assert mlfleet("cancel", first)[1] == [f"{first}: already CANCELLED"]
+    assert ledger().get(first).last_reason == "cancelled by moto"  # who: the caller's IAM name (moto's user)
 
 
 def test_follow_prints_each_change_until_the_jobs_end(service):
-    _, lines = mlfleet("submit", "--image", IMAGE, "--gpus", "1", "--vcpus", "1", "--memory", "1GiB", "--sweep", "a=1,2")
+    _, lines = mlfleet("submit", "--image", IMAGE, "--gpus", "1", "--vcpus", "1", "--memory", "1GiB", "--sweep", "a=1,2",
+                       "--", "run", "{a}")
     submission = submitted(lines)
     job_a, job_b = sorted(r.job_id for r in ledger().by_submission(submission))
     steps = iter([(job_a, L.CANCELLED), (job_b, L.CANCELLED)])

@@ -15,40 +15,35 @@ import re
 
 import boto3
 import pytest
-from conftest import CLUSTER, ENV, FAMILY, HOME, build_fleet, fleets_json, open_admission
+from conftest import (ACCOUNT, CLUSTER, ENV, FAMILY, HOME, build_fleet, create_notification_topics, fleets_json,
+                      job_service_value, open_admission, publish_job_service)
 
 from lambdas.common.aws import client
 from lambdas.jobs import cli
 from lambdas.jobs import ledger as L
 
 IMAGE = "ghcr.io/team/train:3"
-ACCOUNT = "123456789012"  # moto's account
-# API operations whose IAM action has another name (the Service Authorization Reference lists them).
+# API operations whose IAM action has another name (the Service Authorization Reference lists them;
+# TransactWriteItems is authorized as each put's PutItem:
+# https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis-iam.html).
 ACTION_OF = {"sqs:SendMessageBatch": "sqs:SendMessage", "lambda:Invoke": "lambda:InvokeFunction",
+             "dynamodb:TransactWriteItems": "dynamodb:PutItem",
              "sts:GetCallerIdentity": None}  # GetCallerIdentity needs no permission
-SERVICES = ("ssm", "dynamodb", "sqs", "lambda", "ecs", "logs")
+SERVICES = ("ssm", "dynamodb", "sqs", "lambda", "ecs", "logs", "sns")
 
 
 def describe(stack: str = ENV, **changes) -> str:
-    document = {
-        "queueUrl": f"https://sqs.{HOME}.amazonaws.com/{ACCOUNT}/mlfleet-{stack}-jobs",
-        "deadLetterQueueUrl": f"https://sqs.{HOME}.amazonaws.com/{ACCOUNT}/mlfleet-{stack}-jobs-dlq",
-        "ledgerTable": f"mlfleet-{stack}-jobs", "schedulerFunction": f"mlfleet-{stack}-scheduler",
-        "admissionParameter": f"/mlfleet/{stack}/admission", "homeRegion": HOME,
-        "fleets": json.loads(fleets_json()), "defaultMaxAttempts": 3, "jobLogGroup": f"/mlfleet/{stack}/jobs"}
-    document.update(changes)
-    return json.dumps(document)
+    return json.dumps(job_service_value(stack, **changes))
 
 
-def publish(value: str) -> None:
-    boto3.client("ssm", HOME).put_parameter(Name=f"/mlfleet/{ENV}/job-service", Type="String", Value=value,
-                                            Overwrite=True)
+publish = publish_job_service
 
 
 @pytest.fixture
 def service(home):
     publish(describe())
     open_admission()
+    create_notification_topics()
     return home
 
 
@@ -80,9 +75,12 @@ def granted(action: str, statement: dict) -> bool:
 
 
 def run_a_session() -> str:
-    """What a user does: submit, list, status, follow, cancel (a queued and a running job)."""
+    """What a user does: subscribe to notifications, submit, list, status, follow, cancel (a queued and a running
+    job), look at the costs."""
     instances = build_fleet(size=1)
-    _, lines = mlfleet("submit", "--image", IMAGE, "--gpus", "1", "--vcpus", "1", "--memory", "1GiB", "--sweep", "a=1,2")
+    assert mlfleet("notify", "subscribe", "ana@example.com")[0] == 0
+    _, lines = mlfleet("submit", "--image", IMAGE, "--gpus", "1", "--vcpus", "1", "--memory", "1GiB", "--sweep", "a=1,2",
+                       "--notify", "ana@example.com", "--", "run", "{a}")
     submission = lines[0].split(":")[0]
     first, second = sorted(r.job_id for r in ledger().by_submission(submission))
     ecs = boto3.client("ecs", HOME)
@@ -94,7 +92,7 @@ def run_a_session() -> str:
                                               task["taskArn"]))
     ledger().transition(second, L.RUNNING, expect_states=[L.STARTING], expect_attempt=1, reason="t", now=2.0,
                         runs=record.runs + 1)
-    assert mlfleet("list")[0] == 0 and mlfleet("status", first)[0] == 0
+    assert mlfleet("list", "--mine")[0] == 0 and mlfleet("status", first)[0] == 0 and mlfleet("cost")[0] == 0
     # follow --logs, one look (the command itself polls until the jobs end); the job has no log stream
     # yet, which the command takes as "nothing written so far"
     printed: list[str] = []
@@ -125,8 +123,10 @@ def attribute_names(params: dict) -> set[str]:
 def test_cancel_is_one_conditional_update_of_the_attributes_the_policy_allows(service, requests):
     run_a_session()
     writes = [(a, p) for a, p in requests if a in ("dynamodb:PutItem", "dynamodb:UpdateItem")]
-    puts = [p for a, p in writes if a == "dynamodb:PutItem"]
+    (transaction,) = [p for a, p in requests if a == "dynamodb:TransactWriteItems"]
+    puts = [item["Put"] for item in transaction["TransactItems"]]
     updates = [p for a, p in writes if a == "dynamodb:UpdateItem"]
+    assert not [a for a, _ in writes if a == "dynamodb:PutItem"]  # a submission is one transaction of new items
     assert len(puts) == 2 and all(p["ConditionExpression"] == "attribute_not_exists(job_id)" for p in puts)
     assert len(updates) == 2
     (allowed,) = [s["Condition"]["ForAllValues:StringEquals"]["dynamodb:Attributes"]
@@ -182,6 +182,8 @@ MISMATCHES = [  # (what the parameter says, what the error must name); one moto 
     ({"homeRegion": "us-west-2"}, "homeRegion is 'us-west-2'"),
     ({"environment": "prod"}, "environment is 'prod'"),
     ({"fleets": [{**json.loads(fleets_json())[0], "cluster": "mlfleet-prod"}]}, "fleets[gpu1].cluster is 'mlfleet-prod'"),
+    ({"notifications": {"email": f"arn:aws:sns:{HOME}:{ACCOUNT}:mlfleet-prod-job-notifications"}},
+     "notifications.email is 'mlfleet-prod-job-notifications'"),
 ]
 
 

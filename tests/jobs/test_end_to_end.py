@@ -82,7 +82,8 @@ def interruption(instance_id: str) -> dict:
 
 def event_settings(home) -> EventSettings:
     return EventSettings(environment=ENV, jobs_table=home["table"], jobs_queue_url=home["queue"],
-                         jobs_dlq_url=home["dlq"], fleets=fleets_json(), rebalance_timeout_minutes=30)
+                         jobs_dlq_url=home["dlq"], fleets=fleets_json(), rebalance_timeout_minutes=30,
+                         notify_email_topic_arn=f"arn:aws:sns:{HOME}:123456789012:mlfleet-{ENV}-job-notifications")
 
 
 def join_new_instances(known) -> str:
@@ -161,8 +162,8 @@ def test_a_sweep_is_placed_interrupted_requeued_and_placed_again_without_a_doubl
 
 def test_over_budget_notification_stops_admission_and_the_scheduler_starts_nothing(world, capsys):
     home, service, instances = world
-    submission = cli.submit(service, {"image": IMAGE, "gpus": 1, "vcpus": 1, "memory_mib": 1024, "command": ["x"]},
-                            sweep={"seed": ["1", "2", "3"]})
+    submission = cli.submit(service, {"image": IMAGE, "gpus": 1, "vcpus": 1, "memory_mib": 1024,
+                                      "command": ["x", "--seed", "{seed}"]}, sweep={"seed": ["1", "2", "3"]})
     guard = GuardSettings(environment=ENV, home_region=HOME,
                           alert_topic_arn=f"arn:aws:sns:{HOME}:123456789012:mlfleet-{ENV}-alerts")
     budget_guard({"Records": [{"EventSource": "aws:sns", "Sns": {"Message": OVER_BUDGET}}]}, settings=guard)

@@ -1,0 +1,241 @@
+"""The command line: arguments, one function per command, and every failure as one message (errors.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from lambdas.common.aws import client
+from lambdas.jobs import costs
+from lambdas.jobs import ledger as L
+from lambdas.jobs.cli import notify, report, submission, watch
+from lambdas.jobs.cli.errors import (
+    AWS_FAILED, BROKEN_PIPE, INTERRUPTED, USAGE, CliError, Stopped, aws_message,
+)
+from lambdas.jobs.cli.permissions import ACTIONS, policy
+from lambdas.jobs.cli.service import JobService, discover, from_stack_file
+from lambdas.jobs.spec import SpecError, is_job_id
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="mlfleet", description="Submit, watch and cancel GPU jobs on mlfleet.")
+    top.add_argument("-e", "--environment", default=os.environ.get("MLFLEET_ENVIRONMENT"),
+                     help="the stack: dev, staging, prod (default $MLFLEET_ENVIRONMENT)")
+    top.add_argument("--region", default=os.environ.get("MLFLEET_REGION") or os.environ.get("AWS_REGION")
+                     or os.environ.get("AWS_DEFAULT_REGION"),
+                     help="the stack's home region (default $MLFLEET_REGION, then $AWS_REGION, $AWS_DEFAULT_REGION)")
+    commands = top.add_subparsers(dest="action", required=True)
+
+    sub = commands.add_parser("submit", help="queue one job, a sweep or a batch run")
+    sub.add_argument("-f", "--file", help="a job spec in JSON or YAML (may hold a `sweep:` mapping); flags override it")
+    sub.add_argument("--image")
+    sub.add_argument("--gpus", type=int)
+    sub.add_argument("--vcpus", type=float)
+    sub.add_argument("--memory", help="e.g. 16GiB or 512MiB")
+    sub.add_argument("--env", action="append", metavar="NAME=VALUE", help="environment variable (repeatable)")
+    sub.add_argument("--instance-type-pattern", help="regex the instance type must fully match, e.g. 'g6\\..*'")
+    sub.add_argument("--regions", help="comma-separated regions the job may run in (default: any fleet region)")
+    sub.add_argument("--lifecycle", choices=("spot", "on-demand"))
+    sub.add_argument("--max-attempts", type=int)
+    sub.add_argument("--retry-on-exit-codes", metavar="CODES",
+                     help="exit codes that run the job again while attempts remain, e.g. 137,143 (any other non-zero "
+                          "exit fails it at once; spot interruptions and host failures are always retried)")
+    sub.add_argument("--team", help="the team the work is for, in cost reports (default $MLFLEET_TEAM)")
+    sub.add_argument("--notify", action="append", metavar="ADDRESS|slack",
+                     help="tell an e-mail address (subscribed once with `mlfleet notify subscribe`) or the "
+                          "environment's Slack channel when the whole submission has ended (repeatable)")
+    sub.add_argument("--sweep", action="append", default=[], metavar="NAME=V1,V2",
+                     help="one job per combination, substituted into {NAME} (repeatable)")
+    sub.add_argument("--batches", metavar="START:END:STEP", help="one job per range, as {start} and {end}")
+    sub.add_argument("--dry-run", action="store_true", help="validate and print every job; queue nothing")
+    sub.add_argument("--stack", metavar="ENV",
+                     help="with --dry-run: check against the checkout's stacks/Pulumi.ENV.yaml, without AWS")
+    sub.add_argument("--json", action="store_true")
+    sub.add_argument("command", nargs=argparse.REMAINDER, help="after --: the command and its arguments")
+
+    listing = commands.add_parser("list", help="jobs and their states")
+    listing.add_argument("--submission")
+    listing.add_argument("--state", action="append", type=str.upper,
+                         help=f"one of {', '.join(L.STATES)} (repeatable; default the states of jobs not ended)")
+    listing.add_argument("--mine", action="store_true", help="only the jobs you submitted")
+    listing.add_argument("--json", action="store_true")
+
+    status = commands.add_parser("status", help="one job, with its history and cost")
+    status.add_argument("job_id")
+
+    watching = commands.add_parser("follow", help="print state changes until the job or submission has ended")
+    watching.add_argument("target", metavar="JOB_ID|SUBMISSION_ID")
+    watching.add_argument("--logs", action="store_true", help="print the jobs' output too")
+    watching.add_argument("--interval", type=float, default=10.0, help="seconds between looks (default 10)")
+
+    stop = commands.add_parser("cancel", help="cancel a job or a whole submission")
+    stop.add_argument("target", metavar="JOB_ID|SUBMISSION_ID")
+
+    spend = commands.add_parser("cost", help="what the jobs submitted in a period cost, and what they would have on demand")
+    spend.add_argument("--since", default="7d", help="a period (7d, 24h, 90m, 2w) or a date (2026-11-01); default 7d")
+    spend.add_argument("--by", choices=costs.GROUPINGS, default="submission")
+    spend.add_argument("--json", action="store_true")
+
+    tell = commands.add_parser("notify", help="e-mail notifications when submissions end")
+    tell_commands = tell.add_subparsers(dest="notify_action", required=True)
+    subscribe = tell_commands.add_parser("subscribe", help="subscribe an e-mail address once (AWS mails a link to confirm)")
+    subscribe.add_argument("address")
+
+    rights = commands.add_parser("policy", help="print the IAM policy these commands need")
+    rights.add_argument("--account", required=True, help="the AWS account id of the stack")
+    return top
+
+
+def who(region: str | None) -> str:
+    """The caller's IAM identity name: an assumed role's session name (often the e-mail address of an SSO
+    user) or the IAM user's name. GetCallerIdentity needs no permission."""
+    return client("sts", region).get_caller_identity()["Arn"].rsplit("/", 1)[-1]
+
+
+def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print,
+         err: Callable[[str], None] | None = None) -> int:
+    err = err or (lambda line: print(line, file=sys.stderr))
+    args = parser().parse_args(argv)
+    try:
+        return _dispatch(args, out, err)
+    except SpecError as error:
+        err(f"mlfleet: {error}\nNothing was queued.")
+    except CliError as error:
+        err(f"mlfleet: {error}")
+    except Stopped as stopped:
+        if isinstance(stopped.cause, KeyboardInterrupt):
+            err(f"mlfleet: interrupted: {stopped.done}")
+            return INTERRUPTED
+        err(f"mlfleet: {_aws(stopped.cause, args)}\n  {stopped.done}")
+        return AWS_FAILED
+    except KeyboardInterrupt:
+        err(f"mlfleet: {_interrupted(args)}")
+        return INTERRUPTED
+    except (ClientError, BotoCoreError) as error:
+        err(f"mlfleet: {_aws(error, args)}")
+        return AWS_FAILED
+    except BrokenPipeError:
+        _quiet_stdout()
+        return BROKEN_PIPE
+    return USAGE
+
+
+def _aws(error: BaseException, args) -> str:
+    return aws_message(error, environment=args.environment, region=args.region, actions=ACTIONS)
+
+
+def _interrupted(args) -> str:
+    if args.action == "follow":
+        return (f"stopped following {args.target}; its jobs go on (`mlfleet follow {args.target}` watches again, "
+                f"`mlfleet cancel {args.target}` stops them)")
+    return "interrupted"
+
+
+def _quiet_stdout() -> None:
+    """The reader of our output went away (`mlfleet list | head`): point stdout at /dev/null, so that Python's
+    flush at exit does not fail again (https://docs.python.org/3/library/signal.html#note-on-sigpipe)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass  # stdout is not a file (a test's capture): nothing will flush it
+
+
+def _required(args, *names: str) -> None:
+    missing = [f"--{n}" for n in names if not getattr(args, n)]
+    if missing:
+        raise CliError(f"{' and '.join(missing)} required (or MLFLEET_ENVIRONMENT / MLFLEET_REGION)")
+
+
+def _dispatch(args, out, err) -> int:
+    if args.action == "policy":
+        _required(args, "environment", "region")
+        out(json.dumps(policy(args.environment, args.region, args.account), indent=2, sort_keys=True))
+        return 0
+    if args.action == "submit":
+        return _submit(args, out, err)
+    _required(args, "environment", "region")
+    service = discover(args.environment, args.region)
+    if args.action == "list":
+        owner = who(service.region) if args.mine else None
+        records = watch.list_jobs(service, submission=args.submission, states=tuple(args.state or watch.ACTIVE_STATES),
+                                  owner=owner)
+        out(json.dumps([watch.record_document(r) for r in records], indent=1) if args.json else watch.table(records))
+        return 0
+    if args.action == "status":
+        if not is_job_id(args.job_id):
+            raise CliError(f"{args.job_id!r} is not a job id (sub-YYYYmmddHHMMSS-xxxxxx-NNNNN)")
+        (record,) = watch.records_of(service, args.job_id)
+        out(json.dumps(watch.record_document(record), indent=1))
+        return 0
+    if args.action == "follow":
+        return watch.follow(service, args.target, interval=args.interval, logs=args.logs, out=out)
+    if args.action == "cost":
+        start = report.since(args.since, datetime.now(timezone.utc))
+        rows = report.cost_rows(service, start, args.by)
+        out(json.dumps(costs.report_document(rows, args.by, start.timestamp()), indent=1) if args.json
+            else report.cost_table(rows, args.by, start))
+        return 0
+    if args.action == "notify":
+        notify.subscribe(service, args.address)
+        out(f"{args.address}: subscribed to {service.environment}'s job notifications, pending confirmation: open the "
+            f"link in the mail from AWS Notifications (once). Then `mlfleet submit --notify {args.address} ...` mails "
+            "you when that submission has ended.")
+        return 0
+    results = watch.cancel(service, args.target, who=who(service.region))
+    out("\n".join(f"{job_id}: {what}" for job_id, what in results))
+    return 0
+
+
+def _service_for_submit(args) -> JobService:
+    if args.stack:
+        if not args.dry_run:
+            raise CliError("--stack checks a dry run against the checkout's stack file; a real submission goes to "
+                           "the deployed stack: drop --stack (and give -e)")
+        if args.environment and args.environment != args.stack:
+            raise CliError(f"-e {args.environment} and --stack {args.stack} name different environments")
+        return from_stack_file(args.stack)
+    _required(args, "environment", "region")
+    return discover(args.environment, args.region)
+
+
+def _submit(args, out, err) -> int:
+    document = submission.spec_document(args)
+    sweep = submission.sweep_of(document, args.sweep)
+    service = _service_for_submit(args)
+    jobs = submission.prepare(service, document, sweep=sweep, batches=args.batches)
+    spec = jobs[0].spec
+    if args.dry_run:
+        where = f"checked against {service.source}" if service.source else f"checked against {service.environment}"
+        if args.json:
+            out(json.dumps({"submission_id": jobs[0].submission_id, "queued": False, "jobs": [
+                {"job_id": j.job_id, **j.spec.to_document()} for j in jobs]}, indent=1))
+        else:
+            out(f"{jobs[0].submission_id}: would queue {len(jobs):,} job(s) in {service.environment} ({where}; "
+                "nothing written)")
+            out("\n".join(submission.describe_jobs(jobs, service)))
+        return 0
+    result = submission.write(service, jobs, owner=who(service.region), out=err if args.json else out, err=err)
+    if args.json:
+        out(json.dumps({"submission_id": result.submission_id, "jobs": list(result.job_ids), "queued": result.queued,
+                        "admission": result.admission.state if result.admission else None,
+                        "refused_messages": list(result.refused_messages)}, indent=1))
+    else:
+        out(f"{result.submission_id}: queued {len(result.job_ids):,} job(s); watch them: mlfleet follow "
+            f"{result.submission_id}")
+    if result.admission is not None and not result.admission.is_open:
+        err(f"mlfleet: warning: {service.environment} is not admitting new jobs ({result.admission.reason}); "
+            f"they wait in the queue until someone runs `make admission-open STACK={service.environment}`")
+    if result.refused_messages:
+        err(f"mlfleet: warning: the queue refused {len(result.refused_messages)} message(s); the jobs are in "
+            "the ledger and the scheduler finds them on its next run")
+    hint = submission.notify_hint(spec)
+    if hint:
+        err(f"mlfleet: note: {hint}")
+    return 0
