@@ -130,6 +130,9 @@ class RecordingMocks(pulumi.runtime.Mocks):
             state["latestVersion"] = 1
         if args.typ == "aws:sqs/queue:Queue":
             state["url"] = f"https://sqs.{region}.amazonaws.com/{ACCOUNT_ID}/{physical}"
+        if args.typ == "aws:dynamodb/table:Table" and inputs.get("streamEnabled"):
+            # A stream's ARN: the table's, /stream/ and a label DynamoDB picks (a creation time).
+            state["streamArn"] = f"arn:aws:dynamodb:{region}:{ACCOUNT_ID}:table/{physical}/stream/2026-01-01T00:00:00.000"
         recorded.generated = {"id": f"{args.name}-id", **{k: v for k, v in state.items() if k not in inputs}}
         return [f"{args.name}-id", state]
 

@@ -38,7 +38,7 @@ from components.config import StackConfig
 from components.functions import PythonFunction, PythonFunctionArgs
 from components.jobs.events import job_event_pattern
 from components.jobs.notifications import JobNotifications, JobNotificationsArgs, email_topic_name, slack_topic_name
-from components.network.image_cache import cache_prefix, registry_host
+from components.network.image_cache import cache_prefix
 from components.resources import child
 from lambdas.jobs.ledger import TERMINAL
 
@@ -106,10 +106,11 @@ def job_service_document(cfg: StackConfig, *, account: str, queue_url: str, dead
         "schedulerFunction": scheduler_function, "admissionParameter": admission_parameter,
         "homeRegion": cfg.home_region, "fleets": json.loads(fleets_document(cfg)),
         "defaultMaxAttempts": cfg.job_max_attempts, "jobLogGroup": job_log_group_name(cfg.environment),
-        "regions": {region: {"internetEgress": internet_egress(cfg, region),
-                             "imageCache": {"registry": registry_host(account, region),
-                                            "prefix": cache_prefix(cfg.environment)}}
-                    for region in cfg.regions},
+        # Per region, the machines pull ECR Public images through <account>'s cache (cachePrefix), and reach
+        # only ECR without internet egress. Compact: the parameter must stay under SSM's 4 KB at the largest
+        # stack the config allows (tests/rules/test_api_models.py).
+        "images": {"account": account, "cachePrefix": cache_prefix(cfg.environment),
+                   "regionsWithoutEgress": [r for r in cfg.regions if not internet_egress(cfg, r)]},
         "notifications": notification_topics,
     }
 

@@ -23,7 +23,7 @@ import pulumi_aws as aws
 
 from components.resources import assume_role_policy, child, invoke
 
-from .registries import ECR_PUBLIC, through_cache
+from .registries import ECR_PUBLIC, private_registry, through_cache
 
 # Days a cached image stays before ECR expires it (a later pull caches it again).
 CACHED_IMAGE_DAYS = 30
@@ -39,11 +39,6 @@ def cache_prefix(environment: str) -> str:
     """The repository prefix of an environment's cache. One per environment, so two stacks in one
     account and region each own their rule (ECR allows one rule per prefix)."""
     return f"mlfleet/{environment}"
-
-
-def registry_host(account: str, region: str) -> str:
-    """The account's private registry in `region`, where the cache serves its images."""
-    return f"{account}.dkr.ecr.{region}.amazonaws.com"
 
 
 def lifecycle_policy() -> str:
@@ -124,7 +119,7 @@ class ImageCache(pulumi.ComponentResource):
             opts=child(self),
         )
 
-        self.registry = account.apply(lambda a: registry_host(a, args.region))
+        self.registry = account.apply(lambda a: private_registry(a, args.region))
         self.register_outputs({"registry": self.registry, "prefix": self.prefix})
 
     def image(self, image: str) -> pulumi.Output[str]:

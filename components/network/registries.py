@@ -8,9 +8,11 @@ from lambdas.common.registries import (
     DOCKER_HUB,
     ECR_PUBLIC,
     PRIVATE_ECR,
+    private_registry,
     reachable_without_egress,
     registry_of,
     through_cache,
 )
 
-__all__ = ["DOCKER_HUB", "ECR_PUBLIC", "PRIVATE_ECR", "reachable_without_egress", "registry_of", "through_cache"]
+__all__ = ["DOCKER_HUB", "ECR_PUBLIC", "PRIVATE_ECR", "private_registry", "reachable_without_egress", "registry_of",
+           "through_cache"]

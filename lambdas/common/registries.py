@@ -71,6 +71,11 @@ def reachable_without_egress(image: str, region: str) -> bool:
     return registry == ECR_PUBLIC or bool(private and private["region"] == region)
 
 
+def private_registry(account: str, region: str) -> str:
+    """An account's private ECR registry in `region`, where the region's pull-through cache serves images."""
+    return f"{account}.dkr.ecr.{region}.amazonaws.com"
+
+
 def through_cache(image: str, private_registry: str, prefix: str) -> str:
     """An ECR Public image as pulled through the pull-through cache rule `prefix` of `private_registry`
     (`public.ecr.aws/nvidia/cuda:12` -> `<account>.dkr.ecr.<region>.amazonaws.com/<prefix>/nvidia/cuda:12`,

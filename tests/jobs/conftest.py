@@ -150,8 +150,7 @@ def job_service_value(stack: str = ENV, *, egress: bool = True, slack: bool = Tr
         "ledgerTable": f"mlfleet-{stack}-jobs", "schedulerFunction": f"mlfleet-{stack}-scheduler",
         "admissionParameter": f"/mlfleet/{stack}/admission", "homeRegion": HOME,
         "fleets": json.loads(fleets_json()), "defaultMaxAttempts": 3, "jobLogGroup": f"/mlfleet/{stack}/jobs",
-        "regions": {HOME: {"internetEgress": egress, "imageCache": {
-            "registry": f"{ACCOUNT}.dkr.ecr.{HOME}.amazonaws.com", "prefix": f"mlfleet/{stack}"}}},
+        "images": {"account": ACCOUNT, "cachePrefix": f"mlfleet/{stack}", "regionsWithoutEgress": [] if egress else [HOME]},
         "notifications": {"email": f"{topic}mlfleet-{stack}-job-notifications",
                           "slack": f"{topic}mlfleet-{stack}-job-notifications-slack" if slack else None},
     }

@@ -113,8 +113,8 @@ def test_the_job_service_is_discoverable_by_the_mlfleet_command(rendering):
     # ECR Public through the region's cache (the prefix the cache rule declares).
     rules = {r.name.split(f"{env}-", 1)[1].split("-images")[0]: r.inputs["ecrRepositoryPrefix"]
              for r in rendering.of_type("aws:ecr/pullThroughCacheRule:PullThroughCacheRule")}
-    assert value["regions"] == {region: {"internetEgress": cfg.nat_gateway or region in cfg.networks, "imageCache": {
-        "registry": f"123456789012.dkr.ecr.{region}.amazonaws.com", "prefix": rules[region]}} for region in cfg.regions}
+    assert set(rules.values()) == {value["images"]["cachePrefix"]} and value["images"]["account"] == "123456789012"
+    assert value["images"]["regionsWithoutEgress"] == [r for r in cfg.regions if not (cfg.nat_gateway or r in cfg.networks)]
     topics = {t.inputs["name"] for t in rendering.of_type("aws:sns/topic:Topic")}
     assert value["notifications"]["email"].rsplit(":", 1)[1] == f"mlfleet-{env}-job-notifications" in topics
     assert (value["notifications"]["slack"] or ":").rsplit(":", 1)[1] == (

@@ -511,6 +511,8 @@ def _dynamodb_table(r: Resource):
             "Projection": {"ProjectionType": index["projectionType"], "NonKeyAttributes": index.get("nonKeyAttributes")},
         } for index in r.get("globalSecondaryIndexes") or []] or None,
         "SSESpecification": _pascal(r.get("serverSideEncryption")),
+        "StreamSpecification": {"StreamEnabled": r["streamEnabled"], "StreamViewType": r.get("streamViewType")}
+        if r.get("streamEnabled") is not None else None,
         "DeletionProtectionEnabled": r.get("deletionProtectionEnabled"),
         "Tags": _tag_list(r.tags()),
     })]
@@ -793,6 +795,22 @@ def _lambda_function(r: Resource):
 def _pascal_keys(value: dict | None, names: dict[str, str]) -> dict | None:
     """Rename a block's top-level keys only (the values, such as environment variables, stay as given)."""
     return {names.get(k, k): v for k, v in value.items()} if value else None
+
+
+@translates("aws:lambda/eventSourceMapping:EventSourceMapping")
+def _lambda_event_source_mapping(r: Resource):
+    filters = (r.get("filterCriteria") or {}).get("filters")
+    return [("lambda", "CreateEventSourceMapping", {
+        "EventSourceArn": r["eventSourceArn"],
+        "FunctionName": r["functionName"],
+        "StartingPosition": r.get("startingPosition"),
+        "BatchSize": _number(r.get("batchSize")),
+        "MaximumBatchingWindowInSeconds": _number(r.get("maximumBatchingWindowInSeconds")),
+        "BisectBatchOnFunctionError": r.get("bisectBatchOnFunctionError"),
+        "MaximumRetryAttempts": _number(r.get("maximumRetryAttempts")),
+        "FilterCriteria": {"Filters": [{"Pattern": f["pattern"]} for f in filters]} if filters else None,
+        "Tags": r.tags() or None,
+    })]
 
 
 @translates("aws:lambda/permission:Permission")

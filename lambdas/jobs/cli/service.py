@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lambdas.common.aws import client
+from lambdas.common.registries import private_registry
 from lambdas.jobs import ledger as L
 from lambdas.jobs import queue
 from lambdas.jobs.cli.errors import CliError
@@ -91,14 +92,17 @@ def discover(environment: str, region: str) -> JobService:
 def describe(environment: str, value: Mapping, source: str | None = None) -> JobService:
     """A job-service description (the parameter's JSON) as a JobService; KeyError/TypeError/ValueError
     name what is missing or malformed."""
-    regions = {region: RegionPulls(internet_egress=bool(pulls["internetEgress"]),
-                                   cache_registry=(pulls.get("imageCache") or {}).get("registry"),
-                                   cache_prefix=(pulls.get("imageCache") or {}).get("prefix"))
-               for region, pulls in value["regions"].items()}
+    fleets = parse_fleets(json.dumps(value["fleets"]))
+    images = value["images"]
+    closed = set(images["regionsWithoutEgress"])
+    regions = {region: RegionPulls(internet_egress=region not in closed,
+                                   cache_registry=private_registry(images["account"], region),
+                                   cache_prefix=images["cachePrefix"])
+               for region in dict.fromkeys(f.region for f in fleets)}
     topics = {channel: arn for channel, arn in value["notifications"].items() if arn}
     return JobService(environment, value["homeRegion"], value["queueUrl"], value["ledgerTable"],
-                      value["schedulerFunction"], parse_fleets(json.dumps(value["fleets"])),
-                      int(value["defaultMaxAttempts"]), value["jobLogGroup"], regions, topics, source)
+                      value["schedulerFunction"], fleets, int(value["defaultMaxAttempts"]), value["jobLogGroup"],
+                      regions, topics, source)
 
 
 def service_mismatches(service: JobService, environment: str, region: str, claimed_environment: str) -> list[str]:
