@@ -9,6 +9,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from benchmarks.submission import create_queues, create_table, linear_moto
 from lambdas.common.aws import reset_clients
 
 HOME = "us-east-1"
@@ -32,30 +33,11 @@ def aws():
     reset_clients()
 
 
-def create_table(region: str = HOME) -> None:
-    boto3.client("dynamodb", region).create_table(
-        TableName=TABLE, BillingMode="PAY_PER_REQUEST",
-        AttributeDefinitions=[{"AttributeName": n, "AttributeType": t} for n, t in
-                              (("job_id", "S"), ("state", "S"), ("submitted_at", "N"), ("submission_id", "S"))],
-        KeySchema=[{"AttributeName": "job_id", "KeyType": "HASH"}],
-        GlobalSecondaryIndexes=[
-            {"IndexName": "by-state", "Projection": {"ProjectionType": "ALL"},
-             "KeySchema": [{"AttributeName": "state", "KeyType": "HASH"},
-                           {"AttributeName": "submitted_at", "KeyType": "RANGE"}]},
-            {"IndexName": "by-submission", "Projection": {"ProjectionType": "ALL"},
-             "KeySchema": [{"AttributeName": "submission_id", "KeyType": "HASH"},
-                           {"AttributeName": "job_id", "KeyType": "RANGE"}]},
-        ])
-
-
-def create_queues(region: str = HOME) -> tuple[str, str]:
-    sqs = boto3.client("sqs", region)
-    dlq = sqs.create_queue(QueueName=f"mlfleet-{ENV}-jobs-dlq")["QueueUrl"]
-    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    queue = sqs.create_queue(QueueName=f"mlfleet-{ENV}-jobs", Attributes={
-        "VisibilityTimeout": "300", "SqsManagedSseEnabled": "true",
-        "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 5})})["QueueUrl"]
-    return queue, dlq
+@pytest.fixture
+def linear(aws):
+    """moto without its quadratic bookkeeping, for submissions of thousands of jobs (benchmarks/submission.py)."""
+    with linear_moto():
+        yield
 
 
 @pytest.fixture

@@ -78,10 +78,15 @@ def _time(stamp: float) -> str:
     return datetime.fromtimestamp(stamp, timezone.utc).isoformat(timespec="seconds")
 
 
+def _sleep(seconds: float) -> None:
+    time.sleep(seconds)
+
+
 def follow(service: JobService, target: str, *, interval: float = 10.0, logs: bool = False,
-           out: Callable[[str], None] = print, sleep: Callable[[float], None] = time.sleep,
+           out: Callable[[str], None] = print, sleep: Callable[[float], None] | None = None,
            max_polls: int | None = None) -> int:
     """Print every state change (and, with logs, the output) until all jobs have ended; 1 if any FAILED."""
+    sleep = sleep or _sleep
     seen: dict[str, int] = {}
     tokens: dict[str, str] = {}
     polls = 0

@@ -1,0 +1,116 @@
+"""Dry runs from the checkout's stack file: no AWS at all, the same validation as a real submission (the
+stack's fleets, limits, regions and what they can pull), every expanded command printed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lambdas.jobs import cli
+
+IMAGE = "ghcr.io/team/train:3"
+
+
+@pytest.fixture(autouse=True)
+def no_aws(monkeypatch, tmp_path):
+    """No credentials anywhere: any AWS call would fail with NoCredentialsError."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SECURITY_TOKEN", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                 "MLFLEET_ENVIRONMENT", "MLFLEET_REGION", "MLFLEET_TEAM"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+def dry_run(stack: str, *argv: str) -> tuple[int, list[str], list[str]]:
+    out: list[str] = []
+    err: list[str] = []
+    code = cli.main(["submit", "--dry-run", "--stack", stack, *argv], out=out.append, err=err.append)
+    return code, "\n".join(out).splitlines(), "\n".join(err).splitlines()
+
+
+def test_the_readme_request_on_dev_names_the_closest_types_and_the_fitting_request():
+    code, out, err = dry_run("dev", "--image", IMAGE, "--gpus", "1", "--vcpus", "8", "--memory", "30GiB", "--",
+                             "python", "train.py")
+    assert code == 2 and out == []
+    assert err[:4] == [
+        "mlfleet: invalid job spec:",
+        "  - gpus=1, vcpus=8, memory_mib=30720: no instance type of this stack's fleets in us-east-1 holds that much; "
+        "closest:",
+        "      g5.2xlarge, g6.2xlarge schedule 1 GPU, 8 vCPUs, 30,433 MiB (29.7 GiB): memory_mib is 287 MiB over; ask "
+        "for memory_mib <= 30433 (e.g. --memory 29GiB)",
+        "      g4dn.xlarge, g5.xlarge, g6.xlarge schedule 1 GPU, 4 vCPUs, 14,704 MiB (14.4 GiB): vcpus is 4 over, "
+        "memory_mib is 16,016 MiB over"]
+    assert err[-1] == "Nothing was queued."
+
+
+def test_a_sweep_prints_every_expanded_command_and_its_environment():
+    code, out, err = dry_run("dev", "--image", IMAGE, "--gpus", "1", "--vcpus", "8", "--memory", "29GiB",
+                             "--sweep", "lr=0.1,0.01", "--env", "WANDB_PROJECT=sweeps", "--env", "NOTE=a b",
+                             "--", "python", "train.py", "--lr", "{lr}")
+    submission = out[0].split(":")[0]
+    assert code == 0 and err == []
+    assert out == [
+        f"{submission}: would queue 2 job(s) in dev (checked against stacks/Pulumi.dev.yaml; nothing written)",
+        f"  image {IMAGE}",
+        "  each job: 1 GPU, 8 vCPUs, 29,696 MiB; spot or on-demand; in us-east-1; up to 3 attempts",
+        f"{submission}-00000  python train.py --lr 0.1", "    NOTE='a b'", "    WANDB_PROJECT=sweeps",
+        f"{submission}-00001  python train.py --lr 0.01", "    NOTE='a b'", "    WANDB_PROJECT=sweeps"]
+
+
+def test_a_spec_file_sweep_with_a_flag_over_it(tmp_path):
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(f"image: {IMAGE}\ngpus: 1\nvcpus: 4\nmemory_mib: 14000\nteam: vision\n"
+                    "retry_on_exit_codes: [137]\ncommand: [python, train.py, --lr, '{lr}', --seed, '{seed}']\n"
+                    "sweep:\n  lr: [0.1, 0.01]\n  seed: [1, 2, 3]\n")
+    code, out, _ = dry_run("dev", "-f", str(spec), "--sweep", "seed=7")
+    commands = [line.split("  ", 1)[1] for line in out if line.startswith("sub-") and "  " in line]
+    assert code == 0 and commands == ["python train.py --lr 0.1 --seed 7", "python train.py --lr 0.01 --seed 7"]
+    assert "retried on exit codes 137; team vision" in out[2]
+
+
+@pytest.mark.parametrize(("argv", "fragment"), [
+    (["--sweep", "seed=1,2,3", "--", "python", "train.py"], "sweep parameter seed: no {seed} in the command"),
+    (["--sweep", "lr=0.1,0.1", "--", "train", "{lr}"], "sweep parameter lr: '0.1' given twice"),
+])
+def test_unused_and_repeated_sweep_values_are_refused(argv, fragment):
+    code, _, err = dry_run("dev", "--image", IMAGE, "--gpus", "1", "--vcpus", "1", "--memory", "1GiB", *argv)
+    assert code == 2 and fragment in "\n".join(err)
+
+
+@pytest.mark.parametrize("image", ["ghcr.io/Team/train:3", "ghcr.io/team/train:", "train@sha256:12"])
+def test_an_invalid_image_reference_is_refused(image):
+    code, _, err = dry_run("dev", "--image", image, "--gpus", "1", "--vcpus", "1", "--memory", "1GiB")
+    assert code == 2 and err[1].startswith(f"  - image={image!r}: ")
+
+
+def test_prod_without_egress_refuses_an_image_it_cannot_pull_and_pulls_ecr_public_through_its_caches():
+    code, _, err = dry_run("prod", "--image", IMAGE, "--gpus", "1", "--vcpus", "4", "--memory", "16GiB")
+    assert code == 2 and err[1] == (
+        "  - image='ghcr.io/team/train:3': us-east-1, us-east-2, us-west-2 cannot pull from ghcr.io (no internet "
+        "egress there); use an ECR Public image (public.ecr.aws/..., pulled through each region's ECR cache)")
+    code, out, _ = dry_run("prod", "--image", "public.ecr.aws/team/train:3", "--gpus", "1", "--vcpus", "4",
+                           "--memory", "16GiB", "--regions", "us-east-2")
+    assert code == 0 and out[1:3] == ["  image public.ecr.aws/team/train:3",
+                                      "    us-east-2 pulls <account>.dkr.ecr.us-east-2.amazonaws.com/mlfleet/prod/team/train:3"]
+
+
+def test_the_team_comes_from_the_environment_and_notify_from_what_the_stack_offers(monkeypatch):
+    monkeypatch.setenv("MLFLEET_TEAM", "vision")
+    code, out, _ = dry_run("dev", "--image", IMAGE, "--gpus", "1", "--vcpus", "1", "--memory", "1GiB", "--json")
+    assert code == 0 and json.loads("\n".join(out))["jobs"][0]["team"] == "vision"
+    code, _, err = dry_run("dev", "--image", IMAGE, "--gpus", "1", "--vcpus", "1", "--memory", "1GiB", "--notify", "slack")
+    assert code == 2 and "this environment has no Slack channel" in err[1]  # dev has none; prod has one
+    assert dry_run("prod", "--image", "public.ecr.aws/a/b:1", "--gpus", "1", "--vcpus", "1", "--memory", "1GiB",
+                   "--notify", "slack", "--notify", "ana@example.com")[0] == 0
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["submit", "--stack", "dev", "--image", IMAGE], "--stack checks a dry run against the checkout's stack file"),
+    (["-e", "prod", "submit", "--dry-run", "--stack", "dev", "--image", IMAGE], "-e prod and --stack dev name different"),
+    (["submit", "--dry-run", "--stack", "nope", "--image", IMAGE], "no stack file stacks/Pulumi.nope.yaml"),
+])
+def test_stack_misuse_is_one_message(argv, message):
+    err: list[str] = []
+    assert cli.main(argv, out=lambda _: None, err=err.append) == 2 and message in err[0] and len(err) == 1
