@@ -263,5 +263,5 @@ def notify_hint(spec: JobSpec) -> str | None:
     emails = [n for n in spec.notify if n != SLACK]
     if not emails:
         return None
-    return (f"{', '.join(emails)} hear(s) about the end only once subscribed: `mlfleet notify subscribe ADDRESS` "
-            "once per address, then the link in the confirmation mail")
+    return (f"mail about the end goes only to subscribed addresses: `mlfleet notify subscribe ADDRESS` once for "
+            f"each of {', '.join(emails)}, then the link in the mail AWS sends")
