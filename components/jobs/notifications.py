@@ -45,18 +45,10 @@ class JobNotifications(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: JobNotificationsArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("mlfleet:jobs:JobNotifications", name, None, opts)
-        self.email_topic_arn = AlertTopic(
-            f"{name}-email",
-            AlertTopicArgs(topic_name=email_topic_name(args.environment), emails=(), tags=args.tags,
-                           publishing_services=()),
-            opts=child(self),
-        ).topic_arn
-        self.slack_topic_arn = None
-        if args.slack:
-            self.slack_topic_arn = AlertTopic(
-                f"{name}-slack",
-                AlertTopicArgs(topic_name=slack_topic_name(args.environment), emails=(), tags=args.tags,
-                               publishing_services=()),
-                opts=child(self),
-            ).topic_arn
+        def topic(channel: str, topic_name: str) -> pulumi.Output[str]:
+            return AlertTopic(f"{name}-{channel}", AlertTopicArgs(topic_name=topic_name, emails=(), tags=args.tags,
+                                                                 publishing_services=()), opts=child(self)).topic_arn
+
+        self.email_topic_arn = topic("email", email_topic_name(args.environment))
+        self.slack_topic_arn = topic("slack", slack_topic_name(args.environment)) if args.slack else None
         self.register_outputs({"email_topic_arn": self.email_topic_arn})

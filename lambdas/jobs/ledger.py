@@ -362,40 +362,20 @@ class Ledger:
         for state in expect_states:
             if to_state not in TRANSITIONS[state]:
                 raise IllegalTransition(f"job state {state} -> {to_state} is not a legal transition")
-        record = self.get(job_id)
-        if record is None:
-            return Outcome(False, None, "job is not in the ledger")
-        if record.state not in expect_states or (expect_attempt is not None and record.attempt != expect_attempt):
-            return Outcome(False, record, f"ledger has {record.state} attempt {record.attempt}, expected "
-                                          f"{'/'.join(expect_states)} attempt {expect_attempt}")
+        record, moved_on = self._expected(job_id, expect_states, expect_attempt)
+        if moved_on is not None:
+            return moved_on
         attempt = changes.get("attempt", record.attempt)
         entry = {"at": now, "attempt": attempt, "state": to_state, "reason": reason}
-        updated = replace(record, state=to_state, updated_at=now, version=record.version + 1,
-                          reasons=(*record.reasons, entry)[-MAX_REASONS:], **{"reserved": None, **changes})
-        try:
-            self.dynamodb.put_item(TableName=self.table, Item=encode(updated), ConditionExpression="version = :v",
-                                   ExpressionAttributeValues={":v": {"N": str(record.version)}})
-        except self.dynamodb.exceptions.ConditionalCheckFailedException:
-            return Outcome(False, self.get(job_id), "another writer changed the job first")
-        return Outcome(True, updated)
+        return self._next_version(record, state=to_state, updated_at=now, reasons=(*record.reasons, entry)[-MAX_REASONS:],
+                                  **{"reserved": None, **changes})
 
     def amend(self, job_id: str, *, expect_state: str, expect_attempt: int, now: float, **changes: Any) -> Outcome:
-        """Change fields of a job without a state change (what a run of an ended job cost, the mark that its
-        submission's end was announced): applied only while the job is still in `expect_state` at
-        `expect_attempt`, conditional on its version like every transition."""
-        record = self.get(job_id)
-        if record is None:
-            return Outcome(False, None, "job is not in the ledger")
-        if record.state != expect_state or record.attempt != expect_attempt:
-            return Outcome(False, record, f"ledger has {record.state} attempt {record.attempt}, expected "
-                                          f"{expect_state} attempt {expect_attempt}")
-        updated = replace(record, updated_at=now, version=record.version + 1, **changes)
-        try:
-            self.dynamodb.put_item(TableName=self.table, Item=encode(updated), ConditionExpression="version = :v",
-                                   ExpressionAttributeValues={":v": {"N": str(record.version)}})
-        except self.dynamodb.exceptions.ConditionalCheckFailedException:
-            return Outcome(False, self.get(job_id), "another writer changed the job first")
-        return Outcome(True, updated)
+        """Change fields of a job without a state change (what a run of a job that has moved on cost):
+        applied only while the job is still in `expect_state` at `expect_attempt`, conditional on its version
+        like every transition."""
+        record, moved_on = self._expected(job_id, (expect_state,), expect_attempt)
+        return moved_on or self._next_version(record, updated_at=now, **changes)
 
     def mark_notified(self, job_id: str, now: float, *, undo: bool = False) -> bool:
         """Set (or, with `undo`, clear) `notified_at` on a submission's first job, once: False, changing
@@ -403,13 +383,27 @@ class Ledger:
         record = self.get(job_id)
         if record is None or (record.notified_at is None) == undo:
             return False
-        updated = replace(record, version=record.version + 1, notified_at=None if undo else now)
+        return self._next_version(record, notified_at=None if undo else now).applied
+
+    def _expected(self, job_id: str, states: tuple[str, ...], attempt: int | None) -> tuple[JobRecord | None, Outcome | None]:
+        """The job as read, or the Outcome saying it is not where the caller expects it."""
+        record = self.get(job_id)
+        if record is None:
+            return None, Outcome(False, None, "job is not in the ledger")
+        if record.state not in states or (attempt is not None and record.attempt != attempt):
+            return record, Outcome(False, record, f"ledger has {record.state} attempt {record.attempt}, expected "
+                                                  f"{'/'.join(states)} attempt {attempt}")
+        return record, None
+
+    def _next_version(self, record: JobRecord, **changes: Any) -> Outcome:
+        """Write `record` with `changes` as its next version, only while the item is still the version read."""
+        updated = replace(record, version=record.version + 1, **changes)
         try:
             self.dynamodb.put_item(TableName=self.table, Item=encode(updated), ConditionExpression="version = :v",
                                    ExpressionAttributeValues={":v": {"N": str(record.version)}})
         except self.dynamodb.exceptions.ConditionalCheckFailedException:
-            return False
-        return True
+            return Outcome(False, self.get(record.job_id), "another writer changed the job first")
+        return Outcome(True, updated)
 
     def reserve(self, job_id: str, attempt: int, reserved: tuple[str, str, str], now: float) -> bool:
         """Note the new instance bought for a queued job (one write, no read). False, changing nothing,

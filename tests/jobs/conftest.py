@@ -148,3 +148,21 @@ def publish_job_service(value: dict | str) -> None:
 def create_notification_topics(region: str = HOME) -> dict[str, str]:
     sns = boto3.client("sns", region)
     return {"email": sns.create_topic(Name=EMAIL_TOPIC)["TopicArn"], "slack": sns.create_topic(Name=SLACK_TOPIC)["TopicArn"]}
+
+
+@pytest.fixture
+def service(home):
+    """A deployed environment's job service as the mlfleet command finds it."""
+    publish_job_service(job_service_value(queueUrl=home["queue"], deadLetterQueueUrl=home["dlq"]))
+    open_admission()
+    return home
+
+
+def run_mlfleet(*argv: str) -> tuple[int, list[str], list[str]]:
+    """`mlfleet -e dev --region us-east-1 ...`: its exit code, and the lines it printed to stdout and stderr."""
+    from lambdas.jobs import cli
+
+    out: list[str] = []
+    err: list[str] = []
+    code = cli.main(["-e", ENV, "--region", HOME, *argv], out=out.append, err=err.append)
+    return code, "\n".join(out).splitlines(), "\n".join(err).splitlines()

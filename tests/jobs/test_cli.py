@@ -16,7 +16,7 @@ from pathlib import Path
 import boto3
 import pytest
 from botocore.stub import ANY, Stubber
-from conftest import CLUSTER, ENV, FAMILY, HOME, build_fleet, job_service_value, open_admission, publish_job_service
+from conftest import CLUSTER, ENV, FAMILY, HOME, build_fleet, open_admission
 
 from lambdas.jobs import cli
 from lambdas.jobs import ledger as L
@@ -24,13 +24,6 @@ from lambdas.jobs.cli import submission
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "ghcr.io/team/train:3"
-
-
-@pytest.fixture
-def service(home):
-    publish_job_service(job_service_value(queueUrl=home["queue"], deadLetterQueueUrl=home["dlq"]))
-    open_admission()
-    return home
 
 
 def mlfleet(*argv) -> tuple[int, list[str]]:

@@ -8,8 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import boto3
 import pytest
-from conftest import CLUSTER, ENV, HOME, build_fleet, job_service_value, open_admission, publish_job_service, \
-    scheduler_settings
+from conftest import CLUSTER, ENV, HOME, build_fleet, run_mlfleet, scheduler_settings
 
 from lambdas.job_events.handler import Settings as EventSettings
 from lambdas.job_events.handler import handle as job_event
@@ -22,17 +21,9 @@ from lambdas.scheduler.handler import run as run_scheduler
 IMAGE = "ghcr.io/team/train:3"
 
 
-@pytest.fixture
-def service(home):
-    publish_job_service(job_service_value(queueUrl=home["queue"], deadLetterQueueUrl=home["dlq"]))
-    open_admission()
-    return home
-
-
 def mlfleet(*argv) -> tuple[int, list[str]]:
-    out: list[str] = []
-    code = cli.main(["-e", ENV, "--region", HOME, *argv], out=out.append, err=lambda _: None)
-    return code, "\n".join(out).splitlines()
+    code, out, _ = run_mlfleet(*argv)
+    return code, out
 
 
 def ledger() -> L.Ledger:

@@ -15,7 +15,7 @@ from pathlib import Path
 import boto3
 import pytest
 from botocore.exceptions import ClientError
-from conftest import ENV, HOME, job_service_value, open_admission, publish_job_service
+from conftest import ENV, HOME, run_mlfleet
 
 from lambdas.common.aws import client
 from lambdas.jobs import cli
@@ -26,18 +26,7 @@ IMAGE = "ghcr.io/team/train:3"
 SIZE = ["--image", IMAGE, "--gpus", "1", "--vcpus", "1", "--memory", "1GiB"]
 
 
-@pytest.fixture
-def service(home):
-    publish_job_service(job_service_value(queueUrl=home["queue"], deadLetterQueueUrl=home["dlq"]))
-    open_admission()
-    return home
-
-
-def mlfleet(*argv) -> tuple[int, list[str], list[str]]:
-    out: list[str] = []
-    err: list[str] = []
-    code = cli.main(["-e", ENV, "--region", HOME, *argv], out=out.append, err=err.append)
-    return code, "\n".join(out).splitlines(), "\n".join(err).splitlines()
+mlfleet = run_mlfleet
 
 
 def ledger() -> L.Ledger:

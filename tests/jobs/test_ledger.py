@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import boto3
 import pytest
+from conftest import linear_moto
 
 from lambdas.common.catalog import load_catalog
 from lambdas.jobs import ledger as L
@@ -110,7 +113,14 @@ def test_a_submission_is_written_in_transactions_of_at_most_100_conditional_puts
     assert led.get(jobs[7].job_id).owner == "ana"
 
 
-def test_a_transaction_with_an_existing_job_writes_none_of_its_jobs(ledger):
+@pytest.mark.parametrize("moto", ["stock", "linear"])
+def test_a_transaction_with_an_existing_job_writes_none_of_its_jobs(ledger, moto):
+    """All or nothing, in moto as it is and with the benchmark's rollback of the touched items."""
+    with linear_moto() if moto == "linear" else contextlib.nullcontext():
+        check_all_or_nothing(ledger)
+
+
+def check_all_or_nothing(ledger):
     jobs = assign_ids("sub-20261122191103-0a1b2c", [SPEC] * 5)  # 0-2 exist already
     before = ledger.get(JOB)
     with pytest.raises(L.DuplicateJob) as error:
