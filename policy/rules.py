@@ -56,6 +56,7 @@ TAGGABLE_TYPES = frozenset({
     "aws:iam/instanceProfile:InstanceProfile",
     "aws:iam/role:Role",
     "aws:kms/key:Key",
+    "aws:lambda/eventSourceMapping:EventSourceMapping",
     "aws:s3/bucket:Bucket",
     "aws:ssm/parameter:Parameter",
 })

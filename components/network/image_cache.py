@@ -87,6 +87,9 @@ class ImageCache(pulumi.ComponentResource):
         )
         # "-ecr-templates": at the longest environment and region names, `<name>-repository-creation`
         # plus Pulumi's random suffix would pass IAM's 64-character role-name limit (tests/rules/api_models.py).
+        # The trust policy is AWS's documented one, without aws:SourceAccount: the ECR guide does not say that
+        # ECR sends it when it assumes the role, and a condition it does not send would break every cached pull.
+        # https://docs.aws.amazon.com/AmazonECR/latest/userguide/repository-creation-templates-create-iam.html
         role = aws.iam.Role(
             f"{name}-ecr-templates",
             assume_role_policy=assume_role_policy("ecr.amazonaws.com"),

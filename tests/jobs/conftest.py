@@ -118,6 +118,15 @@ def scheduler_settings(home: dict, max_instances: int = 4, max_hourly_usd: float
                     default_max_attempts=3, rebalance_timeout_minutes=30, account_id=ACCOUNT)
 
 
+def event_settings(home: dict, fleets: str | None = None):
+    """The job-events function's settings as the job service component sets them, for the fixtures' resources."""
+    from lambdas.job_events.handler import Settings
+
+    return Settings(environment=ENV, jobs_table=home["table"], jobs_queue_url=home["queue"], jobs_dlq_url=home["dlq"],
+                    fleets=fleets or fleets_json(), rebalance_timeout_minutes=30,
+                    notify_email_topic_arn=f"arn:aws:sns:{HOME}:{ACCOUNT}:mlfleet-{ENV}-job-notifications")
+
+
 EMAIL_TOPIC = f"mlfleet-{ENV}-job-notifications"
 SLACK_TOPIC = f"mlfleet-{ENV}-job-notifications-slack"
 

@@ -17,11 +17,11 @@ from datetime import datetime, timedelta, timezone
 
 import boto3
 import pytest
-from conftest import ASG, CLUSTER, ENV, HOME, build_fleet, checkpoint_bucket, fleets_json, open_admission, scheduler_settings
+from conftest import (ASG, CLUSTER, HOME, build_fleet, checkpoint_bucket, event_settings, fleets_json, open_admission,
+                      scheduler_settings)
 
 from lambdas.common.catalog import load_catalog
 from lambdas.common.settings import SettingsError
-from lambdas.job_events.handler import Settings as EventSettings
 from lambdas.job_events.handler import handle as job_event
 from lambdas.jobs import ledger as L
 from lambdas.jobs.spec import assign_ids, parse_spec
@@ -112,8 +112,7 @@ def test_every_attempt_gets_the_same_uri_and_returns_to_the_region_of_its_checkp
     assert environment_of(task) == {"MLFLEET_JOB_ID": job_id, "MLFLEET_ATTEMPT": "1", "MLFLEET_CHECKPOINT_URI": uri}
 
     # The spot notice: job-events drains the machine and stops the job's task (its SIGTERM); the job is requeued.
-    events = EventSettings(environment=ENV, jobs_table=home["table"], jobs_queue_url=home["queue"], jobs_dlq_url=home["dlq"],
-                           fleets=two_regions(), rebalance_timeout_minutes=30)
+    events = event_settings(home, two_regions())
     (decision,) = job_event(interruption(east_id, HOME), events, now=NOW + timedelta(minutes=3))["decisions"]
     assert decision["applied"] and decision["stopped_task"] == task["taskArn"]
     (stopped,) = tasks_of(job_id, HOME)
@@ -155,8 +154,7 @@ def test_a_job_whose_region_left_the_stack_starts_afresh_elsewhere(regions):
     ledger = L.Ledger(boto3.client("dynamodb", HOME), home["table"])
     ((east_id, _),) = east.items()
     assert schedule(home, 0)["started"] == [job_id]
-    events = EventSettings(environment=ENV, jobs_table=home["table"], jobs_queue_url=home["queue"], jobs_dlq_url=home["dlq"],
-                           fleets=two_regions(), rebalance_timeout_minutes=30)
+    events = event_settings(home, two_regions())
     job_event(interruption(east_id, HOME), events, now=NOW + timedelta(minutes=3))
 
     # The stack drops the home region's fleet (and with it that region's bucket): us-west-2 takes the job.

@@ -21,12 +21,11 @@ from datetime import datetime, timedelta, timezone
 
 import boto3
 import botocore.session
-from conftest import CLUSTER, ENV, FAMILY, HOME, build_fleet, fleets_json
+from conftest import CLUSTER, FAMILY, HOME, build_fleet, event_settings
 
 from components.compute.cluster import JOB_STOP_TIMEOUT_SECONDS
 from lambdas.job_events import decide as D
 from lambdas.job_events.handler import PERMISSIONS
-from lambdas.job_events.handler import Settings as EventSettings
 from lambdas.job_events.handler import handle as job_event
 from lambdas.jobs import ledger as L
 from lambdas.jobs.spec import JobSpec
@@ -100,8 +99,7 @@ def test_the_notice_drains_the_machine_and_stops_only_its_jobs_tasks(home):
     now = datetime(2026, 11, 22, 12, tzinfo=timezone.utc)
     event = {"detail-type": D.INTERRUPTION, "source": "aws.ec2", "region": HOME, "time": now.isoformat(),
              "detail": {"instance-id": busy_id, "instance-action": "terminate"}}
-    settings = EventSettings(environment=ENV, jobs_table=home["table"], jobs_queue_url=home["queue"],
-                             jobs_dlq_url=home["dlq"], fleets=fleets_json(), rebalance_timeout_minutes=30)
+    settings = event_settings(home)
     job_event(event, settings, now=now + timedelta(seconds=5))
 
     instances = ecs.describe_container_instances(cluster=CLUSTER, containerInstances=[busy_arn, other_arn])
