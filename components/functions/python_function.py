@@ -60,19 +60,26 @@ def package_files(function: str) -> list[str]:
 
 
 def _imported_modules(path: Path) -> list[Path]:
-    """Files of the `lambdas.*` modules a module imports (`from lambdas.x import y` may name module y)."""
+    """Files of the `lambdas` modules a module imports, relative (`from ..jobs import ledger`) or absolute
+    (`from lambdas.jobs import ledger`); `from package import name` may name a module, and a package
+    brings its __init__.py, whose own imports are followed in turn."""
     found = []
+    package = list(path.relative_to(PROJECT_ROOT).parent.parts)
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lambdas"):
-            base = PROJECT_ROOT.joinpath(*node.module.split("."))
-            candidates = [base.with_suffix(".py")] + [base / f"{alias.name}.py" for alias in node.names]
+        if isinstance(node, ast.ImportFrom) and node.level:
+            module = package[:len(package) - node.level + 1] + (node.module.split(".") if node.module else [])
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "lambdas":
+            module, names = node.module.split("."), [alias.name for alias in node.names]
         elif isinstance(node, ast.Import):
-            candidates = [PROJECT_ROOT.joinpath(*a.name.split(".")).with_suffix(".py") for a in node.names
-                          if a.name.startswith("lambdas.")]
+            found += [PROJECT_ROOT.joinpath(*a.name.split(".")).with_suffix(".py") for a in node.names
+                      if a.name.split(".")[0] == "lambdas"]
+            continue
         else:
             continue
-        found += [c for c in candidates if c.is_file()]
-    return found
+        base = PROJECT_ROOT.joinpath(*module)
+        found += [base.with_suffix(".py"), base / "__init__.py"] + [base / f"{name}.py" for name in names]
+    return [candidate for candidate in found if candidate.is_file()]
 
 
 def declared_permissions(function: str) -> tuple[Permission, ...]:
