@@ -4,11 +4,13 @@
 """
 
 from lambdas.scheduler.planning.model import (
-    ADMISSION_CLOSED, NO_FLEET, SCALING_PAUSED, Fleet, JobRequest, Limits, Machine, Placement, Plan, Reservation,
-    ScaleOut,
+    ADMISSION_CLOSED, NO_FLEET, SCALING_PAUSED, Candidate, Fleet, JobRequest, Limits, Machine, Placement, Plan,
+    Reservation, RuntimeEstimate, ScaleOut,
 )
-from lambdas.scheduler.planning.planner import plan
+from lambdas.scheduler.planning.planner import DEFAULT_BOOT_S, plan
 from lambdas.scheduler.planning.purchase import resource_prices
+from lambdas.scheduler.planning.release import ReleasePolicy
 
-__all__ = ["ADMISSION_CLOSED", "NO_FLEET", "SCALING_PAUSED", "Fleet", "JobRequest", "Limits", "Machine", "Placement",
-           "Plan", "Reservation", "ScaleOut", "plan", "resource_prices"]
+__all__ = ["ADMISSION_CLOSED", "DEFAULT_BOOT_S", "NO_FLEET", "SCALING_PAUSED", "Candidate", "Fleet", "JobRequest",
+           "Limits", "Machine", "Placement", "Plan", "ReleasePolicy", "Reservation", "RuntimeEstimate", "ScaleOut",
+           "plan", "resource_prices"]

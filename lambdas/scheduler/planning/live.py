@@ -1,6 +1,6 @@
 """Stage 1, live machines: each pending job onto the fittest machine that runs now.
 
-Hard constraints: the machine is not draining, has the free GPUs, vCPUs and memory, its type fully
+Hard constraints: the machine is not draining (nor being removed), has the free GPUs, vCPUs and memory, its type fully
 matches the job's pattern, its region and lifecycle are ones the job accepts. Among those, the fittest
 wins (packer.py: fullest after placing, rebalance and sweep-spread penalties). Reserved jobs first take
 an empty machine of their fleet (reservations.py).
@@ -12,14 +12,15 @@ from collections.abc import Sequence
 
 from lambdas.scheduler.planning.constraints import Patterns
 from lambdas.scheduler.planning.model import JobRequest, Machine, Placement
-from lambdas.scheduler.planning.packer import Packer
+from lambdas.scheduler.planning.packer import Packer, Timing
 from lambdas.scheduler.planning.reservations import place_reservations
 
 
-def place_live(ordered: Sequence[JobRequest], machines: Sequence[Machine], catalog,
-               patterns: Patterns) -> tuple[list[Placement], list[JobRequest]]:
+def place_live(ordered: Sequence[JobRequest], machines: Sequence[Machine], catalog, patterns: Patterns,
+               timing: Timing | None = None) -> tuple[list[Placement], list[JobRequest]]:
     """Placements onto live machines, and the jobs left (in planning order)."""
-    live = Packer(machines, catalog, lambda job, g: patterns.accepts(job, g.instance_type, g.region, g.lifecycle))
+    live = Packer(machines, catalog, lambda job, g: patterns.accepts(job, g.instance_type, g.region, g.lifecycle),
+                  timing)
     reserved = place_reservations(ordered, live)
     placements = [Placement(job_id, m.key, m.region, m.fleet) for job_id, m in reserved.items()]
     unplaced: list[JobRequest] = []

@@ -16,6 +16,13 @@ Resources = tuple[int, float, int]  # GPUs, vCPUs, MiB
 
 
 @dataclass(frozen=True)
+class RuntimeEstimate:
+    """A job's expected runtime: the median of a log-normal belief, and its spread (sigma of log seconds)."""
+    seconds: float
+    log_sigma: float
+
+
+@dataclass(frozen=True)
 class Reservation:
     """A new instance bought for a set of jobs: equal reservations are one box's jobs."""
     region: str
@@ -37,6 +44,11 @@ class JobRequest:
     reserved: Reservation | None = None  # the instance an earlier run bought for it, if any
     # Where its checkpoint is (the region of its first run): it runs there again, or waits. None: anywhere.
     checkpoint_region: str | None = None
+    # How long it is expected to run (runtimes.py: the spec's estimate and finished siblings), or None.
+    runtime: RuntimeEstimate | None = None
+    # Seconds between the job's checkpoints (a requeued attempt resumes from the last); None: restarts.
+    checkpoint_interval_s: float | None = None
+    attempts_left: int = 1  # runs it may still start, counting the next one
 
 
 @dataclass(frozen=True)
@@ -56,6 +68,14 @@ class Machine:
     draining: bool = False
     # Submissions with a job running on the machine (the sweep spread counts them in its pool).
     submissions: frozenset[str] = frozenset()
+    # Tagged `mlfleet:removing`: a removal (docs/removal.md) is draining it. Never placed onto.
+    removing: bool = False
+    launched_at: float | None = None  # epoch seconds; None when unknown (never released then)
+    # Since when no task has run on it; None while a task runs or when unknown (never released then).
+    empty_since: float | None = None
+    protected: bool = False  # `mlfleet:keep-alive` protects it
+    # When its running jobs are expected to have ended (epoch seconds); None when any is unknown.
+    busy_until: float | None = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +91,10 @@ class Fleet:
     max_instances: int
     on_demand_base: int = 0
     on_demand_percent_above_base: int = 0
+    min_size: int = 0  # the group's minimum: a release never takes it below
+    # Instances of the group a removal is draining (tagged `mlfleet:removing`): neither usable nor
+    # launching; they count against the disruption budget until terminated.
+    removing_instances: int = 0
 
 
 @dataclass(frozen=True)
@@ -101,7 +125,20 @@ class ScaleOut:
 
 
 @dataclass(frozen=True)
+class Candidate:
+    """A machine proposed for removal (docs/removal.md, "Propose"); the removal executor validates it
+    again, drains it, re-checks it under the placement lease and terminates it with a decrement."""
+    instance_id: str
+    container_instance_arn: str
+    region: str
+    asg_name: str
+    method: str  # "release" (the scheduler) or "idle" (the reaper)
+    reason: str
+
+
+@dataclass(frozen=True)
 class Plan:
     placements: tuple[Placement, ...]
     scale_outs: tuple[ScaleOut, ...]
     waiting: tuple[tuple[str, str], ...]  # (job_id, reason)
+    releases: tuple[Candidate, ...] = ()  # empty machines the scheduler gives back (release.py)

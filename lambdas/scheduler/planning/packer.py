@@ -5,11 +5,20 @@ GPUs weighted most (they are what costs), then vCPUs and memory; a full machine 
 for removal. Soft constraints lower the score: a machine under a rebalance recommendation, and a spot
 pool (region, instance type, AZ) that already holds a job of the same submission (spreading a sweep
 limits what one reclaimed pool takes down). Ties go to the cheaper GPU-hour, then the key.
+
+With runtimes (`Timing`): jobs that will end together share a machine. A job that would keep a machine
+up past the end of its current jobs costs that machine's price for the extension (for an empty machine,
+for the job's whole runtime: the machine would be released otherwise). The extension's cost, relative
+to buying an instance for the job alone, lowers the fitness; past DECLINE_FACTOR times that purchase
+the machine is declined, and the job goes on to the later stages. A job that ends before the machine's
+other jobs costs nothing extra: it fills room already paid for. Jobs or machines without a runtime
+belief are placed as before.
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -18,6 +27,24 @@ from lambdas.scheduler.planning.model import JobRequest, Machine, Resources
 
 REBALANCE_PENALTY = 0.5  # below any healthy machine: used only when nothing else fits
 SWEEP_SPREAD_PENALTY = 0.1  # less than one GPU step on a 4-GPU machine (0.15): packing wins there
+# An extension costing as much as buying for the job alone weighs like a third of a machine's fullness.
+EXTENSION_WEIGHT = 0.3
+DECLINE_FACTOR = 1.0  # decline a machine whose extension costs more than this many purchases for the job
+HOUR = 3600.0
+
+
+@dataclass(frozen=True)
+class Timing:
+    """What duration-aware packing needs: the time, and what the job would cost bought alone ($, or None)."""
+    now: float
+    alternative_usd: Callable[[JobRequest], float | None]
+
+
+def time_bucket(busy_until: float | None, now: float) -> int | None:
+    """Machines whose work ends within a factor of two of each other share a bucket (None: unknown)."""
+    if busy_until is None:
+        return None
+    return max(0, int(math.log2(max(1.0, (busy_until - now) / 60.0))))
 
 
 @dataclass
@@ -27,6 +54,7 @@ class Bin:
     free: list  # [GPUs, vCPUs, MiB]
     capacity: Resources
     price_per_gpu: float
+    busy_until: float | None = None  # when its jobs are expected to end; None when unknown
 
     def fullness(self) -> float:
         return 1.0 - weighted_share(self.capacity, self.free)
@@ -38,7 +66,8 @@ class Bin:
 
 @dataclass
 class Group:
-    """Machines alike for every job: same fleet and type (so same capacity), zone, lifecycle, rebalance.
+    """Machines alike for every job: same fleet and type (so same capacity), zone, lifecycle, rebalance,
+    and time bucket.
 
     Inside a group a job's fitness on a machine is the machine's fullness plus a term that depends only
     on the job and the type, so the best machine of a group is the fullest one that fits. Buckets by
@@ -80,9 +109,11 @@ class Packer:
     cost milliseconds, not seconds: groups of alike machines, buckets by free GPUs, and a memo of job
     sizes that already found no room (machines only fill up while planning)."""
 
-    def __init__(self, machines: Iterable[Machine], catalog, accepts: Callable[[JobRequest, Group], bool]):
+    def __init__(self, machines: Iterable[Machine], catalog, accepts: Callable[[JobRequest, Group], bool],
+                 timing: Timing | None = None):
         self._catalog = catalog
         self._accepts = accepts
+        self._timing = timing
         self._groups: dict[tuple, Group] = {}
         self._pool_submissions: dict[tuple[str, str, str], set[str]] = {}
         # constraint key -> (a job with those constraints, the groups it may use)
@@ -93,26 +124,35 @@ class Packer:
         for machine in sorted(machines, key=lambda m: m.key):
             self.add(machine)
 
-    def add(self, machine: Machine) -> None:
-        if machine.draining:
-            return
-        capacity = capacity_of(self._catalog, machine.instance_type)
+    def _group(self, machine: Machine, capacity: Resources, busy_until: float | None) -> Group:
         pool = (machine.region, machine.instance_type, machine.availability_zone)
-        key = (machine.fleet, *pool, machine.lifecycle, machine.rebalance_recommended)
+        bucket = time_bucket(busy_until, self._timing.now) if self._timing else None
+        key = (machine.fleet, *pool, machine.lifecycle, machine.rebalance_recommended, bucket)
         group = self._groups.get(key)
         if group is None:
             group = self._groups[key] = Group(machine.fleet, machine.instance_type, machine.region,
-                                               machine.lifecycle, pool, machine.rebalance_recommended, capacity)
+                                              machine.lifecycle, pool, machine.rebalance_recommended, capacity)
             for job, groups in self._eligible.values():
                 if self._accepts(job, group):
                     groups.append(group)
-        self._pool_submissions.setdefault(pool, set()).update(machine.submissions)
+        return group
+
+    def add(self, machine: Machine) -> None:
+        if machine.draining or machine.removing:
+            return  # never placed onto: being drained by AWS or by a removal
+        capacity = capacity_of(self._catalog, machine.instance_type)
+        # Every job holds a GPU, so all GPUs free means no job runs there (GPUs come from the catalog).
+        empty = machine.free_gpus >= capacity[0] and not machine.submissions
+        busy_until = None
+        if self._timing is not None:
+            busy_until = self._timing.now if empty else machine.busy_until
+        group = self._group(machine, capacity, busy_until)
+        self._pool_submissions.setdefault(group.pool, set()).update(machine.submissions)
         bin_ = Bin(machine, [machine.free_gpus, machine.free_vcpus, machine.free_memory_mib], capacity,
-                    machine.price_per_hour / max(1, capacity[0]))
+                   machine.price_per_hour / max(1, capacity[0]), busy_until)
         group.add(bin_)
         self._bins[machine.key] = (group, bin_)
-        # Every job holds a GPU, so all GPUs free means no job runs there (GPUs come from the catalog).
-        if machine.free_gpus >= capacity[0] and not machine.submissions and not machine.rebalance_recommended:
+        if empty and not machine.rebalance_recommended:
             self._empty.setdefault((machine.region, machine.fleet), []).append(machine.key)
         self._no_room.clear()  # new room: sizes that found none may fit now
 
@@ -140,6 +180,13 @@ class Packer:
     def _take(self, group: Group, bin_: Bin, job: JobRequest, need: Resources) -> None:
         group.remove(bin_, bin_.rank())
         bin_.free = [bin_.free[0] - need[0], bin_.free[1] - need[1], bin_.free[2] - need[2]]
+        if self._timing is not None and bin_.busy_until is not None:
+            busy_until = None if job.runtime is None else max(bin_.busy_until, self._timing.now + job.runtime.seconds)
+            if time_bucket(busy_until, self._timing.now) != time_bucket(bin_.busy_until, self._timing.now):
+                bin_.busy_until = busy_until
+                group = self._group(bin_.machine, group.capacity, busy_until)
+                self._bins[bin_.machine.key] = (group, bin_)
+            bin_.busy_until = busy_until
         group.add(bin_)
         self._pool_submissions.setdefault(group.pool, set()).add(job.submission_id)
 
@@ -149,12 +196,25 @@ class Packer:
             self._eligible[key] = (job, [g for g in self._groups.values() if self._accepts(job, g)])
         return self._eligible[key][1]
 
+    def _extension_penalty(self, job: JobRequest, bin_: Bin) -> float | None:
+        """The fitness lost by keeping the machine up for the job; None when the machine is declined."""
+        if self._timing is None or job.runtime is None or bin_.busy_until is None:
+            return 0.0
+        extension = max(0.0, self._timing.now + job.runtime.seconds - bin_.busy_until)
+        if extension <= 0:
+            return 0.0
+        alternative = self._timing.alternative_usd(job)
+        if not alternative:
+            return 0.0
+        ratio = extension * bin_.machine.price_per_hour / HOUR / alternative
+        return None if ratio > DECLINE_FACTOR else EXTENSION_WEIGHT * ratio
+
     def place(self, job: JobRequest) -> Machine | None:
         need = demand_of(job)
         memo_key = constraint_key(job)
         if any(fits(need, small) for small in self._no_room.get(memo_key, ())):
             return None  # a job no larger than this one already found no room
-        best, best_key = None, None
+        best, best_key, declined = None, None, False
         for group in self._groups_for(job):
             candidate = group.best_fit(need)
             if candidate is None:
@@ -162,14 +222,18 @@ class Packer:
             penalty = REBALANCE_PENALTY if group.rebalance else 0.0
             if group.lifecycle == "spot" and job.submission_id in self._pool_submissions.get(group.pool, ()):
                 penalty += SWEEP_SPREAD_PENALTY
-            fitness = candidate.fullness() + weighted_share(group.capacity, need) - penalty
+            extension = self._extension_penalty(job, candidate)
+            if extension is None:
+                declined = True
+                continue
+            fitness = candidate.fullness() + weighted_share(group.capacity, need) - penalty - extension
             key = (-round(fitness, 12), candidate.price_per_gpu, candidate.machine.key)
             if best_key is None or key < best_key:
                 best, best_key = (group, candidate), key
         if best is None:
-            self._no_room.setdefault(memo_key, []).append(need)
+            if not declined:  # no room at all (a decline depends on the runtime, not only the size)
+                self._no_room.setdefault(memo_key, []).append(need)
             return None
         group, bin_ = best
         self._take(group, bin_, job, need)
         return bin_.machine
-

@@ -1,41 +1,80 @@
-"""The plan: where each pending job goes, and what to buy for the rest. One pure function.
+"""The plan: where each pending job goes, what to buy for the rest, and what to give back. One pure function.
 
-Plain data in (pending jobs, live machines, purchasable fleets, the catalog, the limits), a `Plan` out.
-No AWS: the scheduler Lambda reads the world and acts on the plan; the benchmark runs this same code.
-Each stage serves the jobs the previous ones could not, in planning order (largest first, oldest
-first among equals):
+Plain data in (pending jobs, live machines, purchasable fleets, the catalog, the limits, the time), a
+`Plan` out. No AWS: the scheduler Lambda reads the world and acts on the plan; the benchmark runs this
+same code. Each stage serves the jobs the previous ones could not, in planning order (largest first,
+oldest first among equals):
 
+   lifecycle.py     spot or on-demand by expected cost (with interruption rates and runtime beliefs)
 0. reservations.py  jobs an earlier run bought an instance for start together on it
-1. live.py          the fittest live machine
+1. live.py          the fittest live machine (duration-aware: packer.py)
 2. launching.py     instances already asked for and still launching
-3. purchase.py      what to buy, within each fleet's cap and the dollar cap
+3. purchase.py      what to buy, runtime class by class, within each fleet's cap and the dollar cap
+4. release.py       empty machines nothing was placed on, past the release delay, given back
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
-from lambdas.scheduler.planning.constraints import Patterns, planning_order
-from lambdas.scheduler.planning.fleets import purchase_options
+from lambdas.scheduler.planning.constraints import Patterns, constraint_key, demand_of, fits, planning_order
+from lambdas.scheduler.planning.fleets import Option, may_run, purchase_options
 from lambdas.scheduler.planning.launching import place_on_launching
+from lambdas.scheduler.planning.lifecycle import choose_lifecycles
 from lambdas.scheduler.planning.live import place_live
 from lambdas.scheduler.planning.model import ADMISSION_CLOSED, Fleet, JobRequest, Limits, Machine, Plan, ScaleOut
+from lambdas.scheduler.planning.packer import Timing
 from lambdas.scheduler.planning.purchase import purchase
+from lambdas.scheduler.planning.release import ReleasePolicy, propose_releases
+
+# Scale-out to a machine ECS can place on, when the caller does not say (the benchmark's default too).
+DEFAULT_BOOT_S = 180.0
 
 
 def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequence[Fleet], catalog,
-         limits: Limits, *, prices: Mapping[tuple[str, str], float] | None = None) -> Plan:
+         limits: Limits, *, prices: Mapping[tuple[str, str], float] | None = None, now: float = 0.0,
+         release: ReleasePolicy | None = None, interruption_rate: Callable[[str, str], float] | None = None,
+         boot_s: float = DEFAULT_BOOT_S) -> Plan:
+    """`release`: propose empty machines to give back (None: propose none). `interruption_rate(region,
+    type)`: spot interruptions per instance-hour, for the lifecycle stage (None: leave lifecycles alone)."""
+    def releases(placed_on) -> tuple:
+        return propose_releases(machines, fleets, catalog, now, release, placed_on) if release else ()
+
     if not limits.admission_open:
-        return Plan((), (), tuple((j.job_id, ADMISSION_CLOSED) for j in sorted(jobs, key=lambda j: j.job_id)))
+        return Plan((), (), tuple((j.job_id, ADMISSION_CLOSED) for j in sorted(jobs, key=lambda j: j.job_id)),
+                    releases(()))
 
     patterns = Patterns()
-    placements, unplaced = place_live(planning_order(jobs), machines, catalog, patterns)
+    options = purchase_options(fleets, catalog, prices)
+    ordered = planning_order(jobs)
+    fallbacks: dict[str, JobRequest] = {}
+    if interruption_rate is not None:
+        originals = {j.job_id: j for j in ordered}
+        ordered, marked = choose_lifecycles(ordered, options, machines, interruption_rate, patterns, boot_s, catalog)
+        fallbacks = {job_id: originals[job_id] for job_id in marked}
+    timing = Timing(now, _alternative(options, patterns, boot_s)) if any(j.runtime for j in ordered) else None
+    placements, unplaced = place_live(ordered, machines, catalog, patterns, timing)
     waiting: list[tuple[str, str]] = []
     scale_outs: list[ScaleOut] = []
     if unplaced:
-        options = purchase_options(fleets, catalog, prices)
         unplaced, waiting = place_on_launching(unplaced, options, catalog, patterns)
         if unplaced:
-            scale_outs, bought_waiting = purchase(unplaced, options, catalog, patterns, limits)
+            scale_outs, bought_waiting = purchase(unplaced, options, catalog, patterns, limits, fallbacks)
             waiting += bought_waiting
-    return Plan(tuple(placements), tuple(scale_outs), tuple(sorted(waiting)))
+    return Plan(tuple(placements), tuple(scale_outs), tuple(sorted(waiting)),
+                releases({p.machine_key for p in placements}))
+
+
+def _alternative(options: Sequence[Option], patterns: Patterns, boot_s: float) -> Callable[[JobRequest], float | None]:
+    """What a job would cost on an instance bought for it alone: the cheapest fleet that may run it, for
+    its runtime and a boot ($; None when no fleet can). Memoized per constraints and size."""
+    cheapest: dict[tuple, float | None] = {}
+
+    def cost(job: JobRequest) -> float | None:
+        key = (constraint_key(job), demand_of(job))
+        if key not in cheapest:
+            prices = [o.price for o in options if fits(o.capacity, demand_of(job)) and may_run(job, o, patterns)]
+            cheapest[key] = min(prices) if prices else None
+        price = cheapest[key]
+        return None if price is None or job.runtime is None else price * (job.runtime.seconds + boot_s) / 3600.0
+    return cost

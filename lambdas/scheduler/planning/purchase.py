@@ -14,8 +14,8 @@ within the caps, then the lower $/h):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from lambdas.scheduler.planning.columns import cheapest_cover, gauss_jordan_pivot
 from lambdas.scheduler.planning.constraints import Patterns, demand_of, fits
@@ -27,6 +27,8 @@ from lambdas.scheduler.planning.packer import Packer
 # the greedy plan alone decides. The shared trace (87 kinds, 7,064 jobs) needs about 1.6 s.
 COVER_CPU_SECONDS = 5.0
 COVER_MAX_KINDS = 250
+# Runtime classes bought apart: under an hour, then up to 4 h, 16 h, 64 h, and longer.
+RUNTIME_CLASS_EDGES_S = (3600.0, 4 * 3600.0, 16 * 3600.0, 64 * 3600.0)
 
 
 def resource_prices(boxes: Sequence[tuple[Resources, float]], demand: Sequence[float]) -> tuple[float, float, float]:
@@ -265,8 +267,9 @@ def _cover_seeds(jobs: Sequence[JobRequest], options: Sequence[Option], patterns
     return seeds
 
 
-def purchase(jobs: Sequence[JobRequest], options: Sequence[Option], catalog, patterns: Patterns,
-              limits: Limits) -> tuple[list[ScaleOut], list[tuple[str, str]]]:
+def _purchase_once(jobs: Sequence[JobRequest], options: Sequence[Option], catalog, patterns: Patterns,
+                   limits: Limits) -> _Bought:
+    """The better of the greedy plan and the cover-seeded one for these jobs."""
     best = _Purchase(options, catalog, patterns, limits).run(jobs, (), limits.scaling_allowed)
     if limits.scaling_allowed:
         seeds = _cover_seeds(jobs, options, patterns, limits)
@@ -274,13 +277,50 @@ def purchase(jobs: Sequence[JobRequest], options: Sequence[Option], catalog, pat
             covered = _Purchase(options, catalog, patterns, limits).run(jobs, seeds, True)
             if (len(covered.waiting), covered.cost) < (len(best.waiting), best.cost):
                 best = covered
-    scale_outs, waiting = [], list(best.waiting)
-    for i in sorted(best.boxes):
-        fleet, boxes = options[i].fleet, sorted(tuple(sorted(b)) for b in best.boxes[i])
+    return best
+
+
+def runtime_class(job: JobRequest) -> int:
+    """Jobs expected to run about as long as each other (-1: no runtime belief)."""
+    if job.runtime is None:
+        return -1
+    return sum(job.runtime.seconds >= edge for edge in RUNTIME_CLASS_EDGES_S)
+
+
+def purchase(jobs: Sequence[JobRequest], options: Sequence[Option], catalog, patterns: Patterns,
+             limits: Limits, fallbacks: Mapping[str, JobRequest] | None = None) -> tuple[list[ScaleOut], list[tuple[str, str]]]:
+    """Boxes for `jobs`, bought class by class of runtime (a box never mixes a day-long job with
+    minute-long ones: it would outlive them, nearly empty), within the caps all classes share.
+
+    `fallbacks`: jobs the lifecycle stage sent on-demand, as they were; one that could not be bought
+    for (the on-demand fleets' caps) is planned again as it was, with what room is left.
+    """
+    classes: dict[int, list[JobRequest]] = {}
+    for job in jobs:  # in planning order; a class comes in the order of its first job
+        classes.setdefault(runtime_class(job), []).append(job)
+    rounds = list(classes.values())
+    fallbacks = dict(fallbacks or {})
+    bought: dict[int, list[list[str]]] = {}
+    waiting: list[tuple[str, str]] = []
+    options = list(options)
+    while rounds:
+        batch = rounds.pop(0)
+        result = _purchase_once(batch, options, catalog, patterns, limits)
+        for i, boxes in result.boxes.items():
+            bought.setdefault(i, []).extend(boxes)
+            options[i] = replace(options[i], room=options[i].room - len(boxes))
+        limits = replace(limits, current_hourly_usd=limits.current_hourly_usd + result.cost)
+        retry = [fallbacks.pop(job_id) for job_id, _ in result.waiting if job_id in fallbacks]
+        retried = {job.job_id for job in retry}
+        waiting += [(job_id, reason) for job_id, reason in result.waiting if job_id not in retried]
+        if retry:
+            rounds.append(retry)
+    scale_outs = []
+    for i in sorted(bought):
+        fleet, boxes = options[i].fleet, sorted(tuple(sorted(b)) for b in bought[i])
         for_jobs = tuple(sorted(j for b in boxes for j in b))
         scale_outs.append(ScaleOut(fleet.region, fleet.fleet, fleet.asg_name, len(boxes),
                                    round(options[i].price * len(boxes), 4), for_jobs, tuple(boxes)))
         waiting += [(j, f"waiting for {len(boxes)} new instance(s) of fleet {fleet.fleet} in {fleet.region}")
                     for j in for_jobs]
     return scale_outs, waiting
-
