@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,22 +53,31 @@ def _fits(capacity: Shape, shape: Shape) -> bool:
     return all(c >= s for c, s in zip(capacity, shape))
 
 
-def configuration_bound(demand: Mapping[Shape, int] | Sequence[Shape], boxes: Sequence[Box], *,
-                        max_iterations: int = 1000) -> ConfigurationBound:
-    """The bound for `demand` (shape -> count, or a list of shapes) over instance types `boxes`.
+def configuration_bound(demand: Mapping | Sequence, boxes: Sequence[Box], *, max_iterations: int = 1000,
+                        eligible: Mapping[object, Collection[int]] | None = None,
+                        shape_of=lambda kind: kind) -> ConfigurationBound:
+    """The bound for `demand` (kind -> count, or a list of kinds) over instance types `boxes`.
 
-    Shapes no box can hold are left out (the caller reports them as unplaceable).
+    A kind is a shape (GPUs, vCPUs, MiB) unless `shape_of` says how to read one (a shape and the GPU model
+    a job is tied to, say). `eligible[kind]`: the boxes that kind may use (every box it fits when not
+    given); a pattern only holds kinds eligible on its box. Kinds no box can hold are left out (the
+    caller reports them as unplaceable).
     """
     counts = Counter(demand) if not isinstance(demand, Mapping) else Counter(dict(demand))
-    shapes = [s for s in counts if any(_fits(c, s) for c, _ in boxes)]
-    if not shapes:
+
+    def allowed(kind, b: int) -> bool:
+        return _fits(boxes[b][0], shape_of(kind)) and (eligible is None or b in eligible.get(kind, ()))
+
+    kinds = [k for k in counts if any(allowed(k, b) for b in range(len(boxes)))]
+    if not kinds:
         return ConfigurationBound(0.0, 0, 0, True)
-    need = np.array([counts[s] for s in shapes], dtype=float)
-    sizes = np.array(shapes, dtype=float)  # one row per shape
+    need = np.array([counts[k] for k in kinds], dtype=float)
+    sizes = np.array([shape_of(k) for k in kinds], dtype=float)  # one row per kind
+    shapes = [shape_of(k) for k in kinds]
     columns: list[tuple[int, np.ndarray]] = []
-    for k, shape in enumerate(shapes):  # start: each job alone on its cheapest instance
-        _, box = min((price, b) for b, (capacity, price) in enumerate(boxes) if _fits(capacity, shape))
-        column = np.zeros(len(shapes))
+    for k, kind in enumerate(kinds):  # start: each kind alone on its cheapest instance
+        _, box = min((price, b) for b, (capacity, price) in enumerate(boxes) if allowed(kind, b))
+        column = np.zeros(len(kinds))
         column[k] = 1
         columns.append((box, column))
 
@@ -83,13 +92,13 @@ def configuration_bound(demand: Mapping[Shape, int] | Sequence[Shape], boxes: Se
         added = 0
         for b, (capacity, price) in enumerate(boxes):
             fits_alone = [int(min(capacity[d] // s[d] if s[d] else need[k] for d in range(3)))
-                          for k, s in enumerate(shapes)]
+                          if allowed(kinds[k], b) else 0 for k, s in enumerate(shapes)]
             upper = np.minimum(need, np.array(fits_alone, dtype=float))
             if not upper.any():
                 continue
             with _quiet_stdout():
                 pattern = milp(-duals, constraints=LinearConstraint(sizes.T, -np.inf, np.array(capacity, dtype=float)),
-                               integrality=np.ones(len(shapes)), bounds=Bounds(0, upper),
+                               integrality=np.ones(len(kinds)), bounds=Bounds(0, upper),
                                options={"mip_rel_gap": 0.0})
             if pattern.x is not None and -pattern.fun > price * (1 + 1e-9) + 1e-9:
                 columns.append((b, np.round(pattern.x)))

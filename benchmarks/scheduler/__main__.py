@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import random
 import sys
 import time
 from collections import Counter
@@ -22,13 +24,15 @@ sys.path[:0] = [str(ROOT)]
 from benchmarks.scheduler.bound import aggregate_bound, replay_bound, snapshot_configuration_bound  # noqa: E402
 from benchmarks.scheduler.simulate import InstanceType, Simulation  # noqa: E402
 from benchmarks.scheduler.strategies import (  # noqa: E402
-    EcsBinpackMemoryStrategy, FirstFitStrategy, MlfleetStrategy, OneInstancePerJobStrategy,
+    EcsBinpackMemoryStrategy, FirstFitStrategy, KarpenterWhenEmptyStrategy, MlfleetStrategy,
+    OneInstancePerJobStrategy, StrategyCannotRun,
 )
 from benchmarks.scheduler.trace import TraceError, read_trace  # noqa: E402
 from lambdas.common.catalog import load_catalog  # noqa: E402
 
 DEFAULT_TRACE = ROOT / "benchmarks" / "data" / "openb_pod_list_default.csv"
-STRATEGIES = ("mlfleet", "one-instance-per-job", "ecs-binpack-memory", "first-fit")
+STRATEGIES = ("mlfleet", "one-instance-per-job", "karpenter-when-empty", "ecs-binpack-memory", "first-fit")
+MLFLEET_PARTS = ("release", "runtimes", "lifecycle")
 
 
 class BenchmarkError(Exception):
@@ -36,7 +40,8 @@ class BenchmarkError(Exception):
 
 
 def instance_types(catalog, region: str) -> list[InstanceType]:
-    types = [InstanceType(t.name, t.gpus, float(t.schedulable_vcpus), t.schedulable_memory_mib, t.spot_price(region))
+    types = [InstanceType(t.name, t.gpus, float(t.schedulable_vcpus), t.schedulable_memory_mib, t.spot_price(region),
+                          t.on_demand_price(region))
              for t in catalog.types if region in t.regions()]
     if not types:
         raise BenchmarkError(f"--region {region}: the catalog prices no instance type there "
@@ -44,9 +49,28 @@ def instance_types(catalog, region: str) -> list[InstanceType]:
     return types
 
 
-def simulate(strategy, jobs, types, args) -> Simulation:
+def job_hints(jobs, args) -> dict[str, float]:
+    """The runtime estimates the jobs' specs carry: for a share of the jobs, the true duration times a
+    log-normal error factor exp(N(0, sigma)). The planner sees only these, never the durations."""
+    rng = random.Random(f"hints:{args.seed}")
+    hints = {}
+    for job in sorted(jobs, key=lambda j: j.job_id):
+        if rng.random() < args.hint_share:
+            hints[job.job_id] = job.duration_s * math.exp(rng.gauss(0.0, args.hint_sigma))
+    return hints
+
+
+def job_checkpoints(jobs, args) -> dict[str, float]:
+    """A share of the jobs save their progress every --checkpoint-interval-minutes (seeded choice)."""
+    rng = random.Random(f"checkpoints:{args.seed}")
+    return {job.job_id: args.checkpoint_interval_minutes * 60 for job in sorted(jobs, key=lambda j: j.job_id)
+            if rng.random() < args.checkpoint_share}
+
+
+def simulate(strategy, jobs, types, args, hints=None, checkpoints=None) -> Simulation:
     sim = Simulation(jobs, types, strategy, mode=args.mode, interruptions_per_hour=args.interruptions_per_hour,
-                     seed=args.seed, boot_s=args.boot_seconds, max_attempts=args.max_attempts)
+                     seed=args.seed, boot_s=args.boot_seconds, max_attempts=args.max_attempts,
+                     checkpoints=checkpoints, hints=hints, timeline_s=args.timeline_hours * 3600)
     sim.run()
     if sim.snapshot:
         check_packing(sim, strategy.name)
@@ -76,7 +100,8 @@ def ecs_instance_type(jobs, types, args) -> InstanceType:
     whole trace at once costs least."""
     candidates = [t for t in types if all(t.holds(j) for j in jobs)]
     if not candidates:
-        raise BenchmarkError("no single instance type holds every job: ecs-binpack-memory cannot run this trace")
+        raise StrategyCannotRun("no single instance type holds every job (sizes, or GPU models the jobs are "
+                                "tied to), and a capacity provider scales one type")
     snapshot = argparse.Namespace(**{**vars(args), "mode": "snapshot"})
     costs = {t.name: sum(b.type.price for b in simulate(EcsBinpackMemoryStrategy(t), jobs, types, snapshot).boxes)
              for t in candidates}
@@ -87,13 +112,15 @@ def metrics(sim: Simulation) -> dict:
     states = list(sim.jobs.values())
     by_state = Counter(s.state for s in states)
     if sim.snapshot:
-        cost = sum(b.type.price for b in sim.boxes)
+        cost = sum(b.price for b in sim.boxes)
         bought_gpus = sum(b.type.gpus for b in sim.boxes)
         utilization = sum(s.job.gpus for s in states if s.state == "running") / bought_gpus if bought_gpus else 0.0
         completed, lost, waits = by_state["running"], by_state["waiting"], [0.0]
+        done = [s for s in states if s.state == "running"]
     else:
         end = {b.id: b.terminated for b in sim.boxes}
-        cost = sum((end[b.id] - b.launched) / 3600 * b.type.price for b in sim.boxes)
+        cost = sum((end[b.id] - b.launched) / 3600 * b.price for b in sim.boxes)
+        done = [s for s in states if s.state == "completed"]
         held = sum((end[b.id] - b.launched) * b.type.gpus for b in sim.boxes)
         utilization = sum(s.gpu_seconds for s in states) / held if held else 0.0
         completed = by_state["completed"]
@@ -101,6 +128,7 @@ def metrics(sim: Simulation) -> dict:
         waits = sorted(s.first_start - s.job.submit_s for s in states if s.first_start is not None) or [0.0]
         if completed + by_state["dead_lettered"] + lost != len(states):
             raise BenchmarkError("job accounting does not add up")
+    completed_gpu_hours = sum(s.job.gpus * s.job.duration_s for s in done) / 3600
     figures = {
         "cost_usd": round(cost, 2),
         "gpu_utilization": round(utilization, 4),
@@ -109,11 +137,36 @@ def metrics(sim: Simulation) -> dict:
         "p95_wait_s": round(waits[min(len(waits) - 1, int(0.95 * len(waits)))], 1),
         "instances_launched": len(sim.boxes),
         "plan_seconds": round(sim.plan_seconds, 3),
+        "completed_gpu_hours": round(completed_gpu_hours, 2),
     }
     if not sim.snapshot:
+        figures["usd_per_completed_gpu_hour"] = round(cost / completed_gpu_hours, 4) if completed_gpu_hours else None
         figures["jobs_dead_lettered"] = by_state["dead_lettered"]
         figures["dead_letter_reasons"] = dict(Counter(s.reason for s in states if s.state == "dead_lettered"))
+        figures["on_demand_instances"] = sum(1 for b in sim.boxes if b.lifecycle != "spot")
+        if sim.timeline:
+            figures["cost_timeline"] = [[round(t / 3600, 2), round(usd, 2)] for t, usd in sim.timeline]
     return figures
+
+
+def make_strategy(name: str, placeable, types, catalog, args):
+    window, grace = args.idle_window_minutes * 60, args.idle_grace_minutes * 60
+    if name == "mlfleet":
+        without = set(args.mlfleet_without)
+        return MlfleetStrategy(
+            types, catalog, args.region, window, grace,
+            release_after_s=None if "release" in without else (
+                args.boot_seconds if args.release_after_empty_seconds is None else args.release_after_empty_seconds),
+            boot_s=args.boot_seconds,
+            interruptions_per_hour=0.0 if "lifecycle" in without else args.interruptions_per_hour,
+            on_demand_max_instances=args.on_demand_max_instances, runtimes="runtimes" not in without)
+    if name == "one-instance-per-job":
+        return OneInstancePerJobStrategy(types)
+    if name == "karpenter-when-empty":
+        return KarpenterWhenEmptyStrategy(types, args.consolidate_after_seconds)
+    if name == "first-fit":
+        return FirstFitStrategy(types, window, grace)
+    return EcsBinpackMemoryStrategy(ecs_instance_type(placeable, types, args))
 
 
 def run(args) -> dict:
@@ -125,7 +178,9 @@ def run(args) -> dict:
     unknown = sorted(set(wanted) - set(STRATEGIES))
     if unknown:
         raise BenchmarkError(f"--strategies: unknown {', '.join(unknown)} (known: {', '.join(STRATEGIES)})")
-    window, grace = args.idle_window_minutes * 60, args.idle_grace_minutes * 60
+    requested = args.mode
+    if not trace.timed and args.mode == "replay":
+        args.mode = "snapshot"  # an openb pod list without time columns has nothing to replay
     result = {
         "trace": str(args.trace), "mode": args.mode, "jobs": len(trace.jobs),
         "unplaceable": len(trace.jobs) - len(placeable),
@@ -135,10 +190,17 @@ def run(args) -> dict:
         "region": args.region, "seed": args.seed, "catalog_snapshot": catalog.snapshot_date,
         "excluded": dict(trace.excluded),
     }
+    if requested != args.mode:
+        result["mode_note"] = f"--mode {requested} asked for, but the trace has no time columns: snapshot"
+    hints, checkpoints = {}, {}
     if args.mode == "replay":
+        hints, checkpoints = job_hints(placeable, args), job_checkpoints(placeable, args)
         result.update(interruptions_per_hour=args.interruptions_per_hour, boot_seconds=args.boot_seconds,
                       max_attempts=args.max_attempts, idle_window_minutes=args.idle_window_minutes,
-                      idle_grace_minutes=args.idle_grace_minutes)
+                      idle_grace_minutes=args.idle_grace_minutes,
+                      runtime_hints={"share": args.hint_share, "log_sigma": args.hint_sigma, "jobs": len(hints)},
+                      checkpoints={"share": args.checkpoint_share,
+                                   "interval_minutes": args.checkpoint_interval_minutes, "jobs": len(checkpoints)})
     if args.configuration_bound:
         if args.mode != "snapshot":
             raise BenchmarkError("--configuration-bound is computed for --mode snapshot only")
@@ -146,19 +208,18 @@ def run(args) -> dict:
         result["configuration_lp_bound_usd"] = round(bound.cost, 2)
     for name in wanted:
         started = time.perf_counter()
-        if name == "mlfleet":
-            strategy = MlfleetStrategy(types, catalog, args.region, window, grace)
-        elif name == "one-instance-per-job":
-            strategy = OneInstancePerJobStrategy(types)
-        elif name == "first-fit":
-            strategy = FirstFitStrategy(types, window, grace)
-        else:
-            strategy = EcsBinpackMemoryStrategy(ecs_instance_type(placeable, types, args))
-        figures = metrics(simulate(strategy, placeable, types, args))
+        try:
+            strategy = make_strategy(name, placeable, types, catalog, args)
+        except StrategyCannotRun as reason:
+            result["strategies"][name] = {"skipped": str(reason)}
+            continue
+        figures = metrics(simulate(strategy, placeable, types, args, hints, checkpoints))
         figures["cost_ratio_to_bound"] = round(figures["cost_usd"] / result["lower_bound_cost_usd"], 4) \
             if result["lower_bound_cost_usd"] else None
         if name == "ecs-binpack-memory":
             figures["instance_type"] = strategy.type.name
+        if name == "mlfleet":
+            figures["instances_released"] = strategy.released
         figures["wall_seconds"] = round(time.perf_counter() - started, 1)
         result["strategies"][name] = figures
     return result
@@ -176,6 +237,23 @@ def main(argv=None) -> int:
     parser.add_argument("--boot-seconds", type=float, default=180.0, help="from scale-out to a usable instance")
     parser.add_argument("--idle-window-minutes", type=float, default=90.0, help="the reaper's window")
     parser.add_argument("--idle-grace-minutes", type=float, default=30.0, help="the reaper's grace period")
+    parser.add_argument("--release-after-empty-seconds", type=float,
+                        help="mlfleet's release delay (default: --boot-seconds, the ski-rental choice)")
+    parser.add_argument("--hint-share", type=float, default=0.5,
+                        help="share of jobs whose spec carries a runtime estimate (replay)")
+    parser.add_argument("--hint-sigma", type=float, default=1.0,
+                        help="an estimate is the true duration times exp(N(0, sigma))")
+    parser.add_argument("--checkpoint-share", type=float, default=0.5,
+                        help="share of jobs that checkpoint; a requeued attempt resumes from the last one")
+    parser.add_argument("--checkpoint-interval-minutes", type=float, default=30.0)
+    parser.add_argument("--on-demand-max-instances", type=int, default=10,
+                        help="mlfleet's cap per on-demand fleet (one per type; used only with interruptions)")
+    parser.add_argument("--consolidate-after-seconds", type=float, default=0.0,
+                        help="karpenter-when-empty's consolidateAfter (the NodePool default is 0s)")
+    parser.add_argument("--mlfleet-without", type=lambda text: [p for p in text.split(",") if p], default=[],
+                        help=f"switch parts of mlfleet off, to measure them: {','.join(MLFLEET_PARTS)}")
+    parser.add_argument("--timeline-hours", type=float, default=0.0,
+                        help="replay: also report each strategy's cumulative cost every this many hours")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--limit", type=int, help="only the first N jobs of the trace (quick runs)")
     parser.add_argument("--configuration-bound", action="store_true",
@@ -184,6 +262,16 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.interruptions_per_hour < 0 or args.max_attempts < 1 or args.boot_seconds < 0 or (args.limit or 1) < 1:
         parser.error("--interruptions-per-hour and --boot-seconds must be >= 0, --max-attempts and --limit >= 1")
+    if not (0 <= args.hint_share <= 1 and 0 <= args.checkpoint_share <= 1) or args.hint_sigma < 0 \
+            or args.checkpoint_interval_minutes <= 0 or args.on_demand_max_instances < 0 \
+            or args.consolidate_after_seconds < 0 or args.timeline_hours < 0 \
+            or (args.release_after_empty_seconds is not None and args.release_after_empty_seconds < 0):
+        parser.error("--hint-share and --checkpoint-share must be in [0, 1]; --hint-sigma, --on-demand-max-instances, "
+                     "--consolidate-after-seconds, --timeline-hours and --release-after-empty-seconds >= 0; "
+                     "--checkpoint-interval-minutes > 0")
+    if set(args.mlfleet_without) - set(MLFLEET_PARTS):
+        parser.error(f"--mlfleet-without: unknown {','.join(sorted(set(args.mlfleet_without) - set(MLFLEET_PARTS)))} "
+                     f"(known: {','.join(MLFLEET_PARTS)})")
     if not args.trace.is_file():
         parser.error(f"--trace {args.trace}: no such file")
     try:
@@ -197,6 +285,9 @@ def main(argv=None) -> int:
         print(f"{result['trace']} ({result['mode']}): {result['jobs']} jobs, {result['unplaceable']} unplaceable, "
               f"lower bound ${result['lower_bound_cost_usd']:,.2f}")
         for name, figures in result["strategies"].items():
+            if "skipped" in figures:
+                print(f"  {name:22} skipped: {figures['skipped']}")
+                continue
             print(f"  {name:22} ${figures['cost_usd']:>12,.2f}  x{figures['cost_ratio_to_bound']}  "
                   f"gpu {figures['gpu_utilization']:.1%}  completed {figures['jobs_completed']}  "
                   f"lost {figures['jobs_lost']}  p95 wait {figures['p95_wait_s']} s  "

@@ -1,16 +1,23 @@
 """A discrete-event simulation of a GPU fleet, shared by every strategy and both modes.
 
 Time jumps from event to event (arrivals, instances ready, jobs finishing, spot notices and reclaims,
-reaper checks); the scheduler runs on the one-minute schedule, only in minutes where something
-changed. Instances are spot, priced at the catalog's spot price in one region, and cost from launch to
-termination (booting included).
+idle checks); the scheduler runs on the one-minute schedule, only in minutes where something changed
+or a strategy asked to be woken. Instances cost their price from launch to termination (booting
+included): spot at the catalog's spot price in one region, on-demand (only mlfleet buys it) at the
+catalog's on-demand price there.
 
 - snapshot: every job is pending at time 0, instances are usable at once and jobs never end; the
   scheduler runs until every placeable job runs or a run changes nothing. Cost is $/h of what was bought.
 - replay: jobs arrive at their trace times and run for their durations; a spot instance is reclaimed
   with probability R per instance-hour (an exponential clock from launch), after AWS's 2-minute notice,
-  at which it stops taking work and its jobs are stopped. What happens to those jobs, which instances are
-  bought and when idle ones go is each strategy's policy (strategies.py). Cost is dollars over the trace.
+  at which it stops taking work and its jobs are stopped. A checkpointing job saves its progress every
+  `checkpoint_s` of running and a requeued attempt resumes from the last save; any other job starts over.
+  What happens to stopped jobs, which instances are bought and when idle ones go is each strategy's
+  policy (strategies.py). Cost is dollars over the trace.
+
+An instance reclaimed from an Auto Scaling group is replaced by the group (its desired capacity is
+unchanged); until then, as in production, it counts as capacity on its way (`coming_boxes`), so a
+strategy does not buy a second replacement at the notice.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ class InstanceType:
     vcpus: float
     memory_mib: int
     price: float  # $/h, spot, in the benchmark's region
+    on_demand_price: float = math.inf  # $/h, on-demand, in the benchmark's region
 
     @property
     def capacity(self) -> tuple[int, float, int]:
@@ -60,11 +68,17 @@ class Box:
     launched: float
     ready: float
     free: list
+    lifecycle: str = "spot"
     jobs: set = field(default_factory=set)
     draining: bool = False
     terminated: float | None = None
     idle_since: float | None = None
     dedicated_to: str | None = None  # one-instance-per-job: the job it was bought for
+    replaced: bool = True  # an Auto Scaling group launches a replacement when it is reclaimed
+
+    @property
+    def price(self) -> float:
+        return self.type.price if self.lifecycle == "spot" else self.type.on_demand_price
 
     @property
     def usable(self) -> bool:
@@ -86,11 +100,20 @@ class JobState:
     token: int = 0  # which run a finish event belongs to
     reason: str = ""
     gpu_seconds: float = 0.0  # of all its runs
+    progress: float = 0.0  # seconds of work saved by checkpoints, resumed by the next run
+    checkpoint_s: float | None = None  # None: the job does not checkpoint
+    hint_s: float | None = None  # the runtime estimate its spec carries (the true duration, with error)
+
+    @property
+    def remaining_s(self) -> float:
+        return max(0.0, self.job.duration_s - self.progress)
 
 
 class Simulation:
     def __init__(self, jobs: list[TraceJob], types: list[InstanceType], strategy, *, mode: str,
-                 interruptions_per_hour: float, seed: int, boot_s: float, max_attempts: int):
+                 interruptions_per_hour: float, seed: int, boot_s: float, max_attempts: int,
+                 checkpoints: dict[str, float] | None = None, hints: dict[str, float] | None = None,
+                 timeline_s: float = 0.0):
         self.mode = mode
         self.snapshot = mode == "snapshot"
         self.types = types
@@ -100,15 +123,24 @@ class Simulation:
         self.boot_s = 0.0 if self.snapshot else boot_s
         self.max_attempts = max_attempts
         self.jobs = {j.job_id: JobState(j) for j in jobs}
+        for job_id, interval in (checkpoints or {}).items():
+            self.jobs[job_id].checkpoint_s = interval
+        for job_id, hint in (hints or {}).items():
+            self.jobs[job_id].hint_s = hint
         self.waiting: dict[str, JobState] = {}  # arrival order
         self.boxes: list[Box] = []
+        self.alive: dict[int, Box] = {}  # boxes not terminated, in launch order
+        self.finished: list[tuple[str, float]] = []  # (submission, seconds of work) of completed jobs
         self.now = 0.0
         self._events: list = []
         self._seq = itertools.count()
         self._run_scheduled_at: float | None = None
         self.plan_seconds = 0.0
+        self.timeline: list[tuple[float, float]] = []  # (seconds, dollars spent so far)
         for state in self.jobs.values():
             self._push(0.0 if self.snapshot else state.job.submit_s, "arrive", state)
+        if timeline_s and not self.snapshot:
+            self._push(0.0, "sample", timeline_s)
 
     # --- the event loop -----------------------------------------------------------------------------
 
@@ -122,16 +154,32 @@ class Simulation:
             self._run_scheduled_at = when
             self._push(when, "schedule", None)
 
+    def wake_at(self, at: float) -> None:
+        """Something will change at `at` (a release delay runs out): a run on the tick after it."""
+        self._push(max(self.now, at), "wake", None)
+
     def run(self) -> None:
         while self._events:
             when, _, kind, payload = heapq.heappop(self._events)
+            if kind == "sample" and not self._work_left():
+                continue
             self.now = when
             getattr(self, f"_on_{kind}")(payload)
         if self.snapshot:
             return
-        for box in self.boxes:  # a box still up when nothing is left to happen (only if a policy never ends it)
-            if box.terminated is None:
-                self.terminate(box)
+        for box in list(self.alive.values()):  # still up when nothing is left to happen (a policy never ended it)
+            self.terminate(box)
+        self.timeline.append((self.now, self.cost_so_far()))
+
+    def _work_left(self) -> bool:
+        return bool(self.alive) or any(kind != "sample" for _, _, kind, _ in self._events)
+
+    def _on_sample(self, every: float) -> None:
+        self.timeline.append((self.now, self.cost_so_far()))
+        self._push(self.now + every, "sample", every)
+
+    def _on_wake(self, _) -> None:
+        self.request_run()
 
     def _on_arrive(self, state: JobState) -> None:
         self.waiting[state.job.job_id] = state
@@ -142,8 +190,7 @@ class Simulation:
             return  # superseded by an earlier run
         self._run_scheduled_at = None
         before = (len(self.waiting), len(self.boxes))
-        if self.waiting:
-            self.strategy.schedule(self, self.now)
+        self.strategy.schedule(self, self.now)
         if self.snapshot and self.waiting and (len(self.waiting), len(self.boxes)) != before:
             self.request_run()  # snapshot: run again at once while runs make progress
 
@@ -160,6 +207,8 @@ class Simulation:
         box = state.box
         self._stop(state)
         state.state = "completed"
+        state.progress = state.job.duration_s
+        self.finished.append((state.job.submission_id, state.job.duration_s))
         self.strategy.after_job(self, box)
         if self.waiting:
             self.request_run()
@@ -188,11 +237,13 @@ class Simulation:
 
     # --- what strategies do -------------------------------------------------------------------------
 
-    def launch(self, instance_type: InstanceType, dedicated_to: str | None = None) -> Box:
+    def launch(self, instance_type: InstanceType, dedicated_to: str | None = None, lifecycle: str = "spot",
+               replaced: bool = True) -> Box:
         box = Box(len(self.boxes), instance_type, "abc"[len(self.boxes) % 3], self.now, self.now + self.boot_s,
-                  list(instance_type.capacity), dedicated_to=dedicated_to)
+                  list(instance_type.capacity), lifecycle, dedicated_to=dedicated_to, replaced=replaced)
         self.boxes.append(box)
-        if self.rate > 0:
+        self.alive[box.id] = box
+        if self.rate > 0 and lifecycle == "spot":
             reclaim = box.launched + self.rng.expovariate(self.rate / 3600)
             self._push(max(box.launched, reclaim - NOTICE_S), "notice", box)
             self._push(reclaim, "reclaim", box)
@@ -215,13 +266,16 @@ class Simulation:
         if state.first_start is None:
             state.first_start = self.now
         if not self.snapshot:
-            self._push(self.now + job.duration_s, "finish", (state, state.token))
+            self._push(self.now + state.remaining_s, "finish", (state, state.token))
 
     def _stop(self, state: JobState) -> None:
         box, job = state.box, state.job
         box.free = [box.free[0] + job.gpus, box.free[1] + job.vcpus, box.free[2] + job.memory_mib]
         box.jobs.discard(job.job_id)
-        state.gpu_seconds += (self.now - state.started) * job.gpus
+        ran = self.now - state.started
+        state.gpu_seconds += ran * job.gpus
+        if state.checkpoint_s and state.state == "running":
+            state.progress = min(job.duration_s, state.progress + ran // state.checkpoint_s * state.checkpoint_s)
         state.box = None
         if not box.jobs and box.terminated is None:
             box.idle_since = self.now
@@ -240,7 +294,9 @@ class Simulation:
         state.state, state.reason = "lost", reason
 
     def terminate(self, box: Box) -> None:
+        assert not box.jobs or box.draining or self.snapshot, "an instance was terminated with jobs on it"
         box.terminated = self.now
+        self.alive.pop(box.id, None)
 
     def check_later(self, box: Box, delay: float, action, granularity: float = 0.0) -> None:
         """Call `action(sim, box)` after `delay` if the box is still idle since the same moment."""
@@ -250,7 +306,15 @@ class Simulation:
         self._push(when, "check", (box, box.idle_since, action))
 
     def usable_boxes(self) -> list[Box]:
-        return [b for b in self.boxes if b.usable and b.ready <= self.now]
+        return [b for b in self.alive.values() if not b.draining and b.ready <= self.now]
 
     def launching_boxes(self) -> list[Box]:
-        return [b for b in self.boxes if b.usable and b.ready > self.now]
+        return [b for b in self.alive.values() if not b.draining and b.ready > self.now]
+
+    def coming_boxes(self) -> list[Box]:
+        """Capacity on its way: instances booting, and reclaimed ones their group will replace."""
+        return [b for b in self.alive.values() if b.ready > self.now or (b.draining and b.replaced)]
+
+    def cost_so_far(self) -> float:
+        return sum(((b.terminated if b.terminated is not None else self.now) - b.launched) / 3600 * b.price
+                   for b in self.boxes)

@@ -3,26 +3,40 @@ interruption does to the jobs on the reclaimed instance.
 
 | strategy | places | buys | idle instances | spot interruption |
 |---|---|---|---|---|
-| mlfleet | lambdas.scheduler.planning.plan (the scheduler's own code), reservations kept as the ledger keeps them | what the plan asks of single-type spot fleets | the reaper: idle for the window, marked, gone after the grace (10-minute runs) | job back in the queue, attempt counted; the group replaces the instance |
+| mlfleet | lambdas.scheduler.planning.plan (the scheduler's own code), reservations kept as the ledger keeps them, runtime beliefs from hints and finished siblings | what the plan asks of single-type spot fleets (and on-demand ones, by expected cost) | the plan's releases (empty past the release delay), drained and terminated under the lease; the reaper as the safety net | job back in the queue, attempt counted; the group replaces the instance |
 | one-instance-per-job | its own instance | the cheapest type that holds the job, per job (SkyPilot, dstack) | terminated when its job ends | a new instance for the job (managed-job recovery), attempt counted |
+| karpenter-when-empty | kube-scheduler's default (LeastAllocated) onto nodes that fit; the rest provisioned | per pending batch: pods first-fit onto new nodes, each the cheapest type that holds its pods | removed `consolidateAfter` after its last pod (WhenEmpty); pods never moved | the Job's pod is recreated (attempt counted) and provisioned for; no group replaces the node |
 | ecs-binpack-memory | ECS binpack on memory: the fitting instance with the least free memory | one homogeneous type, as a capacity provider's managed scaling would | scaled in after 15 minutes without a task | the task is not restarted (ECS does not restart standalone tasks): the job is lost |
-| first-fit | the first instance, in launch order, that fits | the cheapest type that holds the job, when nothing fits | as mlfleet | as mlfleet |
+| first-fit | the first instance, in launch order, that fits | the cheapest type that holds the job, when nothing fits | the reaper's contract | as mlfleet |
 """
 
 from __future__ import annotations
 
 import bisect
 import time
+from collections import Counter
 
 from benchmarks.scheduler.simulate import Box, InstanceType, JobState, Simulation, accepts
-from lambdas.scheduler.planning import Fleet, JobRequest, Limits, Machine, Reservation, plan
+from lambdas.scheduler.planning import Fleet, JobRequest, Limits, Machine, ReleasePolicy, Reservation, plan
+from lambdas.scheduler.planning.runtimes import estimate, expected_end
 
 ECS_SCALE_IN_S = 15 * 60  # managed scaling removes an instance 15 minutes after its last task
 REAPER_EVERY_S = 10 * 60
+DISRUPTION_POLL_S = 10  # Karpenter's disruption controller looks at candidates every 10 seconds
+ON_DEMAND = "on-demand"
+
+
+class StrategyCannotRun(Exception):
+    """A strategy that cannot run this trace at all; the run reports it skipped, with this reason."""
 
 
 def cheapest_holding(types: list[InstanceType], job) -> InstanceType:
     return min((t for t in types if t.holds(job)), key=lambda t: (t.price, t.name))
+
+
+def _fits(free, job, instance_type: str) -> bool:
+    return (free[0] >= job.gpus and free[1] >= job.vcpus - 1e-9 and free[2] >= job.memory_mib
+            and accepts(job.instance_type_pattern, instance_type))
 
 
 class _Reaped:
@@ -41,50 +55,116 @@ class _Reaped:
         sim.check_later(box, self.grace_s, lambda s, b: s.terminate(b), REAPER_EVERY_S)
 
     def after_job(self, sim: Simulation, box: Box) -> None:
-        pass  # an instance outlives its jobs: the reaper decides when it goes
+        pass  # an instance outlives its jobs: removal decides when it goes
 
     def on_interrupted(self, sim: Simulation, state: JobState) -> None:
         sim.requeue(state, "spot interruption")
 
     def on_reclaimed(self, sim: Simulation, box: Box) -> None:
-        sim.launch(box.type)  # the Auto Scaling group keeps its desired capacity
+        sim.launch(box.type, lifecycle=box.lifecycle)  # the Auto Scaling group keeps its desired capacity
 
 
 class MlfleetStrategy(_Reaped):
+    """The scheduler Lambda's plan, run every tick, and its releases carried out as the removal protocol
+    does: each proposed machine is drained, re-checked and terminated with the group's desired capacity
+    decremented, all under the placement lease (in the simulation, within the tick: nothing is placed
+    in between). The reaper's contract stays as the safety net."""
     name = "mlfleet"
 
-    def __init__(self, types: list[InstanceType], catalog, region: str, idle_window_s: float, grace_s: float):
+    def __init__(self, types: list[InstanceType], catalog, region: str, idle_window_s: float, grace_s: float, *,
+                 release_after_s: float | None = None, boot_s: float = 180.0, interruptions_per_hour: float = 0.0,
+                 on_demand_max_instances: int = 0, runtimes: bool = True):
         super().__init__(idle_window_s, grace_s)
         self.types = {t.name: t for t in types}
         self.catalog = catalog
         self.region = region
+        self.release_after_s = release_after_s
+        self.boot_s = boot_s
+        self.rate = interruptions_per_hour
+        self.on_demand_max = on_demand_max_instances if interruptions_per_hour > 0 else 0
+        self.runtimes = runtimes
         # The ledger's reservations: job -> (the instance bought for it, its runs then). A run or a
         # requeue moves the job on, which clears a ledger reservation; here the run count does.
         self.reserved: dict[str, tuple[Reservation, int]] = {}
+        self.siblings: dict[str, list[float]] = {}  # submission -> runtimes of its finished jobs
+        self._finished_seen = 0
+        self.beliefs: dict[str, object] = {}  # running job -> the belief it was started with
+        self.released = 0
+
+    def _fleet(self, box: Box) -> str:
+        return box.type.name if box.lifecycle == "spot" else f"{box.type.name}/{ON_DEMAND}"
 
     def _reservation(self, state: JobState) -> Reservation | None:
         reserved = self.reserved.get(state.job.job_id)
         return reserved[0] if reserved and reserved[1] == state.runs else None
 
+    def _belief(self, sim: Simulation, state: JobState):
+        if not self.runtimes or sim.snapshot:
+            return None
+        return estimate(state.hint_s, self.siblings.get(state.job.submission_id, ()))
+
+    def _busy_until(self, sim: Simulation, box: Box, now: float) -> float | None:
+        ends = []
+        for job_id in box.jobs:
+            belief = self.beliefs.get(job_id)
+            if belief is None:
+                return None
+            ends.append(expected_end(sim.jobs[job_id].started, belief, now))
+        return max(ends) if ends else None
+
+    def on_idle(self, sim: Simulation, box: Box) -> None:
+        super().on_idle(sim, box)
+        if not sim.snapshot and self.release_after_s is not None:
+            sim.wake_at(box.idle_since + self.release_after_s)
+
     def schedule(self, sim: Simulation, now: float) -> None:
-        usable, launching = sim.usable_boxes(), sim.launching_boxes()
+        for submission, seconds in sim.finished[self._finished_seen:]:
+            self.siblings.setdefault(submission, []).append(seconds)
+        self._finished_seen = len(sim.finished)
+        usable, coming = sim.usable_boxes(), sim.coming_boxes()
         boxes = {str(b.id): b for b in usable}
-        machines = [Machine(str(b.id), f"i-{b.id}", self.region, b.type.name, b.type.name, self.region + b.zone, "spot",
-                            b.free[0], b.free[1], b.free[2], b.type.price) for b in usable]
-        fleets = [Fleet(self.region, name, name, (name,), sum(1 for b in usable if b.type.name == name),
-                        sum(1 for b in launching if b.type.name == name), 10**9) for name in self.types]
-        jobs = [JobRequest(s.job.job_id, s.job.job_id, s.job.gpus, s.job.vcpus, s.job.memory_mib,
-                           s.job.instance_type_pattern, submitted_at=s.job.submit_s, reserved=self._reservation(s))
-                for s in sim.waiting.values()]
-        hourly = sum(b.type.price for b in sim.boxes if b.terminated is None)
         started = time.process_time()
-        result = plan(jobs, machines, fleets, self.catalog, Limits(float("inf"), hourly))
+        machines = [Machine(str(b.id), f"i-{b.id}", self.region, self._fleet(b), b.type.name, self.region + b.zone,
+                            b.lifecycle, b.free[0], b.free[1], b.free[2], b.price,
+                            submissions=frozenset(sim.jobs[j].job.submission_id for j in b.jobs),
+                            launched_at=b.launched, empty_since=None if b.jobs else b.idle_since,
+                            busy_until=self._busy_until(sim, b, now) if self.runtimes else None)
+                    for b in usable]
+        current = Counter((b.type.name, b.lifecycle) for b in usable)
+        pending = Counter((b.type.name, b.lifecycle) for b in coming)
+        fleets = []
+        for name in self.types:
+            for lifecycle in ("spot", ON_DEMAND) if self.on_demand_max else ("spot",):
+                fleet = name if lifecycle == "spot" else f"{name}/{ON_DEMAND}"
+                fleets.append(Fleet(self.region, fleet, fleet, (name,), current[name, lifecycle], pending[name, lifecycle],
+                                    10**9 if lifecycle == "spot" else self.on_demand_max,
+                                    on_demand_percent_above_base=100 if lifecycle == ON_DEMAND else 0))
+        jobs = [JobRequest(s.job.job_id, s.job.submission_id, s.job.gpus, s.job.vcpus, s.job.memory_mib,
+                           s.job.instance_type_pattern, submitted_at=s.job.submit_s, reserved=self._reservation(s),
+                           runtime=self._belief(sim, s), checkpoint_interval_s=s.checkpoint_s,
+                           attempts_left=max(1, sim.max_attempts - s.runs))
+                for s in sim.waiting.values()]
+        hourly = sum(b.price for b in sim.alive.values())
+        prices = {(self.region, name): t.price for name, t in self.types.items()}
+        result = plan(jobs, machines, fleets, self.catalog, Limits(float("inf"), hourly), prices=prices, now=now,
+                      release=None if sim.snapshot or self.release_after_s is None
+                      else ReleasePolicy(after_empty_s=self.release_after_s),
+                      interruption_rate=(lambda region, instance_type: self.rate) if self.rate > 0 else None,
+                      boot_s=self.boot_s)
         sim.plan_seconds += time.process_time() - started
+        beliefs = {j.job_id: j.runtime for j in jobs}
         for placement in result.placements:
+            self.beliefs[placement.job_id] = beliefs[placement.job_id]
             sim.start(sim.jobs[placement.job_id], boxes[placement.machine_key])
+        for candidate in result.releases:  # drain, re-check (nothing was placed on it: same tick), terminate
+            box = boxes[candidate.container_instance_arn]
+            assert not box.jobs, "the release stage proposed a machine with work"
+            sim.terminate(box)
+            self.released += 1
         for scale_out in result.scale_outs:
+            instance_type, _, lifecycle = scale_out.fleet.partition("/")
             for _ in range(scale_out.add_instances):
-                sim.launch(self.types[scale_out.fleet])
+                sim.launch(self.types[instance_type], lifecycle=lifecycle or "spot")
             for n, box in enumerate(scale_out.boxes):  # what the scheduler writes to the ledger
                 reservation = Reservation(self.region, scale_out.fleet, f"{now:.0f}:{n}")
                 for job_id in box:
@@ -101,9 +181,10 @@ class FirstFitStrategy(_Reaped):
     def schedule(self, sim: Simulation, now: float) -> None:
         started = time.process_time()
         usable = sim.usable_boxes()  # launch order
-        # Instances still booting were bought for waiting jobs: they are counted first, in the same way.
-        booking = {b.id: list(b.free) for b in sim.launching_boxes()}
-        launching = sim.launching_boxes()
+        # Instances on their way (booting, or replacing a reclaimed one) were bought for waiting jobs:
+        # they are counted first, in the same way.
+        launching = sim.coming_boxes()
+        booking = {b.id: list(b.type.capacity) for b in launching}
         for state in list(sim.waiting.values()):
             job = state.job
             box = next((b for b in usable if b.fits(job)), None)
@@ -137,7 +218,8 @@ class OneInstancePerJobStrategy:
         for state in list(sim.waiting.values()):
             box = bought.get(state.job.job_id)
             if box is None:
-                box = sim.launch(cheapest_holding(self.types, state.job), dedicated_to=state.job.job_id)
+                box = sim.launch(cheapest_holding(self.types, state.job), dedicated_to=state.job.job_id,
+                                 replaced=False)
             if box.usable and box.ready <= now:
                 sim.start(state, box)
         sim.plan_seconds += time.process_time() - started
@@ -153,6 +235,95 @@ class OneInstancePerJobStrategy:
 
     def on_reclaimed(self, sim: Simulation, box: Box) -> None:
         pass  # recovery buys a new instance for the job at the next run
+
+
+class KarpenterWhenEmptyStrategy:
+    """Karpenter provisioning with `consolidationPolicy: WhenEmpty` (kubernetes-sigs/karpenter):
+
+    - pending pods first bind to nodes that have room, as kube-scheduler does by default (NodeResourcesFit
+      with the LeastAllocated strategy: the node left with the most free CPU and memory; kubernetes.io
+      "Resource Bin Packing"), in arrival order; pods that fit a node still launching wait for it;
+    - the rest are one batch: sorted by CPU then memory, largest first (Karpenter's scheduler sorts
+      pods so), each put on the first new node of the batch where some instance type still holds all
+      its pods, else on a new node; each node is launched as the cheapest type that holds its pods;
+    - a node without pods is removed `consolidate_after_s` later (the NodePool default is 0s:
+      pkg/apis/v1/nodepool.go, `consolidateAfter: "0s"`); pods are never moved;
+    - an interrupted node's pods are recreated by their Job (an attempt counted) and provisioned for;
+      no group replaces the node.
+    """
+    name = "karpenter-when-empty"
+
+    def __init__(self, types: list[InstanceType], consolidate_after_s: float = 0.0):
+        self.types = sorted(types, key=lambda t: (t.price, t.name))
+        self.consolidate_after_s = consolidate_after_s
+
+    def schedule(self, sim: Simulation, now: float) -> None:
+        started = time.process_time()
+        usable = sim.usable_boxes()
+        launching = sim.launching_boxes()
+        booking = {b.id: list(b.free) for b in launching}
+        pending = []
+        for state in list(sim.waiting.values()):
+            job = state.job
+            fitting = [b for b in usable if b.fits(job)]
+            if fitting:
+                sim.start(state, max(fitting, key=lambda b: (
+                    (b.free[1] - job.vcpus) / b.type.vcpus + (b.free[2] - job.memory_mib) / b.type.memory_mib, -b.id)))
+                continue
+            held = next((b for b in launching if _fits(booking[b.id], job, b.type.name)), None)
+            if held is not None:
+                booking[held.id] = [booking[held.id][0] - job.gpus, booking[held.id][1] - job.vcpus,
+                                    booking[held.id][2] - job.memory_mib]
+                continue
+            pending.append(job)
+        nodes: list[tuple[list, list[InstanceType], list]] = []  # (pods, types that still hold them all, total)
+        open_nodes: list[tuple[list, list[InstanceType], list]] = []  # those with a GPU left on some type
+        for job in sorted(pending, key=lambda j: (-j.vcpus, -j.memory_mib, j.submit_s, j.job_id)):
+            for node in open_nodes:
+                pods, options, total = node
+                need = (total[0] + job.gpus, total[1] + job.vcpus, total[2] + job.memory_mib)
+                still = [t for t in options if t.gpus >= need[0] and t.vcpus >= need[1] - 1e-9
+                         and t.memory_mib >= need[2] and accepts(job.instance_type_pattern, t.name)]
+                if still:
+                    pods.append(job)
+                    options[:] = still
+                    total[:] = need
+                    if max(t.gpus for t in still) <= need[0]:  # every job takes a GPU: none fits any more
+                        open_nodes.remove(node)
+                    break
+            else:
+                options = [t for t in self.types if t.holds(job)]
+                if options:
+                    nodes.append(([job], options, [job.gpus, job.vcpus, job.memory_mib]))
+                    if max(t.gpus for t in options) > job.gpus:
+                        open_nodes.append(nodes[-1])
+        for pods, options, _ in nodes:
+            box = sim.launch(options[0], replaced=False)  # options stay sorted by price: the cheapest
+            if sim.snapshot:
+                for job in pods:
+                    sim.start(sim.jobs[job.job_id], box)
+        sim.plan_seconds += time.process_time() - started
+
+    def on_idle(self, sim: Simulation, box: Box) -> None:
+        if not sim.snapshot:
+            sim.check_later(box, self.consolidate_after_s, self._remove_if_empty)
+
+    def _remove_if_empty(self, sim: Simulation, box: Box) -> None:
+        # A node pending pods are nominated to (they fit it and wait for the scheduler to bind them) is
+        # not a consolidation candidate; it is looked at again on the next disruption pass.
+        if any(box.fits(state.job) for state in sim.waiting.values()):
+            sim.check_later(box, DISRUPTION_POLL_S, self._remove_if_empty)
+        else:
+            sim.terminate(box)
+
+    def after_job(self, sim: Simulation, box: Box) -> None:
+        pass  # emptiness (on_idle) removes it
+
+    def on_interrupted(self, sim: Simulation, state: JobState) -> None:
+        sim.requeue(state, "spot interruption")
+
+    def on_reclaimed(self, sim: Simulation, box: Box) -> None:
+        pass  # no group: the recreated pods are provisioned for
 
 
 class EcsBinpackMemoryStrategy:
@@ -181,7 +352,7 @@ class EcsBinpackMemoryStrategy:
             usable.insert(at, box)
             keys.insert(at, (box.free[2], box.id))
         # Managed scaling: enough instances for the tasks nothing can hold, counting those on their way.
-        room = [list(b.free) for b in sim.launching_boxes()]
+        room = [list(b.type.capacity) for b in sim.coming_boxes()]
         for job in unplaced:
             spot = next((r for r in room if _fits(r, job, self.type.name)), None)
             if spot is None:
@@ -205,8 +376,3 @@ class EcsBinpackMemoryStrategy:
 
     def on_reclaimed(self, sim: Simulation, box: Box) -> None:
         sim.launch(box.type)  # the capacity provider's group keeps its desired capacity
-
-
-def _fits(free, job, instance_type: str) -> bool:
-    return (free[0] >= job.gpus and free[1] >= job.vcpus - 1e-9 and free[2] >= job.memory_mib
-            and accepts(job.instance_type_pattern, instance_type))

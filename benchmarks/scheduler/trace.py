@@ -1,15 +1,17 @@
 """Read a trace into jobs: the Alibaba openb pod list or a plain CSV, recognised from the header.
 
-Plain:  submit_s,duration_s,gpus,vcpus,memory_mib[,instance_type]   (instance_type: a regex, full match)
-openb:  name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,
-        scheduled_time
+Plain:  submit_s,duration_s,gpus,vcpus,memory_mib[,instance_type][,submission]
+        (instance_type: a regex, full match; submission: jobs sharing it are one sweep or batch range)
+openb:  name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec[,qos,pod_phase][,creation_time,deletion_time,
+        scheduled_time]   (a pod list without the time columns has no times: it runs in snapshot mode)
 
 openb mapping: submit = creation_time; duration = deletion_time - scheduled_time when the pod was
 scheduled, else deletion_time - creation_time (it waited that long and was then removed); vCPUs =
 cpu_milli / 1000; a fractional GPU (gpu_milli < 1000) needs one whole GPU, since ECS hands out whole GPUs;
 gpu_spec names a GPU model: T4 and V100 become the instance-type patterns where AWS sells them (g4dn,
-p3), others (P100, and the undisclosed G2, G3) have no AWS equivalent and are dropped, counted.
-Pods without a GPU are left out, counted: an mlfleet job needs at least one GPU.
+p3), others (P100, and the undisclosed G2, G3) have no AWS equivalent: such a pod is dropped, counted
+(a pod that accepts several models keeps the ones AWS sells). Pods without a GPU are left out, counted:
+an mlfleet job needs at least one GPU. An openb pod is its own submission (the list does not group them).
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PLAIN = ("submit_s", "duration_s", "gpus", "vcpus", "memory_mib")
-OPENB = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos", "pod_phase",
-         "creation_time", "deletion_time", "scheduled_time")
+PLAIN_OPTIONAL = {"instance_type", "submission"}
+OPENB = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec")
+OPENB_TIMES = ("creation_time", "deletion_time", "scheduled_time")
 GPU_MODEL_PATTERNS = {"T4": r"g4dn\..*", "V100M16": r"p3\..*", "V100M32": r"p3dn\..*", "V100": r"p3(dn)?\..*"}
 
 
@@ -38,6 +41,11 @@ class TraceJob:
     vcpus: float
     memory_mib: int
     instance_type_pattern: str | None = None
+    submission: str | None = None  # None: its own submission
+
+    @property
+    def submission_id(self) -> str:
+        return self.submission or self.job_id
 
 
 @dataclass
@@ -46,26 +54,28 @@ class Trace:
     format: str
     jobs: list[TraceJob]
     excluded: Counter = field(default_factory=Counter)
+    timed: bool = True  # False: an openb pod list without time columns (snapshot only)
 
 
 def read_trace(path: Path, limit: int | None = None) -> Trace:
     with Path(path).open(newline="") as handle:
         reader = csv.reader(handle)
         header = tuple(h.strip() for h in next(reader, ()))
-        if header[:5] == PLAIN and set(header[5:]) <= {"instance_type"}:
+        if header[:5] == PLAIN and set(header[5:]) <= PLAIN_OPTIONAL:
             kind = "plain"
         elif set(OPENB) <= set(header):
             kind = "openb"
         else:
             raise TraceError(f"{path}: line 1: header {','.join(header)!r} is neither the plain format "
-                             f"({','.join(PLAIN)}[,instance_type]) nor the openb pod list")
-        trace = Trace(str(path), kind, [])
+                             f"({','.join(PLAIN)}[,instance_type][,submission]) nor the openb pod list")
+        timed = kind == "plain" or set(OPENB_TIMES[:2]) <= set(header)
+        trace = Trace(str(path), kind, [], timed=timed)
         for line, row in enumerate(reader, start=2):
             if not row:
                 continue
             values = dict(zip(header, row))
             try:
-                job = _plain(values, line) if kind == "plain" else _openb(values, line, trace.excluded)
+                job = _plain(values, line) if kind == "plain" else _openb(values, line, trace.excluded, timed)
             except TraceError as error:
                 raise TraceError(f"{path}: {error}") from None
             if job is not None:
@@ -91,25 +101,28 @@ def _plain(values: dict, line: int) -> TraceJob:
     pattern = values.get("instance_type") or None
     return TraceJob(f"job-{line:07d}", _number(values, "submit_s", line), _number(values, "duration_s", line),
                     _number(values, "gpus", line, int, 1), _number(values, "vcpus", line, float, 0),
-                    _number(values, "memory_mib", line, int, 0), pattern)
+                    _number(values, "memory_mib", line, int, 0), pattern, values.get("submission") or None)
 
 
-def _openb(values: dict, line: int, excluded: Counter) -> TraceJob | None:
+def _openb(values: dict, line: int, excluded: Counter, timed: bool) -> TraceJob | None:
     gpus = _number(values, "num_gpu", line, int)
     if gpus == 0:
         excluded["no_gpu"] += 1
         return None
-    created = _number(values, "creation_time", line)
-    deleted = _number(values, "deletion_time", line)
-    scheduled = values.get("scheduled_time", "").strip()
-    start = _number(values, "scheduled_time", line) if scheduled else created
     spec = values.get("gpu_spec", "").strip()
     pattern = None
     if spec:
         models = [GPU_MODEL_PATTERNS[m] for m in spec.split("|") if m in GPU_MODEL_PATTERNS]
-        if models:
-            pattern = "|".join(f"(?:{m})" for m in models)
-        else:
+        if not models:
             excluded[f"gpu_spec_without_aws_equivalent:{spec}"] += 1
-    return TraceJob(values["name"], created, max(1.0, deleted - start), gpus,
+            return None
+        pattern = "|".join(f"(?:{m})" for m in models)
+    created, duration = 0.0, 0.0
+    if timed:
+        created = _number(values, "creation_time", line)
+        deleted = _number(values, "deletion_time", line)
+        scheduled = values.get("scheduled_time", "").strip()
+        start = _number(values, "scheduled_time", line) if scheduled else created
+        duration = max(1.0, deleted - start)
+    return TraceJob(values["name"], created, duration, gpus,
                     _number(values, "cpu_milli", line) / 1000, _number(values, "memory_mib", line, int), pattern)

@@ -12,8 +12,8 @@ machine could hold it; otherwise it stays as it was (spot or either).
 - Without checkpoints, an attempt of W seconds succeeds with q = exp(-rate W) and bills
   E[min(T, W)] = (1 - q) / rate (T the exponential time to the interruption), plus a boot.
 - With a checkpoint every C seconds, each of the W / C segments takes (exp(rate C) - 1) / rate in
-  expectation and sees exp(rate C) - 1 interruptions; the job finishes when the interruptions, about
-  Poisson distributed, are fewer than its attempts.
+  expectation and sees exp(rate C) - 1 interruptions; the job finishes when the interruptions
+  (negative-binomial) are fewer than its attempts.
 
 A job with no runtime belief, or a user's `lifecycle`, is left alone.
 """
@@ -31,24 +31,26 @@ from lambdas.scheduler.planning.model import JobRequest, Machine
 HOUR = 3600.0
 
 
-def _poisson_below(k: int, mean: float) -> float:
-    """P(N < k) for N ~ Poisson(mean)."""
-    term, total = math.exp(-mean), 0.0
-    for n in range(k):
-        total += term
-        term *= mean / (n + 1)
-    return min(1.0, total)
-
-
 def finish_probability(runtime_s: float, rate_per_hour: float, checkpoint_s: float | None, attempts: int) -> float:
-    """The chance that `attempts` runs on spot finish a job of `runtime_s`."""
+    """The chance that `attempts` runs on spot finish a job of `runtime_s`.
+
+    The job is W / C segments (one without checkpoints); a segment is done when a run gets through it,
+    which happens with p = exp(-rate C). The interruptions before the last segment is done are then
+    negative-binomial (failures before W / C successes), and the job finishes if they are fewer than
+    its attempts.
+    """
     rate = rate_per_hour / HOUR
     if rate <= 0:
         return 1.0
-    if checkpoint_s is None or checkpoint_s >= runtime_s:
-        return 1 - (1 - math.exp(-rate * runtime_s)) ** attempts
-    interruptions = runtime_s / checkpoint_s * math.expm1(rate * checkpoint_s)
-    return _poisson_below(attempts, interruptions)
+    segment = runtime_s if checkpoint_s is None else min(checkpoint_s, runtime_s)
+    segments = runtime_s / segment
+    success = math.exp(-rate * segment)
+    term = success ** segments  # P(no interruption at all)
+    total = 0.0
+    for failures in range(attempts):
+        total += term
+        term *= (segments + failures) / (failures + 1) * (1 - success)
+    return min(1.0, total)
 
 
 def spot_cost_to_finish(price: float, runtime_s: float, rate_per_hour: float, checkpoint_s: float | None,

@@ -204,8 +204,8 @@ class Packer:
         if extension <= 0:
             return 0.0
         alternative = self._timing.alternative_usd(job)
-        if not alternative:
-            return 0.0
+        if not alternative:  # nothing to buy instead: never declined, the share of its runtime it extends
+            return EXTENSION_WEIGHT * min(1.0, extension / max(1.0, job.runtime.seconds))
         ratio = extension * bin_.machine.price_per_hour / HOUR / alternative
         return None if ratio > DECLINE_FACTOR else EXTENSION_WEIGHT * ratio
 

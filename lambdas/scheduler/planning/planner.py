@@ -45,27 +45,40 @@ def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequen
                     releases(()))
 
     patterns = Patterns()
-    options = purchase_options(fleets, catalog, prices)
+    options = _Lazy(lambda: purchase_options(fleets, catalog, prices))
     ordered = planning_order(jobs)
     fallbacks: dict[str, JobRequest] = {}
-    if interruption_rate is not None:
+    if interruption_rate is not None and ordered:
         originals = {j.job_id: j for j in ordered}
-        ordered, marked = choose_lifecycles(ordered, options, machines, interruption_rate, patterns, boot_s, catalog)
+        ordered, marked = choose_lifecycles(ordered, options(), machines, interruption_rate, patterns, boot_s, catalog)
         fallbacks = {job_id: originals[job_id] for job_id in marked}
     timing = Timing(now, _alternative(options, patterns, boot_s)) if any(j.runtime for j in ordered) else None
     placements, unplaced = place_live(ordered, machines, catalog, patterns, timing)
     waiting: list[tuple[str, str]] = []
     scale_outs: list[ScaleOut] = []
     if unplaced:
-        unplaced, waiting = place_on_launching(unplaced, options, catalog, patterns)
+        unplaced, waiting = place_on_launching(unplaced, options(), catalog, patterns)
         if unplaced:
-            scale_outs, bought_waiting = purchase(unplaced, options, catalog, patterns, limits, fallbacks)
+            scale_outs, bought_waiting = purchase(unplaced, options(), catalog, patterns, limits, fallbacks)
             waiting += bought_waiting
     return Plan(tuple(placements), tuple(scale_outs), tuple(sorted(waiting)),
                 releases({p.machine_key for p in placements}))
 
 
-def _alternative(options: Sequence[Option], patterns: Patterns, boot_s: float) -> Callable[[JobRequest], float | None]:
+class _Lazy:
+    """A value computed on first use (the purchase options: most runs place everything on live machines)."""
+
+    def __init__(self, compute: Callable):
+        self._compute, self._value, self._done = compute, None, False
+
+    def __call__(self):
+        if not self._done:
+            self._value, self._done = self._compute(), True
+        return self._value
+
+
+def _alternative(options: Callable[[], Sequence[Option]], patterns: Patterns,
+                 boot_s: float) -> Callable[[JobRequest], float | None]:
     """What a job would cost on an instance bought for it alone: the cheapest fleet that may run it, for
     its runtime and a boot ($; None when no fleet can). Memoized per constraints and size."""
     cheapest: dict[tuple, float | None] = {}
@@ -73,7 +86,7 @@ def _alternative(options: Sequence[Option], patterns: Patterns, boot_s: float) -
     def cost(job: JobRequest) -> float | None:
         key = (constraint_key(job), demand_of(job))
         if key not in cheapest:
-            prices = [o.price for o in options if fits(o.capacity, demand_of(job)) and may_run(job, o, patterns)]
+            prices = [o.price for o in options() if fits(o.capacity, demand_of(job)) and may_run(job, o, patterns)]
             cheapest[key] = min(prices) if prices else None
         price = cheapest[key]
         return None if price is None or job.runtime is None else price * (job.runtime.seconds + boot_s) / 3600.0

@@ -1,0 +1,156 @@
+"""The release method (lambdas/scheduler/planning/release.py): one case per rule of docs/removal.md,
+and properties over random cluster states: never below a group's minimum, never a machine with work,
+never over the disruption budget, never a machine twice."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lambdas.common.catalog import load_catalog
+from lambdas.scheduler.planning import Fleet, JobRequest, Limits, Machine, ReleasePolicy, plan
+from lambdas.scheduler.planning.release import disruption_budget, propose_releases, why_kept
+
+CATALOG = load_catalog()
+NOW = 100_000.0
+POLICY = ReleasePolicy(after_empty_s=180)
+GPUS = {"g5.xlarge": 1, "g5.12xlarge": 4}
+
+
+def machine(key="m1", instance_type="g5.12xlarge", *, fleet="gpu4", empty_for=600.0, up_for=3600.0, **kw):
+    spec = CATALOG.get(instance_type)
+    fields = dict(key=key, instance_id=f"i-{key}", region="us-east-1", fleet=fleet, instance_type=instance_type,
+                  availability_zone="us-east-1a", lifecycle="spot", free_gpus=spec.gpus, free_vcpus=spec.vcpus,
+                  free_memory_mib=spec.schedulable_memory_mib, price_per_hour=spec.spot_price("us-east-1"),
+                  launched_at=NOW - up_for, empty_since=None if empty_for is None else NOW - empty_for)
+    fields.update(kw)
+    return Machine(**fields)
+
+
+def group(fleet="gpu4", *, current=5, pending=0, min_size=0, removing=0, types=("g5.12xlarge",)):
+    return Fleet("us-east-1", fleet, f"mlfleet-dev-{fleet}", types, current, pending, 50, min_size=min_size,
+                 removing_instances=removing)
+
+
+def test_an_empty_machine_past_the_delay_is_proposed_with_the_protocol_names():
+    (candidate,) = propose_releases([machine()], [group()], CATALOG, NOW, POLICY, placed_on=())
+    assert (candidate.instance_id, candidate.container_instance_arn, candidate.region, candidate.asg_name,
+            candidate.method) == ("i-m1", "m1", "us-east-1", "mlfleet-dev-gpu4", "release")
+    assert "no queued job fits it" in candidate.reason
+
+
+@pytest.mark.parametrize(("changes", "placed_on", "why"), [
+    ({"draining": True}, (), "draining"),
+    ({"removing": True}, (), "already being removed"),
+    ({}, ("m1",), "placed on it"),
+    ({"free_gpus": 3}, (), "runs a task"),
+    ({"submissions": frozenset({"sub-1"})}, (), "runs a task"),
+    ({"empty_for": None}, (), "empty time is unknown"),
+    ({"empty_for": 179.0}, (), "under the release delay"),
+    ({"up_for": 59.0}, (), "first billed minute"),
+    ({"launched_at": None}, (), "launch time is unknown"),
+    ({"protected": True}, (), "keep-alive"),
+], ids=["draining", "removing", "placed-this-run", "busy", "running-submission", "empty-unknown", "under-delay",
+        "billing-minimum", "launch-unknown", "keep-alive"])
+def test_each_rule_keeps_the_machine(changes, placed_on, why):
+    candidate = machine(**changes)
+    assert why in why_kept(candidate, CATALOG, NOW, POLICY, placed_on)
+    assert propose_releases([candidate], [group()], CATALOG, NOW, POLICY, placed_on) == ()
+
+
+def test_never_below_the_group_minimum_counting_instances_launching():
+    machines = [machine(f"m{i}") for i in range(3)]
+    unbudgeted = ReleasePolicy(after_empty_s=180, budget_share=1.0)
+    # desired = 3 usable + 1 launching = 4; minimum 2: two may go.
+    assert len(propose_releases(machines, [group(current=3, pending=1, min_size=2)], CATALOG, NOW, unbudgeted, ())) == 2
+    assert propose_releases(machines, [group(current=3, min_size=3)], CATALOG, NOW, unbudgeted, ()) == ()
+
+
+def test_the_disruption_budget_counts_removals_in_flight_and_the_dearest_go_first():
+    machines = [machine(f"m{i}", price_per_hour=float(i + 1)) for i in range(20)]
+    fleet = group(current=30)  # 10% of 30: three at once
+    assert [c.container_instance_arn for c in propose_releases(machines, [fleet], CATALOG, NOW, POLICY, ())] == \
+        ["m19", "m18", "m17"]
+    busy_removing = group(current=28, removing=2)  # two already draining: one more
+    assert len(propose_releases(machines, [busy_removing], CATALOG, NOW, POLICY, ())) == 1
+    assert disruption_budget(0) == 1 and disruption_budget(10) == 1 and disruption_budget(11) == 2
+
+
+def test_a_machine_of_an_unknown_fleet_is_not_released():
+    assert propose_releases([machine(fleet="other")], [group()], CATALOG, NOW, POLICY, ()) == ()
+
+
+def test_bad_policies_are_refused():
+    with pytest.raises(ValueError, match="after_empty_s=-1"):
+        ReleasePolicy(after_empty_s=-1)
+    with pytest.raises(ValueError, match="budget_share=0"):
+        ReleasePolicy(after_empty_s=1, budget_share=0)
+
+
+def test_the_plan_never_releases_a_machine_it_placed_a_job_on():
+    empty = machine("m1", empty_for=3600)
+    job = JobRequest("j1", "sub-1", 1, 4, 8192)
+    result = plan([job], [empty], [group(current=1)], CATALOG, Limits(100, 0), now=NOW, release=POLICY)
+    assert [p.machine_key for p in result.placements] == ["m1"] and result.releases == ()
+    # Nothing queued: the same machine is given back.
+    assert [c.container_instance_arn for c in plan([], [empty], [group(current=1)], CATALOG, Limits(100, 0),
+                                                   now=NOW, release=POLICY).releases] == ["m1"]
+
+
+def test_releases_go_on_while_admission_is_closed_and_not_without_a_policy():
+    empty = machine("m1")
+    closed = plan([JobRequest("j1", "s", 1, 4, 8192)], [empty], [group(current=1)], CATALOG,
+                  Limits(100, 0, admission_open=False), now=NOW, release=POLICY)
+    assert closed.placements == () and [c.instance_id for c in closed.releases] == ["i-m1"]
+    assert plan([], [empty], [group(current=1)], CATALOG, Limits(100, 0), now=NOW).releases == ()
+
+
+def test_a_machine_being_removed_is_never_placed_onto():
+    result = plan([JobRequest("j1", "s", 1, 4, 8192)], [machine("m1", removing=True)], [], CATALOG, Limits(100, 0))
+    assert result.placements == ()
+
+
+# --- properties over random cluster states --------------------------------------------------------
+
+machine_st = st.builds(
+    lambda n, fleet, used, empty_for, up_for, flags, rebalance: machine(
+        f"m{n}", "g5.12xlarge" if fleet == "gpu4" else "g5.xlarge", fleet=fleet,
+        free_gpus=max(0, GPUS["g5.12xlarge" if fleet == "gpu4" else "g5.xlarge"] - used),
+        submissions=frozenset({"s"}) if used else frozenset(), empty_for=None if used else empty_for, up_for=up_for,
+        draining=flags == 1, removing=flags == 2, protected=flags == 3, rebalance_recommended=rebalance),
+    st.integers(0, 10**6), st.sampled_from(["gpu4", "gpu1"]), st.integers(0, 4),
+    st.one_of(st.none(), st.floats(0, 7200)), st.floats(0, 7200), st.integers(0, 6), st.booleans())
+fleet_st = st.builds(lambda fleet, pending, min_size, removing: (fleet, pending, min_size, removing),
+                     st.sampled_from(["gpu4", "gpu1"]), st.integers(0, 3), st.integers(0, 8), st.integers(0, 3))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(machine_st, max_size=30, unique_by=lambda m: m.key), st.lists(fleet_st, max_size=2,
+       unique_by=lambda f: f[0]), st.floats(0, 600), st.sets(st.integers(0, 10**6)))
+def test_never_below_min_never_with_work_never_over_budget_never_twice(machines, fleet_specs, delay, placed):
+    fleets = []
+    for name, pending, min_size, removing in fleet_specs:
+        mine = [m for m in machines if m.fleet == name]
+        usable = sum(1 for m in mine if not (m.draining or m.removing))
+        in_flight = max(removing, sum(1 for m in mine if m.removing))
+        fleets.append(group(name, current=usable, pending=pending, min_size=min(min_size, usable + pending),
+                            removing=in_flight, types=("g5.12xlarge",) if name == "gpu4" else ("g5.xlarge",)))
+    placed_on = {f"m{n}" for n in placed}
+    policy = ReleasePolicy(after_empty_s=delay)
+    releases = propose_releases(machines, fleets, CATALOG, NOW, policy, placed_on)
+    by_key = {m.key: m for m in machines}
+    assert len({c.container_instance_arn for c in releases}) == len(releases)  # never twice
+    for candidate in releases:
+        m = by_key[candidate.container_instance_arn]
+        assert m.free_gpus == GPUS[m.instance_type] and not m.submissions and m.key not in placed_on  # no work
+        assert not (m.draining or m.removing or m.protected)
+        assert NOW - m.empty_since >= delay and NOW - m.launched_at >= 60
+    for fleet in fleets:
+        released = sum(1 for c in releases if c.asg_name == fleet.asg_name)
+        desired = fleet.current_instances + fleet.pending_instances
+        assert desired - released >= fleet.min_size or released == 0  # never below the minimum
+        budget = max(1, math.ceil(0.1 * (desired + fleet.removing_instances)))
+        assert fleet.removing_instances + released <= max(budget, fleet.removing_instances)  # within the budget

@@ -1,0 +1,65 @@
+"""Runtime beliefs (lambdas/scheduler/planning/runtimes.py): the hint, finished siblings, and both."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lambdas.scheduler.planning.model import RuntimeEstimate
+from lambdas.scheduler.planning.runtimes import (
+    HINT_LOG_SIGMA, SIBLING_LOG_SIGMA, FinishedRun, estimate, estimates, expected_end,
+)
+
+
+def test_nothing_to_go_on_is_no_belief():
+    assert estimate(None, ()) is None and estimate(0, ()) is None
+
+
+def test_a_hint_alone_is_believed_with_its_error():
+    assert estimate(3600, ()) == RuntimeEstimate(pytest.approx(3600), HINT_LOG_SIGMA)
+
+
+@pytest.mark.parametrize(("siblings", "median"), [((600,), 600), ((600, 1200, 2400), 1200), ((100, 100, 100, 10_000), 100)])
+def test_siblings_give_their_median(siblings, median):
+    belief = estimate(None, siblings)
+    assert belief.seconds == pytest.approx(median, rel=1e-6)
+
+
+def test_one_sibling_uses_the_assumed_spread_and_many_alike_narrow_it():
+    assert estimate(None, (600,)).log_sigma == pytest.approx(SIBLING_LOG_SIGMA * math.sqrt(2))
+    assert estimate(None, (600, 610, 590, 605)).log_sigma < 0.2
+
+
+def test_hint_and_siblings_combine_between_them_and_tighter_than_either():
+    hint, siblings = 7200.0, (600.0, 650.0, 700.0)
+    both, alone = estimate(hint, siblings), estimate(None, siblings)
+    assert 600 < both.seconds < hint
+    assert both.log_sigma < min(HINT_LOG_SIGMA, alone.log_sigma)
+    assert abs(math.log(both.seconds / alone.seconds)) < abs(math.log(both.seconds / hint))  # siblings weigh more
+
+
+def test_estimates_group_finished_runs_by_submission():
+    found = estimates({"a-1": None, "a-2": 100.0, "b-1": None}, {"a-1": "a", "a-2": "a", "b-1": "b"},
+                      [FinishedRun("a", 500.0), FinishedRun("c", 5.0)])
+    assert set(found) == {"a-1", "a-2"} and found["a-1"].seconds == pytest.approx(500)
+
+
+def test_a_job_due_is_expected_at_its_median_and_an_overdue_one_later_than_now():
+    belief = RuntimeEstimate(3600, 0.5)
+    assert expected_end(1000, belief, 1000) == pytest.approx(4600)
+    assert expected_end(1000, belief, 1500) == pytest.approx(4600, rel=0.05)  # barely started: still the median
+    overdue = expected_end(1000, belief, 1000 + 3 * 3600)
+    assert overdue > 1000 + 3 * 3600
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(1, 1e6), st.floats(0.01, 3), st.floats(0, 1e7), st.floats(0, 1e7))
+def test_expected_end_is_never_in_the_past_and_grows_with_elapsed_time(median, sigma, elapsed, more):
+    belief = RuntimeEstimate(median, sigma)
+    first = expected_end(0.0, belief, elapsed)
+    later = expected_end(0.0, belief, elapsed + more)
+    assert first >= elapsed and later >= elapsed + more
+    assert later >= first - 1e-6 * max(1.0, first)

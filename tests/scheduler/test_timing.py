@@ -1,0 +1,117 @@
+"""Duration-aware placement (packer.py with `Timing`, purchase by runtime class): jobs that will end
+together share a machine; a long job does not pin a big machine that short jobs filled."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lambdas.common.catalog import load_catalog
+from lambdas.scheduler.planning import Fleet, JobRequest, Limits, Machine, RuntimeEstimate, plan
+
+CATALOG = load_catalog()
+NOW = 1_000_000.0
+HOUR = 3600.0
+LIMITS = Limits(1000, 0)
+
+
+def job(job_id, runtime_h=None, gpus=1, vcpus=4, memory_mib=8_000, **kw):
+    runtime = None if runtime_h is None else RuntimeEstimate(runtime_h * HOUR, 0.3)
+    return JobRequest(job_id, kw.pop("submission_id", job_id), gpus, vcpus, memory_mib, runtime=runtime, **kw)
+
+
+def machine(key, instance_type="g5.48xlarge", *, free_gpus=None, busy_h=None, fleet=None, az="us-east-1a", **kw):
+    spec = CATALOG.get(instance_type)
+    free = spec.gpus if free_gpus is None else free_gpus
+    share = free / spec.gpus
+    return Machine(key, f"i-{key}", "us-east-1", fleet or instance_type, instance_type, az, "spot", free,
+                   spec.vcpus * share, int(spec.schedulable_memory_mib * share), spec.spot_price("us-east-1"),
+                   submissions=frozenset() if free == spec.gpus else frozenset({"other"}),
+                   busy_until=None if busy_h is None else NOW + busy_h * HOUR, **kw)
+
+
+def fleet(instance_type, current=0):
+    return Fleet("us-east-1", instance_type, f"asg-{instance_type}", (instance_type,), current, 0, 100)
+
+
+def placed(result):
+    return {p.job_id: p.machine_key for p in result.placements}
+
+
+def test_a_long_job_does_not_pin_a_big_machine_whose_short_jobs_end_soon():
+    # Seven GPUs of an 8-GPU machine run jobs ending within 10 minutes; the week-long job buys a small one.
+    big = machine("big", free_gpus=1, busy_h=1 / 6)
+    result = plan([job("long", runtime_h=168)], [big], [fleet("g5.xlarge"), fleet("g5.48xlarge", 1)], CATALOG,
+                  LIMITS, now=NOW)
+    assert placed(result) == {} and [(s.fleet, s.add_instances) for s in result.scale_outs] == [("g5.xlarge", 1)]
+    # A short job fills the same hole: it ends before the machine's other jobs, it costs nothing extra.
+    assert placed(plan([job("short", runtime_h=0.1)], [big], [fleet("g5.xlarge")], CATALOG, LIMITS, now=NOW)) == \
+        {"short": "big"}
+    # Without a runtime belief, best fit places it as before.
+    assert placed(plan([job("unknown")], [big], [fleet("g5.xlarge")], CATALOG, LIMITS, now=NOW)) == {"unknown": "big"}
+
+
+def test_jobs_that_end_together_share_a_machine():
+    # Two 8-GPU machines: "soon" is fuller but its jobs end in an hour; "late" runs for ten more hours.
+    soon = machine("soon", free_gpus=2, busy_h=1)
+    late = machine("late", free_gpus=4, busy_h=10)
+    assert placed(plan([job("nine-hours", runtime_h=9)], [soon, late], [], CATALOG, LIMITS, now=NOW)) == \
+        {"nine-hours": "late"}
+    # A job as short as the fuller machine's goes there: best fit, no extension either way.
+    assert placed(plan([job("one-hour", runtime_h=0.9)], [soon, late], [], CATALOG, LIMITS, now=NOW)) == \
+        {"one-hour": "soon"}
+
+
+def test_an_empty_big_machine_is_declined_for_a_long_small_job_but_used_for_a_short_one():
+    empty = machine("empty", "g5.48xlarge")
+    fleets = [fleet("g5.xlarge"), fleet("g5.48xlarge", 1)]
+    assert placed(plan([job("long", runtime_h=48)], [empty], fleets, CATALOG, LIMITS, now=NOW)) == {}
+    assert placed(plan([job("big-long", runtime_h=48, gpus=8, vcpus=150, memory_mib=600_000)], [empty], fleets,
+                       CATALOG, LIMITS, now=NOW)) == {"big-long": "empty"}
+
+
+def test_purchases_never_mix_a_day_long_job_with_minute_long_ones():
+    jobs = [job("day", runtime_h=30)] + [job(f"m{i}", runtime_h=0.1) for i in range(3)]
+    result = plan(jobs, [], [fleet("g5.12xlarge")], CATALOG, LIMITS, now=NOW)
+    (scale_out,) = result.scale_outs
+    assert sorted(scale_out.boxes) == [("day",), ("m0", "m1", "m2")]
+    # Without beliefs they share one box, as before.
+    unknown = [job(j.job_id) for j in jobs]
+    assert plan(unknown, [], [fleet("g5.12xlarge")], CATALOG, LIMITS, now=NOW).scale_outs[0].add_instances == 1
+
+
+TYPES = ["g5.xlarge", "g5.12xlarge", "g5.48xlarge"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.builds(lambda n, g, c, rt, pat: job(f"j{n}", rt, gpus=g, vcpus=c, instance_type_pattern=pat),
+                          st.integers(0, 10**6), st.integers(1, 8), st.integers(1, 64),
+                          st.one_of(st.none(), st.floats(0.01, 500)), st.sampled_from([None, r"g5\.12xlarge"])),
+                max_size=20, unique_by=lambda j: j.job_id),
+       st.lists(st.builds(lambda n, t, used, busy: machine(f"m{n}", t, free_gpus=max(0, CATALOG.get(t).gpus - used),
+                                                           busy_h=busy if used else None),
+                          st.integers(0, 10**6), st.sampled_from(TYPES), st.integers(0, 8),
+                          st.one_of(st.none(), st.floats(0, 500))), max_size=8, unique_by=lambda m: m.key))
+def test_with_runtimes_nothing_is_over_committed_and_nothing_dropped(jobs, machines):
+    result = plan(jobs, machines, [fleet(t) for t in TYPES], CATALOG, LIMITS, now=NOW)
+    by_key, by_id = {m.key: m for m in machines}, {j.job_id: j for j in jobs}
+    assert sorted([p.job_id for p in result.placements] + [w[0] for w in result.waiting]) == sorted(by_id)
+    used: dict[str, list] = {}
+    for p in result.placements:
+        m, j = by_key[p.machine_key], by_id[p.job_id]
+        assert j.instance_type_pattern is None or re.fullmatch(j.instance_type_pattern, m.instance_type)
+        u = used.setdefault(m.key, [0, 0, 0])
+        u[0] += j.gpus
+        u[1] += j.vcpus
+        u[2] += j.memory_mib
+    for key, (g, c, mem) in used.items():
+        m = by_key[key]
+        assert g <= m.free_gpus and c <= m.free_vcpus + 1e-9 and mem <= m.free_memory_mib
+    for s in result.scale_outs:
+        spec = CATALOG.get(s.fleet)
+        for box in s.boxes:
+            assert sum(by_id[j].gpus for j in box) <= spec.gpus
+            assert sum(by_id[j].vcpus for j in box) <= spec.schedulable_vcpus
+    assert plan(jobs, machines, [fleet(t) for t in TYPES], CATALOG, LIMITS, now=NOW) == result  # deterministic
