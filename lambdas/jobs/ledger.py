@@ -157,6 +157,21 @@ class JobRecord:
     def last_reason(self) -> str:
         return self.reasons[-1]["reason"] if self.reasons else ""
 
+    @property
+    def started_at(self) -> float | None:
+        """When its latest run started: the last change to RUNNING (None when it never ran)."""
+        return next((float(r["at"]) for r in reversed(self.reasons) if r.get("state") == RUNNING), None)
+
+    @property
+    def run_seconds(self) -> float | None:
+        """How long its successful run took, from RUNNING to SUCCEEDED (None for any other job), for the
+        scheduler's runtime estimates from a submission's finished jobs."""
+        if self.state != SUCCEEDED:
+            return None
+        ended = next((float(r["at"]) for r in reversed(self.reasons) if r.get("state") == SUCCEEDED), None)
+        started = self.started_at
+        return ended - started if ended is not None and started is not None and ended >= started else None
+
 
 @dataclass(frozen=True)
 class Outcome:

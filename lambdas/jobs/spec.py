@@ -47,7 +47,9 @@ CHECKPOINT_INTERVAL_LIMIT_MINUTES = 1440
 
 KEYS = ("image", "command", "environment", "gpus", "vcpus", "memory_mib", "instance_type_pattern", "regions",
         "lifecycle", "max_attempts", "checkpoint_interval_minutes", "retry_on_exit_codes", "team",
-        "notify")
+        "notify", "expected_runtime_s")
+# A runtime estimate beyond this is a typo (minutes given as seconds twice over), not a plan.
+MAX_EXPECTED_RUNTIME_S = 90 * 86_400
 # Keys of a spec file that belong to the submission, not to each job: `sweep: {name: [values]}`.
 SUBMISSION_KEYS = ("sweep",)
 # Exit codes are what the container's main process returns: 0-255, and 0 is success.
@@ -94,6 +96,8 @@ class JobSpec:
     notify: tuple[str, ...] = ()
     # region -> the reference that region pulls, where it is not `image` (ECR Public through the cache).
     images: Mapping[str, str] = field(default_factory=dict)
+    # The user's estimate of one run's length, for the scheduler's duration-aware placement (optional).
+    expected_runtime_s: float | None = None
 
     def image_for(self, region: str) -> str:
         return self.images.get(region, self.image)
@@ -106,7 +110,8 @@ class JobSpec:
                     "lifecycle": self.lifecycle, "max_attempts": self.max_attempts}
         optional = {"checkpoint_interval_minutes": self.checkpoint_interval_minutes,
                     "retry_on_exit_codes": list(self.retry_on_exit_codes), "team": self.team,
-                    "notify": list(self.notify), "images": dict(self.images)}
+                    "notify": list(self.notify), "images": dict(self.images),
+                    "expected_runtime_s": self.expected_runtime_s}
         document.update({key: value for key, value in optional.items() if value})
         return document
 
@@ -187,6 +192,10 @@ def parse_spec(document: Mapping, *, fleet_regions: Sequence[str], catalog: Cata
     if interval is not None:
         interval = _number(problems, "checkpoint_interval_minutes", interval, int, 1, inclusive=True,
                            maximum=CHECKPOINT_INTERVAL_LIMIT_MINUTES)
+    expected_runtime_s = document.get("expected_runtime_s")
+    if expected_runtime_s is not None:
+        expected_runtime_s = _number(problems, "expected_runtime_s", expected_runtime_s, float, 0, inclusive=False,
+                                     maximum=MAX_EXPECTED_RUNTIME_S)
 
     pattern = document.get("instance_type_pattern")
     compiled = None
@@ -246,7 +255,7 @@ def parse_spec(document: Mapping, *, fleet_regions: Sequence[str], catalog: Cata
                    memory_mib=memory_mib, max_attempts=max_attempts, instance_type_pattern=pattern,
                    regions=tuple(regions), lifecycle=lifecycle, checkpoint_interval_minutes=interval,
                    retry_on_exit_codes=retry, team=team,
-                   notify=notify, images=images)
+                   notify=notify, images=images, expected_runtime_s=expected_runtime_s)
 
 
 def _exit_codes(problems: list[str], codes, max_attempts: int | None) -> tuple[int, ...]:
@@ -366,7 +375,9 @@ def spec_from_document(document: Mapping) -> JobSpec:
                    checkpoint_interval_minutes=document.get("checkpoint_interval_minutes"),
                    retry_on_exit_codes=tuple(int(c) for c in document.get("retry_on_exit_codes") or ()),
                    team=document.get("team") or None, notify=tuple(document.get("notify") or ()),
-                   images=dict(document.get("images") or {}))
+                   images=dict(document.get("images") or {}),
+                   expected_runtime_s=float(document["expected_runtime_s"])
+                   if document.get("expected_runtime_s") is not None else None)
 
 
 def parse_sweep(value, where: str = "sweep") -> dict[str, list[str]]:

@@ -39,8 +39,8 @@ GONE = "gone"  # already terminated or terminating, or no longer in its group
 
 @dataclass(frozen=True)
 class Candidate:
-    """A machine a method proposes to remove. The same fields as the planner's
-    `lambdas.scheduler.planning.model.Candidate`, so either can be handed to the executor."""
+    """A machine a method proposes to remove: the planner's release stage
+    (lambdas/scheduler/planning/release.py) and the reaper's idle method both return these."""
     instance_id: str
     container_instance_arn: str
     region: str
@@ -106,16 +106,24 @@ def disruption_budget(group_size: int, percent: int = DEFAULT_BUDGET_PERCENT) ->
     return max(1, -(-max(0, group_size) * percent // 100))
 
 
-def headroom(group: Group, budget_percent: int) -> tuple[int, str]:
-    """How many more removals the group allows now, and what binds."""
-    in_flight = len(group.in_flight)
-    above_min = min(group.desired, group.in_service) - group.min_size - in_flight
-    budget = disruption_budget(group.desired, budget_percent) - in_flight
+def room(*, desired: int, in_service: int, min_size: int, in_flight: int, budget_percent: int) -> tuple[int, str]:
+    """How many more removals a group allows now, and what binds: its desired capacity and in-service
+    instances, less the removals in flight, stay at or above its minimum, and the removals in flight stay
+    within the disruption budget. The rule for both the release stage's proposals (from the planner's
+    counts) and `validate` (from the group read again)."""
+    above_min = min(desired, in_service) - min_size - in_flight
+    budget = disruption_budget(desired, budget_percent) - in_flight
     if above_min <= budget:
-        return max(0, above_min), (f"group at its minimum: desired {group.desired}, in service {group.in_service}, "
-                                   f"min {group.min_size}, {in_flight} removal(s) in flight")
-    return max(0, budget), (f"disruption budget of {disruption_budget(group.desired, budget_percent)} "
-                            f"({budget_percent}% of {group.desired}) reached with {in_flight} removal(s) in flight")
+        return max(0, above_min), (f"group at its minimum: desired {desired}, in service {in_service}, "
+                                   f"min {min_size}, {in_flight} removal(s) in flight")
+    return max(0, budget), (f"disruption budget of {disruption_budget(desired, budget_percent)} "
+                            f"({budget_percent}% of {desired}) reached with {in_flight} removal(s) in flight")
+
+
+def headroom(group: Group, budget_percent: int) -> tuple[int, str]:
+    """`room` for a group as read."""
+    return room(desired=group.desired, in_service=group.in_service, min_size=group.min_size,
+                in_flight=len(group.in_flight), budget_percent=budget_percent)
 
 
 @dataclass(frozen=True)

@@ -10,18 +10,24 @@ then placed by the next scheduled run, within a minute. A run:
   3. reads the admission flag; when closed, nothing is started or bought (running jobs continue);
   4. reads every fleet region (live spot prices, machines, free GPUs from the tasks on them, groups and
      the instances they are still launching, failed launches);
-  5. plans with lambdas.scheduler.planning.plan and acts: per placement a conditional claim
-     QUEUED(n) -> STARTING(n+1) in the ledger BEFORE StartTask, so a message delivered twice or a
-     second run can never start the same attempt twice; then STARTING -> RUNNING with the task ARN;
+  5. plans with lambdas.scheduler.planning.plan (runtime beliefs from the specs' estimates and the
+     submissions' finished jobs, the pools' interruption rates, each job's checkpoint interval) and
+     acts: per placement a conditional claim QUEUED(n) -> STARTING(n+1) in the ledger BEFORE StartTask,
+     so a message delivered twice or a second run can never start the same attempt twice; then
+     STARTING -> RUNNING with the task ARN;
   6. raises the chosen groups' desired capacity within the fleet cap and the dollars-per-hour cap,
      except where the circuit breaker has stopped a fleet's scaling;
-  7. deletes the messages the ledger now reflects. Malformed ones stay, for the redrive policy.
+  7. hands the plan's releases (its release stage: empty machines past the release delay) to the removal
+     executor (lambdas/removal, docs/removal.md), which validates them again, drains, re-checks and
+     terminates them with a decrement, under the placement lease this run holds;
+  8. deletes the messages the ledger now reflects. Malformed ones stay, for the redrive policy.
 
 Every attempt of a job gets the same checkpoint location (MLFLEET_CHECKPOINT_URI, in the bucket of the
 region it runs in), and a job that has run goes back to the region of its checkpoint (job_request).
 
 Environment: ENVIRONMENT, JOBS_TABLE, JOBS_QUEUE_URL, JOBS_DLQ_URL, ADMISSION_PARAMETER, FLEETS,
-MAX_HOURLY_USD, ALERT_TOPIC_ARN, DEFAULT_MAX_ATTEMPTS, REBALANCE_TIMEOUT_MINUTES, ACCOUNT_ID.
+MAX_HOURLY_USD, ALERT_TOPIC_ARN, DEFAULT_MAX_ATTEMPTS, REBALANCE_TIMEOUT_MINUTES, ACCOUNT_ID, and optionally
+RELEASE_AFTER_EMPTY_MINUTES (unset: the measured boot time) and DISRUPTION_BUDGET_PERCENT (default 10).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from botocore.exceptions import ClientError
 from lambdas.common import admission, lease
 from lambdas.common.aws import client
 from lambdas.common.catalog import load_catalog
+from lambdas.common.interruption_rates import load_interruption_rates
 from lambdas.common.logs import log_decision
 from lambdas.common.settings import SettingsError, from_env
 from lambdas.jobs import checkpoints
@@ -46,7 +53,10 @@ from lambdas.jobs import queue
 from lambdas.jobs.fleets import FleetConfig, parse_fleets, regions
 from lambdas.removal.execute import LedgerSource
 from lambdas.scheduler import actions, releases, state
-from lambdas.scheduler.planning import Fleet, JobRequest, Limits, Machine, Reservation, ScaleOut, plan
+from lambdas.scheduler.planning import (
+    Fleet, JobRequest, Limits, Machine, ReleasePolicy, Reservation, RuntimeEstimate, ScaleOut, plan,
+)
+from lambdas.scheduler.planning.runtimes import FinishedRun, estimates, expected_end
 
 PERMISSIONS = (
     *admission.READ_PERMISSIONS,
@@ -71,6 +81,8 @@ STARTING_GRACE = timedelta(minutes=5)
 # A job StartTask keeps refusing (its machine vanished, its image is unusable) fails after this many.
 MAX_START_FAILURES = 5
 BREAKER_FAILURES, BREAKER_WINDOW = 3, timedelta(minutes=30)
+# Submissions whose finished jobs are read per run for runtime estimates (one Query each).
+MAX_SUBMISSIONS_READ = 50
 
 
 @dataclass(frozen=True)
@@ -234,13 +246,38 @@ def checkpoint_region(record: L.JobRecord, fleet_regions: Collection[str]) -> st
     return record.placement.region
 
 
-def job_request(record: L.JobRecord, fleet_regions: Collection[str]) -> JobRequest:
+def job_request(record: L.JobRecord, fleet_regions: Collection[str], runtime: RuntimeEstimate | None = None) -> JobRequest:
     spec = record.spec
+    interval = spec.checkpoint_interval_minutes
     return JobRequest(job_id=record.job_id, submission_id=record.submission_id, gpus=spec.gpus, vcpus=spec.vcpus,
                       memory_mib=spec.memory_mib, instance_type_pattern=spec.instance_type_pattern,
                       regions=spec.regions, lifecycle=spec.lifecycle, submitted_at=record.submitted_at,
                       reserved=Reservation(*record.reserved) if record.reserved else None,
-                      checkpoint_region=checkpoint_region(record, fleet_regions))
+                      checkpoint_region=checkpoint_region(record, fleet_regions), runtime=runtime,
+                      checkpoint_interval_s=interval * 60.0 if interval is not None else None,
+                      attempts_left=max(1, spec.max_attempts - record.runs))
+
+
+def runtime_beliefs(ledger: L.Ledger, records: list[L.JobRecord]) -> dict[str, RuntimeEstimate]:
+    """Per job: what its spec estimates and what the finished jobs of its submission took (read for the
+    first MAX_SUBMISSIONS_READ submissions, oldest first; the others go on their estimate alone)."""
+    submissions = list(dict.fromkeys(r.submission_id for r in records))[:MAX_SUBMISSIONS_READ]
+    finished = [FinishedRun(s, r.run_seconds) for s in submissions for r in ledger.by_submission(s)
+                if r.run_seconds is not None]
+    return estimates({r.job_id: r.spec.expected_runtime_s for r in records},
+                     {r.job_id: r.submission_id for r in records}, finished)
+
+
+def busy_until(machine: state.MachineView, running: dict[str, L.JobRecord], beliefs: dict[str, RuntimeEstimate],
+               now: float) -> float | None:
+    """When the jobs on a machine are expected to have ended; None when any of them is unknown."""
+    ends = []
+    for job_id in machine.jobs:
+        record, belief = running.get(job_id), beliefs.get(job_id)
+        if record is None or belief is None or record.started_at is None:
+            return None
+        ends.append(expected_end(record.started_at, belief, now))
+    return max(ends) if ends else None
 
 
 def circuit_breaker(view: state.FleetView, now: datetime, settings: Settings) -> bool:
@@ -281,27 +318,36 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
     fleet_views = {(fv.config.region, fv.config.fleet): fv for view in views for fv in view.fleets}
     stopped = {key for key, fv in fleet_views.items() if circuit_breaker(fv, now, settings)}
     current_hourly = sum(fv.hourly_usd for fv in fleet_views.values())
+    running = {r.job_id: r for r in ledger.by_state(L.RUNNING)} if any(m.jobs for m in machines.values()) else {}
+    beliefs = runtime_beliefs(ledger, [*pending, *running.values()])
+    in_view = list(machines.values())
+    boot_s = releases.boot_seconds(in_view) or releases.UNMEASURED_BOOT_S
     the_plan = plan(
-        [job_request(r, regions(fleets)) for r in pending],
+        [job_request(r, regions(fleets), beliefs.get(r.job_id)) for r in pending],
         [Machine(key=m.container_instance_arn, instance_id=m.instance_id, region=m.region, fleet=m.fleet,
                  instance_type=m.instance_type, availability_zone=m.availability_zone, lifecycle=m.lifecycle,
                  free_gpus=m.free_gpus, free_vcpus=m.free_vcpus, free_memory_mib=m.free_memory_mib,
                  price_per_hour=m.price_per_hour, rebalance_recommended=m.rebalance_recommended,
-                 draining=m.draining or m.removing,  # never placed onto a machine a removal is draining
-                 submissions=m.submissions)
-         for m in machines.values()],
+                 draining=m.draining, removing=m.removing,  # never placed onto either
+                 submissions=m.submissions, launched_at=m.launched_at, empty_since=m.empty_since,
+                 protected=m.protected, busy_until=busy_until(m, running, beliefs, now.timestamp()))
+         for m in in_view],
         # A fleet whose breaker is open may not grow: its cap is what it already has.
         [Fleet(region=fv.config.region, fleet=fv.config.fleet, asg_name=fv.config.asg_name,
                instance_types=fv.config.instance_types, current_instances=fv.current_instances,
                pending_instances=fv.pending_instances,
                max_instances=(fv.current_instances + fv.pending_instances) if key in stopped else fv.max_instances,
                on_demand_base=fv.config.on_demand_base,
-               on_demand_percent_above_base=fv.config.on_demand_percent_above_base)
+               on_demand_percent_above_base=fv.config.on_demand_percent_above_base,
+               min_size=fv.min_size, removing_instances=fv.removing_instances)
          for key, fv in fleet_views.items()],
         catalog,
         Limits(max_hourly_usd=settings.max_hourly_usd, current_hourly_usd=current_hourly, admission_open=True,
                scaling_allowed=True),
-        prices=prices,
+        prices=prices, now=now.timestamp(),
+        release=ReleasePolicy(after_empty_s=releases.release_delay_s(settings.release_after_empty_minutes, in_view),
+                              budget_percent=settings.disruption_budget_percent),
+        interruption_rate=load_interruption_rates().per_hour, boot_s=boot_s,
     )
     records = {r.job_id: r for r in pending}
     definitions: dict[str, actions.TaskDefinitions] = {}
@@ -340,7 +386,7 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
             spent += scale_out.hourly_usd
             summary["scaled"].append({"asg": scale_out.asg_name, "before": changed[0], "after": changed[1]})
             reserve_boxes(ledger, records, scale_out, changed[1] - changed[0], now, remaining_ms)
-    give_back(settings, views, (), held, now, summary)
+    give_back(settings, views, the_plan.releases, held, now, summary)
 
 
 def give_back(settings: Settings, views: list[state.RegionView], candidates, held: lease.Lease | None, now: datetime,

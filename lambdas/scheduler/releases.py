@@ -95,18 +95,16 @@ def release_delay_s(configured_minutes: int | None, machines: Sequence[MachineVi
     return measured if measured is not None else UNMEASURED_BOOT_S
 
 
-def give_back(candidates: Sequence, views: Sequence[RegionView], *, budget_percent: int, ledger: execute.LedgerSource,
-              lease_expires_at: float, now: datetime) -> execute.Outcome:
-    """Carry out the plan's release candidates (the planner's Candidate: the removal protocol's fields)
-    region by region and cluster by cluster, and finish the releases a previous run left half-done."""
+def give_back(candidates: Sequence[removal.Candidate], views: Sequence[RegionView], *, budget_percent: int,
+              ledger: execute.LedgerSource, lease_expires_at: float, now: datetime) -> execute.Outcome:
+    """Carry out the plan's release candidates (lambdas/scheduler/planning/release.py) region by region
+    and cluster by cluster, and finish the releases a previous run left half-done."""
     outcome = execute.Outcome()
-    proposed = [removal.Candidate(c.instance_id, c.container_instance_arn, c.region, c.asg_name, c.method, c.reason)
-                for c in candidates]
     for view in views:
         for cluster in dict.fromkeys(fv.config.cluster for fv in view.fleets):
             fleets = [fv for fv in view.fleets if fv.config.cluster == cluster]
             groups = {fv.config.asg_name for fv in fleets}
-            mine = [c for c in proposed if c.region == view.region and c.asg_name in groups]
+            mine = [c for c in candidates if c.region == view.region and c.asg_name in groups]
             if not mine and not any(fv.removing_instances for fv in fleets):
                 continue
             scope = execute.Scope(view.region, cluster, tuple(sorted(groups)), removal.RELEASE, budget_percent)

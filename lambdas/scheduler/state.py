@@ -113,6 +113,7 @@ class MachineView:
     rebalance_recommended: bool
     draining: bool
     submissions: frozenset[str] = frozenset()  # of the jobs running on it
+    jobs: frozenset[str] = frozenset()  # the job ids its running tasks were started for (their busy-until)
     removing: bool = False  # tagged `mlfleet:removing`: never placed onto
     tasks: int = 0  # running + pending on its container instance
     launched_at: float | None = None  # epoch seconds
@@ -243,6 +244,7 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
     registered: list[tuple[str, Mapping]] = []
     used: dict[str, tuple[int, float, int]] = {}
     submissions: dict[str, set[str]] = {}
+    job_ids: dict[str, set[str]] = {}
     for cluster in dict.fromkeys(f.cluster for f in fleets):
         arns = list(paginate(ecs, "list_container_instances", "containerInstanceArns", cluster=cluster))
         for batch in chunks(arns, 100):
@@ -259,6 +261,7 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
                 submission = submission_of(task.get("startedBy", ""))
                 if submission:
                     submissions.setdefault(host, set()).add(submission)
+                    job_ids.setdefault(host, set()).add(task["startedBy"])
 
     instances = _instances(ec2, [*fleet_of, *(ci["ec2InstanceId"] for _, ci in registered)])
     for cluster, ci in registered:
@@ -295,6 +298,7 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
             rebalance_recommended=REBALANCE_TAG in tags,
             draining=ci.get("status") == "DRAINING" or not ci.get("agentConnected", True),
             submissions=frozenset(submissions.get(ci["containerInstanceArn"], ())),
+            jobs=frozenset(job_ids.get(ci["containerInstanceArn"], ())),
             removing=tag_keys.REMOVING in tags,
             tasks=int(ci.get("runningTasksCount", 0)) + int(ci.get("pendingTasksCount", 0)),
             launched_at=_epoch(instance.get("LaunchTime")), registered_at=_epoch(ci.get("registeredAt")),

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# A machine proposed for removal: the removal protocol's own type (docs/removal.md, "Propose"), so the
+# release stage's proposals go to the executor as they are.
+from lambdas.removal.decide import Candidate
+
 ADMISSION_CLOSED = "admission closed by budget guard"
 NO_FLEET = "no fleet can run it (instance-type pattern, region, lifecycle or size)"
 SCALING_PAUSED = "no free capacity; scaling paused (circuit breaker open)"
@@ -122,18 +126,6 @@ class ScaleOut:
     hourly_usd: float
     for_jobs: tuple[str, ...]
     boxes: tuple[tuple[str, ...], ...] = ()  # the jobs planned onto each new instance (reserve them)
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A machine proposed for removal (docs/removal.md, "Propose"); the removal executor validates it
-    again, drains it, re-checks it under the placement lease and terminates it with a decrement."""
-    instance_id: str
-    container_instance_arn: str
-    region: str
-    asg_name: str
-    method: str  # "release" (the scheduler) or "idle" (the reaper)
-    reason: str
 
 
 @dataclass(frozen=True)

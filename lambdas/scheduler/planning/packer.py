@@ -29,7 +29,9 @@ REBALANCE_PENALTY = 0.5  # below any healthy machine: used only when nothing els
 SWEEP_SPREAD_PENALTY = 0.1  # less than one GPU step on a 4-GPU machine (0.15): packing wins there
 # An extension costing as much as buying for the job alone weighs like a third of a machine's fullness.
 EXTENSION_WEIGHT = 0.3
-DECLINE_FACTOR = 1.0  # decline a machine whose extension costs more than this many purchases for the job
+# Decline a machine whose extension costs more than twice buying for the job alone: a purchase makes the
+# job wait for a boot, so an existing machine keeps it unless clearly dearer (the ski-rental factor of two).
+DECLINE_FACTOR = 2.0
 HOUR = 3600.0
 
 

@@ -1,4 +1,7 @@
-"""The release method: empty machines the scheduler bought, proposed for removal (docs/removal.md).
+"""The release stage: the one decision of which empty machines the scheduler gives back (docs/removal.md,
+the release method). The scheduler Lambda hands its proposals to the removal executor (lambdas/removal),
+which validates them again on the groups read afresh, drains, re-checks and terminates; the benchmark
+carries them out in its simulation.
 
 Karpenter's `WhenEmpty` with `consolidateAfter`, under the protocol's rules. A fleet machine is
 proposed when all of these hold:
@@ -7,11 +10,10 @@ proposed when all of these hold:
   nothing on it this run (so no queued job fits it: the live stage would have used it);
 - it has been up for EC2's 60-second billing minimum (released sooner, it is paid for anyway);
 - `mlfleet:keep-alive` does not protect it.
-Then, per group, what the validation of docs/removal.md checks: desired capacity minus removals in
-flight minus these releases stays at or above the group's minimum, and removals in flight plus these
-releases stay within the disruption budget (10% of the group, rounded up, at least one; Karpenter's
-default budget, kubernetes-sigs/karpenter pkg/apis/v1/nodepool.go `nodes: "10%"`). When the budget
-binds, the dearest machines go first: they cost most to keep.
+Then, per group, the protocol's own rule (`lambdas.removal.decide.room`, which the executor's
+validation applies too): never below the group's minimum, and removals in flight plus these within the
+disruption budget (`DISRUPTION_BUDGET_PERCENT` of the group, rounded up, at least one). When it binds,
+the dearest machines go first: they cost most to keep.
 
 Why the delay is the boot time (`ReleasePolicy.after_empty_s`): keeping an empty machine as long as a
 replacement takes to boot, then releasing it, pays at most twice what the best choice made in
@@ -22,33 +24,31 @@ Unknown means kept: a machine whose launch time or empty time is unknown is neve
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from lambdas.removal.decide import DEFAULT_BUDGET_PERCENT, RELEASE, room
 from lambdas.scheduler.planning.constraints import capacity_of
 from lambdas.scheduler.planning.model import Candidate, Fleet, Machine
 
-METHOD = "release"
-BILLING_MINIMUM_S = 60  # EC2 per-second billing has a 60-second minimum per instance launch
-DISRUPTION_BUDGET_SHARE = 0.10
+# EC2 bills per second with a 60-second minimum per launch (https://aws.amazon.com/ec2/pricing/on-demand/,
+# "Per Second Billing"): a machine released inside its first minute is paid for anyway.
+BILLING_MINIMUM_S = 60
 
 
 @dataclass(frozen=True)
 class ReleasePolicy:
-    after_empty_s: float  # the release delay: the fleets' boot time (`releaseAfterEmptyMinutes`)
+    # The release delay: `mlfleet:releaseAfterEmptyMinutes`, or the fleets' measured boot time
+    # (lambdas/scheduler/releases.py release_delay_s).
+    after_empty_s: float
+    budget_percent: int = DEFAULT_BUDGET_PERCENT  # `mlfleet:disruptionBudgetPercent`
     billing_minimum_s: float = BILLING_MINIMUM_S
-    budget_share: float = DISRUPTION_BUDGET_SHARE
 
     def __post_init__(self) -> None:
-        if self.after_empty_s < 0 or self.billing_minimum_s < 0 or not 0 < self.budget_share <= 1:
+        if self.after_empty_s < 0 or self.billing_minimum_s < 0 or not 0 < self.budget_percent <= 100:
             raise ValueError(f"release policy: after_empty_s={self.after_empty_s!r} and billing_minimum_s="
-                             f"{self.billing_minimum_s!r} must be >= 0, budget_share={self.budget_share!r} in (0, 1]")
-
-
-def disruption_budget(group_size: int, share: float = DISRUPTION_BUDGET_SHARE) -> int:
-    """Removals a group may have in flight at once: `share` of it rounded up, at least one."""
-    return max(1, math.ceil(round(share * group_size, 9)))
+                             f"{self.billing_minimum_s!r} must be >= 0, budget_percent={self.budget_percent!r} "
+                             "in 1..100")
 
 
 def is_empty(machine: Machine, catalog) -> bool:
@@ -84,12 +84,13 @@ def propose_releases(machines: Sequence[Machine], fleets: Sequence[Fleet], catal
     candidates = []
     for key in sorted(eligible):
         fleet = groups[key]
-        desired = fleet.current_instances + fleet.pending_instances  # removals in flight are in neither
-        allowed = min(desired - fleet.min_size,
-                      disruption_budget(desired + fleet.removing_instances, policy.budget_share)
-                      - fleet.removing_instances)
-        chosen = sorted(eligible[key], key=lambda m: (-m.price_per_hour, m.empty_since, m.key))[:max(0, allowed)]
-        candidates += [Candidate(m.instance_id, m.key, m.region, fleet.asg_name, METHOD,
+        # Removals in flight are in neither current nor pending (lambdas/scheduler/state.py), still in
+        # service and in the desired capacity until their terminate decrements it.
+        allowed, _ = room(desired=fleet.current_instances + fleet.pending_instances + fleet.removing_instances,
+                          in_service=fleet.current_instances + fleet.removing_instances, min_size=fleet.min_size,
+                          in_flight=fleet.removing_instances, budget_percent=policy.budget_percent)
+        chosen = sorted(eligible[key], key=lambda m: (-m.price_per_hour, m.empty_since, m.key))[:allowed]
+        candidates += [Candidate(m.instance_id, m.key, m.region, fleet.asg_name, RELEASE,
                                  f"empty since {m.empty_since:.0f} ({now - m.empty_since:.0f} s, release delay "
                                  f"{policy.after_empty_s:.0f} s); no queued job fits it")
                        for m in chosen]
