@@ -16,7 +16,8 @@ from lambdas.common.catalog import load_catalog
 
 DESIGN_KEYS = {"trace", "mode", "jobs", "unplaceable", "lower_bound_cost_usd", "strategies"}
 STRATEGY_KEYS = {"cost_usd", "gpu_utilization", "jobs_completed", "jobs_lost", "p95_wait_s", "instances_launched",
-                 "plan_seconds"}
+                 "plan_seconds", "completed_gpu_hours"}
+ALL_STRATEGIES = {"mlfleet", "one-instance-per-job", "karpenter-when-empty", "ecs-binpack-memory", "first-fit"}
 OPENB_HEADER = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"
                 "scheduled_time")
 
@@ -37,12 +38,13 @@ def test_openb_mapping(tmp_path):
                              "p0,12000,16384,1,460,,LS,Running,100,700,160\n"   # fractional GPU, scheduled
                              "p1,6000,8192,0,0,,BE,Running,0,50,0\n"            # no GPU: excluded
                              "p2,4000,4096,2,1000,T4,LS,Pending,200,500,\n"     # never scheduled, T4 only
-                             "p3,4000,4096,1,1000,G2,LS,Running,300,400,300\n"))  # no AWS equivalent
+                             "p3,4000,4096,1,1000,G2,LS,Running,300,400,300\n"  # no AWS equivalent: dropped
+                             "p4,4000,4096,1,1000,P100|T4,LS,Running,300,400,300\n"))  # keeps the model AWS sells
     assert trace.format == "openb" and trace.excluded == {"no_gpu": 1, "gpu_spec_without_aws_equivalent:G2": 1}
     by_id = {j.job_id: j for j in trace.jobs}
     assert by_id["p0"] == TraceJob("p0", 100, 540, 1, 12.0, 16384, None)
     assert by_id["p2"].duration_s == 300 and by_id["p2"].gpus == 2 and by_id["p2"].instance_type_pattern
-    assert by_id["p3"].instance_type_pattern is None
+    assert "p3" not in by_id and by_id["p4"].instance_type_pattern == r"(?:g4dn\..*)"
 
 
 def test_plain_format_with_instance_type_column(tmp_path):
@@ -94,7 +96,7 @@ def run_json(capsys, *argv) -> dict:
 def test_snapshot_json_has_the_design_keys_and_every_bound_holds(tmp_path, capsys):
     result = run_json(capsys, "--trace", str(plain_trace(tmp_path)), "--mode", "snapshot")
     assert DESIGN_KEYS <= set(result) and result["mode"] == "snapshot" and result["jobs"] == 40
-    assert set(result["strategies"]) == {"mlfleet", "one-instance-per-job", "ecs-binpack-memory", "first-fit"}
+    assert set(result["strategies"]) == ALL_STRATEGIES
     for figures in result["strategies"].values():
         assert STRATEGY_KEYS <= set(figures)
         assert figures["jobs_completed"] == 40 and figures["jobs_lost"] == 0

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from lambdas.scheduler.planning.columns import cheapest_cover, gauss_jordan_pivot
+from lambdas.scheduler.planning.columns import Pattern, cheapest_cover, gauss_jordan_pivot
 from lambdas.scheduler.planning.constraints import Patterns, demand_of, fits
 from lambdas.scheduler.planning.fleets import Option, box_machine, may_run
 from lambdas.scheduler.planning.model import NO_FLEET, SCALING_PAUSED, JobRequest, Limits, Resources, ScaleOut
@@ -240,19 +240,28 @@ class _Purchase:
 
 
 def _cover_seeds(jobs: Sequence[JobRequest], options: Sequence[Option], patterns: Patterns,
-                 limits: Limits) -> list[tuple[int, list[JobRequest]]]:
+                 limits: Limits, greedy: _Bought | None = None) -> list[tuple[int, list[JobRequest]]]:
     """The rounded-down configuration-LP cover of `jobs`, as boxes with their jobs (empty when the kinds
-    are too many for the budget). Options the caps already rule out are left out of the LP."""
+    are too many for the budget). Options the caps already rule out are left out of the LP. The greedy
+    plan's boxes start the master, so the column generation begins at the greedy's cost."""
     kinds, kind_of = _kinds(jobs, options, patterns)
     if len(kinds) > COVER_MAX_KINDS or len(jobs) < 2:
         return []
     budget = limits.max_hourly_usd - limits.current_hourly_usd
     usable = {i for i, o in enumerate(options) if o.room > 0 and o.price <= budget + 1e-9}
+    position = {id(k): n for n, k in enumerate(kinds)}
+    start = []
+    for option, boxes in (greedy.boxes.items() if greedy else ()):
+        for box in boxes:
+            counts: dict[int, int] = {}
+            for job_id in box:
+                if job_id in kind_of:
+                    counts[position[id(kind_of[job_id])]] = counts.get(position[id(kind_of[job_id])], 0) + 1
+            start.append(Pattern(option, tuple(sorted(counts.items()))))
     cover = cheapest_cover([k.need for k in kinds], [k.left for k in kinds],
                            [sorted(k.options & usable) for k in kinds], [(o.capacity, o.price) for o in options],
-                           cpu_seconds=COVER_CPU_SECONDS)
+                           cpu_seconds=COVER_CPU_SECONDS, start=start)
     queues: dict[int, list[JobRequest]] = {}
-    position = {id(k): n for n, k in enumerate(kinds)}
     for job in jobs:
         queues.setdefault(position[id(kind_of[job.job_id])], []).append(job)
     seeds = []
@@ -272,7 +281,7 @@ def _purchase_once(jobs: Sequence[JobRequest], options: Sequence[Option], catalo
     """The better of the greedy plan and the cover-seeded one for these jobs."""
     best = _Purchase(options, catalog, patterns, limits).run(jobs, (), limits.scaling_allowed)
     if limits.scaling_allowed:
-        seeds = _cover_seeds(jobs, options, patterns, limits)
+        seeds = _cover_seeds(jobs, options, patterns, limits, best)
         if seeds:
             covered = _Purchase(options, catalog, patterns, limits).run(jobs, seeds, True)
             if (len(covered.waiting), covered.cost) < (len(best.waiting), best.cost):

@@ -1,0 +1,185 @@
+"""The benchmark over time, on tiny traces: skipped strategies, timeless pod lists, type-aware bounds,
+draining instances, releases, Karpenter's emptiness, checkpoints, hints, and the traces it generates."""
+
+from __future__ import annotations
+
+import json
+import math
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+from benchmarks.scheduler.__main__ import instance_types, job_checkpoints, job_hints, main
+from benchmarks.scheduler.bound import aggregate_bound, replay_bound, replay_bound_gap, snapshot_configuration_bound
+from benchmarks.scheduler.simulate import Simulation
+from benchmarks.scheduler.strategies import KarpenterWhenEmptyStrategy, MlfleetStrategy
+from benchmarks.scheduler.trace import TraceJob, read_trace
+from benchmarks.traces import main as make_trace
+from lambdas.common.catalog import load_catalog
+from lambdas.scheduler.planning import resource_prices
+
+CATALOG = load_catalog()
+TYPES = instance_types(CATALOG, "us-east-1")
+BY_NAME = {t.name: t for t in TYPES}
+OPENB_NO_TIMES = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+
+
+def write(tmp_path: Path, text: str, name: str = "trace.csv") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def run_json(capsys, *argv) -> dict:
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_a_strategy_that_cannot_run_the_trace_is_skipped_and_the_others_run(tmp_path, capsys):
+    # Jobs tied to T4s and to V100s: no single type holds both, so a capacity provider of one type cannot.
+    trace = write(tmp_path, "submit_s,duration_s,gpus,vcpus,memory_mib,instance_type\n"
+                            "0,600,1,2,4096,g4dn\\..*\n0,600,1,2,4096,p3\\..*\n")
+    result = run_json(capsys, "--trace", str(trace), "--mode", "replay")
+    assert "no single instance type holds every job" in result["strategies"]["ecs-binpack-memory"]["skipped"]
+    for name in ALL - {"ecs-binpack-memory"}:
+        assert result["strategies"][name]["jobs_completed"] == 2
+
+
+ALL = {"mlfleet", "one-instance-per-job", "karpenter-when-empty", "ecs-binpack-memory", "first-fit"}
+
+
+def test_an_openb_pod_list_without_times_runs_in_snapshot_mode(tmp_path, capsys):
+    trace = write(tmp_path, OPENB_NO_TIMES + "p0,4000,8192,1,1000,\np1,4000,8192,1,500,\np2,1000,1024,0,0,\n")
+    result = run_json(capsys, "--trace", str(trace), "--mode", "replay")
+    assert result["mode"] == "snapshot" and "no time columns" in result["mode_note"] and result["jobs"] == 2
+    assert all(f["jobs_completed"] == 2 for f in result["strategies"].values() if "skipped" not in f)
+
+
+def test_the_lower_bound_respects_the_types_a_job_may_run_on():
+    free = TraceJob("a", 0, 3600, 1, 2, 4096)
+    tied = TraceJob("b", 0, 3600, 1, 2, 4096, r"p3\..*")
+    need = (1, 2, 4096)
+
+    def fractional(types):  # the aggregate LP over only these types (its dual, checked against scipy)
+        return sum(p * d for p, d in zip(resource_prices([(t.capacity, t.price) for t in types], need), need))
+
+    p3 = [t for t in TYPES if t.name.startswith("p3.")]
+    assert aggregate_bound([free], TYPES) == pytest.approx(fractional(TYPES))
+    assert aggregate_bound([tied], TYPES) == pytest.approx(fractional(p3)) and fractional(p3) > fractional(TYPES)
+    # Two classes share no type here: the bound is the sum, never one class covering the other's demand.
+    assert aggregate_bound([free, tied], TYPES) == pytest.approx(fractional(TYPES) + fractional(p3))
+    assert replay_bound([free, tied], TYPES) == pytest.approx(aggregate_bound([free, tied], TYPES))
+    # A job larger than small types may only use large ones (size is a constraint too).
+    big = TraceJob("c", 0, 3600, 8, 90, 300_000)
+    assert aggregate_bound([big], TYPES) == pytest.approx(min(t.price for t in TYPES if t.holds(big)))
+
+
+def test_the_replay_bound_never_exceeds_the_exact_lp_of_an_interval():
+    jobs = [TraceJob(f"j{i}", i * 600, 1800 + i * 300, 1 + i % 2, 4 + i % 16, 8192 * (1 + i % 6),
+                     r"p3\..*" if i % 5 == 0 else None) for i in range(30)]
+    gap = replay_bound_gap(jobs, TYPES, sample=15)
+    assert gap["sampled"] == 15 and gap["worst_shortfall"] >= -1e-6  # never above the exact optimum
+    assert replay_bound(jobs, TYPES) > 0
+
+
+def test_the_configuration_bound_keeps_jobs_tied_to_a_gpu_model():
+    tied = [TraceJob(f"t{i}", 0, 60, 1, 4, 8192, r"p3\..*") for i in range(2)]
+    bound = snapshot_configuration_bound(tied, TYPES)
+    assert bound.converged and bound.cost == pytest.approx(2 * BY_NAME["p3.2xlarge"].price)
+
+
+def tiny_sim(jobs, strategy, **kw) -> Simulation:
+    return Simulation(jobs, TYPES, strategy, mode="replay", interruptions_per_hour=kw.pop("rate", 0.0), seed=1,
+                      boot_s=180, max_attempts=3, **kw)
+
+
+def test_an_interrupted_instance_counts_as_capacity_on_its_way_so_no_second_one_is_bought():
+    job = TraceJob("j", 0, 7200, 1, 2, 4096)
+    strategy = MlfleetStrategy(TYPES, CATALOG, "us-east-1", 5400, 1800, release_after_s=180)
+    sim = tiny_sim([job], strategy)
+    sim.now = 0.0
+    sim._on_arrive(sim.jobs["j"])
+    strategy.schedule(sim, 0.0)
+    (box,) = sim.boxes
+    sim.now = 240.0
+    strategy.schedule(sim, 240.0)  # the box is ready: the job starts on it
+    assert sim.jobs["j"].state == "running"
+    sim.now = 600.0
+    sim._on_notice(box)  # the 2-minute notice: the job goes back to the queue
+    strategy.schedule(sim, 600.0)
+    assert len(sim.boxes) == 1  # production counts the draining instance as launching: nothing bought
+    sim.now = 720.0
+    sim._on_reclaim(box)  # the group replaces it
+    assert len(sim.boxes) == 2 and sim.boxes[1].type == box.type
+
+
+def test_mlfleet_releases_an_empty_instance_after_the_delay_and_never_one_with_work():
+    jobs = [TraceJob("a", 0, 600, 1, 2, 4096), TraceJob("b", 4000, 600, 1, 2, 4096)]
+    strategy = MlfleetStrategy(TYPES, CATALOG, "us-east-1", 5400, 1800, release_after_s=180)
+    sim = tiny_sim(jobs, strategy)
+    sim.run()
+    assert all(s.state == "completed" for s in sim.jobs.values())
+    first = sim.boxes[0]
+    # Bought at the first tick (60), ready at 240, the job runs from the next tick (300) to 900; the
+    # release delay runs out at 1080 and the run on the tick after (1140) gives the instance back.
+    assert first.terminated == 1140.0 and strategy.released == 2 and len(sim.boxes) == 2
+
+
+def test_karpenter_removes_an_empty_node_after_consolidate_after_and_never_moves_jobs():
+    jobs = [TraceJob("long", 0, 7200, 1, 2, 4096), TraceJob("short", 0, 600, 1, 2, 4096)]
+    strategy = KarpenterWhenEmptyStrategy(TYPES, consolidate_after_s=30)
+    sim = tiny_sim(jobs, strategy)
+    sim.run()
+    # One batch of two pods: one node, the cheapest type holding both.
+    (node,) = sim.boxes
+    assert node.type.name == min((t for t in TYPES if t.gpus >= 2 and t.vcpus >= 4), key=lambda t: t.price).name
+    # Ready at 240, both start at the 300 tick; the long one ends at 7500, the node goes 30 s later.
+    assert sim.jobs["long"].runs == 1 and node.terminated == pytest.approx(300 + 7200 + 30)
+
+
+def test_a_checkpointing_job_resumes_from_its_last_checkpoint():
+    job = TraceJob("j", 0, 4 * 3600, 1, 2, 4096)
+    strategy = MlfleetStrategy(TYPES, CATALOG, "us-east-1", 5400, 1800, release_after_s=180)
+    sim = tiny_sim([job], strategy, checkpoints={"j": 1800.0})
+    state = sim.jobs["j"]
+    sim._on_arrive(state)
+    strategy.schedule(sim, 0.0)
+    sim.now = 240.0
+    strategy.schedule(sim, 240.0)
+    sim.now = 240.0 + 5000
+    sim._on_notice(sim.boxes[0])
+    assert state.progress == 3600.0 and state.remaining_s == 3 * 3600 and state.state == "waiting"
+
+
+def test_hints_carry_the_stated_error_and_never_the_duration_itself():
+    jobs = [TraceJob(f"j{i}", 0, 1000.0 + i, 1, 2, 4096) for i in range(2000)]
+    args = Namespace(seed=1, hint_share=0.5, hint_sigma=1.0, checkpoint_share=0.25, checkpoint_interval_minutes=30)
+    hints = job_hints(jobs, args)
+    assert 900 < len(hints) < 1100 and hints == job_hints(jobs, args)  # seeded
+    errors = [math.log(hints[j.job_id] / j.duration_s) for j in jobs if j.job_id in hints]
+    assert abs(sum(errors) / len(errors)) < 0.1 and 0.9 < (sum(e * e for e in errors) / len(errors)) ** 0.5 < 1.1
+    assert 400 < len(job_checkpoints(jobs, args)) < 600
+    assert not job_hints(jobs, Namespace(**{**vars(args), "hint_share": 0.0}))
+
+
+def test_replay_reports_completed_gpu_hours_dollars_per_gpu_hour_and_a_timeline(tmp_path, capsys):
+    trace = write(tmp_path, "submit_s,duration_s,gpus,vcpus,memory_mib\n0,3600,2,4,8192\n600,1800,1,2,4096\n")
+    result = run_json(capsys, "--trace", str(trace), "--mode", "replay", "--timeline-hours", "0.5")
+    figures = result["strategies"]["one-instance-per-job"]
+    assert figures["completed_gpu_hours"] == pytest.approx(2.5)
+    assert figures["usd_per_completed_gpu_hour"] == pytest.approx(figures["cost_usd"] / 2.5, abs=0.005)  # rounded cost
+    timeline = figures["cost_timeline"]
+    assert timeline[0] == [0.0, 0.0] and timeline[-1][1] == pytest.approx(figures["cost_usd"], abs=0.01)
+    assert all(a[1] <= b[1] for a, b in zip(timeline, timeline[1:]))
+
+
+def test_generated_traces_are_seeded_and_readable(tmp_path):
+    for kind in ("synthetic", "resample"):
+        first, second = tmp_path / f"{kind}-1.csv", tmp_path / f"{kind}-2.csv"
+        extra = ["--days", "2"] if kind == "synthetic" else []
+        assert make_trace([kind, "--seed", "4", "--output", str(first), *extra]) == 0
+        assert make_trace([kind, "--seed", "4", "--output", str(second), *extra]) == 0
+        assert first.read_text() == second.read_text()
+        trace = read_trace(first)
+        assert trace.format == "plain" and trace.jobs and all(j.submission for j in trace.jobs)
