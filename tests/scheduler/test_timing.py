@@ -115,3 +115,18 @@ def test_with_runtimes_nothing_is_over_committed_and_nothing_dropped(jobs, machi
             assert sum(by_id[j].gpus for j in box) <= spec.gpus
             assert sum(by_id[j].vcpus for j in box) <= spec.schedulable_vcpus
     assert plan(jobs, machines, [fleet(t) for t in TYPES], CATALOG, LIMITS, now=NOW) == result  # deterministic
+
+
+def test_a_job_expected_to_run_for_days_gets_a_host_that_jobs_like_it_will_fill():
+    fleets = [fleet("g4dn.4xlarge"), fleet("g4dn.12xlarge")]
+    shape = dict(vcpus=12, memory_mib=24_000)
+    price = {t: CATALOG.get(t).spot_price("us-east-1") for t in ("g4dn.4xlarge", "g4dn.12xlarge")}
+    assert price["g4dn.12xlarge"] / 4 < price["g4dn.4xlarge"] < price["g4dn.12xlarge"]  # four per box are cheaper
+    week = plan([job("week", runtime_h=168, **shape)], [], fleets, CATALOG, LIMITS, now=NOW)
+    assert [(s.fleet, s.add_instances) for s in week.scale_outs] == [("g4dn.12xlarge", 1)]
+    hour = plan([job("hour", runtime_h=1, **shape)], [], fleets, CATALOG, LIMITS, now=NOW)
+    assert [(s.fleet, s.add_instances) for s in hour.scale_outs] == [("g4dn.4xlarge", 1)]
+    # The next long job joins the host on the live stage: the host outlives it, nothing extra to pay.
+    host = machine("host", "g4dn.12xlarge", free_gpus=3, busy_h=160)
+    assert placed(plan([job("next", runtime_h=150, **shape)], [host], fleets, CATALOG, LIMITS, now=NOW)) == \
+        {"next": "host"}
