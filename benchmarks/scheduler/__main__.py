@@ -246,8 +246,9 @@ def main(argv=None) -> int:
     parser.add_argument("--checkpoint-share", type=float, default=0.5,
                         help="share of jobs that checkpoint; a requeued attempt resumes from the last one")
     parser.add_argument("--checkpoint-interval-minutes", type=float, default=30.0)
-    parser.add_argument("--on-demand-max-instances", type=int, default=10,
-                        help="mlfleet's cap per on-demand fleet (one per type; used only with interruptions)")
+    parser.add_argument("--on-demand-max-instances", type=int, default=0,
+                        help="mlfleet's cap per on-demand fleet, one per type, used only with interruptions (default "
+                             "0: no on-demand fleet, as in the committed stacks)")
     parser.add_argument("--consolidate-after-seconds", type=float, default=0.0,
                         help="karpenter-when-empty's consolidateAfter (the NodePool default is 0s)")
     parser.add_argument("--mlfleet-without", type=lambda text: [p for p in text.split(",") if p], default=[],

@@ -53,6 +53,7 @@ class Cover:
     converged: bool  # the LP optimum is within GAP of lp_cost: no packing costs less than lp_cost / (1 + GAP)
     rounds: int
     patterns: int
+    bound: float = 0.0  # the best lower bound proven on the LP optimum (Farley's), 0 when none was
 
 
 def gauss_jordan_pivot(rows: list[list[float]], pivot: int, column: int) -> None:
@@ -398,7 +399,7 @@ def cheapest_cover(needs: Sequence[Resources], demand: Sequence[int], eligible: 
         node_limit = QUICK_PRICING_NODES
     master.refactor()  # x_B free of accumulated rounding before it is rounded down
     return Cover(_whole_boxes(master.solution(), patterns, demand), round(master.cost(), 6), converged, rounds,
-                 len(patterns))
+                 len(patterns), round(bound, 6))
 
 
 def _whole_boxes(solution: dict[int, float], patterns: Sequence[Pattern], demand: Sequence[int]):
