@@ -140,6 +140,9 @@ class Packer:
         return group
 
     def add(self, machine: Machine) -> None:
+        pool = (machine.region, machine.instance_type, machine.availability_zone)
+        # Jobs still running in a pool count for the sweep spread, on a draining machine too.
+        self._pool_submissions.setdefault(pool, set()).update(machine.submissions)
         if machine.draining or machine.removing:
             return  # never placed onto: being drained by AWS or by a removal
         capacity = capacity_of(self._catalog, machine.instance_type)
@@ -149,7 +152,6 @@ class Packer:
         if self._timing is not None:
             busy_until = self._timing.now if empty else machine.busy_until
         group = self._group(machine, capacity, busy_until)
-        self._pool_submissions.setdefault(group.pool, set()).update(machine.submissions)
         bin_ = Bin(machine, [machine.free_gpus, machine.free_vcpus, machine.free_memory_mib], capacity,
                    machine.price_per_hour / max(1, capacity[0]), busy_until)
         group.add(bin_)

@@ -14,7 +14,7 @@ within the caps, then the lower $/h):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from lambdas.scheduler.planning.columns import Pattern, cheapest_cover, gauss_jordan_pivot
@@ -32,8 +32,9 @@ RUNTIME_CLASS_EDGES_S = (3600.0, 4 * 3600.0, 16 * 3600.0, 64 * 3600.0)
 # Jobs expected to run this class or longer (64 h and more) get hosts: the type whose box, full of jobs
 # like this one, costs least per job, rather than the cheapest box for the job alone. They live for
 # days, so the long jobs that arrive meanwhile fill the rest on the live stage (no extension: the host
-# outlives them), and short jobs use the room left for free. Measured on the shared trace: 3.4% less
-# than right-sizing each long job (docs/scheduler-benchmark.md).
+# outlives them), and short jobs use the room left for free: 3.4% less on the shared trace than
+# right-sizing each long job (docs/scheduler-benchmark.md). Not where spot instances are reclaimed
+# within those 64 hours (rate x 64 h >= 1): a host that dies in a day never fills.
 HOST_CLASS = 4
 
 
@@ -290,9 +291,9 @@ def _cover_seeds(jobs: Sequence[JobRequest], options: Sequence[Option], patterns
 
 
 def _purchase_once(jobs: Sequence[JobRequest], options: Sequence[Option], catalog, patterns: Patterns,
-                   limits: Limits) -> _Bought:
-    """The better of the greedy plan and the cover-seeded one for these jobs."""
-    if jobs and runtime_class(jobs[0]) >= HOST_CLASS:
+                   limits: Limits, hosts: bool = True) -> _Bought:
+    """The better of the greedy plan and the cover-seeded one for these jobs (hosts for long runs)."""
+    if hosts and jobs and runtime_class(jobs[0]) >= HOST_CLASS:
         return _Purchase(options, catalog, patterns, limits, host=True).run(jobs, (), limits.scaling_allowed)
     best = _Purchase(options, catalog, patterns, limits).run(jobs, (), limits.scaling_allowed)
     if limits.scaling_allowed:
@@ -312,13 +313,19 @@ def runtime_class(job: JobRequest) -> int:
 
 
 def purchase(jobs: Sequence[JobRequest], options: Sequence[Option], catalog, patterns: Patterns,
-             limits: Limits, fallbacks: Mapping[str, JobRequest] | None = None) -> tuple[list[ScaleOut], list[tuple[str, str]]]:
+             limits: Limits, fallbacks: Mapping[str, JobRequest] | None = None,
+             interruption_rate: Callable[[str, str], float] | None = None) -> tuple[list[ScaleOut], list[tuple[str, str]]]:
     """Boxes for `jobs`, bought class by class of runtime (a box never mixes a day-long job with
     minute-long ones: it would outlive them, nearly empty), within the caps all classes share.
 
     `fallbacks`: jobs the lifecycle stage sent on-demand, as they were; one that could not be bought
     for (the on-demand fleets' caps) is planned again as it was, with what room is left.
+    `interruption_rate(region, type)`: hosts are bought only where spot instances are expected to live
+    longer than the runs they host (an instance reclaimed within days never fills up).
     """
+    hosts = interruption_rate is None or all(
+        interruption_rate(o.fleet.region, t) * RUNTIME_CLASS_EDGES_S[HOST_CLASS - 1] / 3600 < 1
+        for o in options for t in o.fleet.instance_types)
     classes: dict[int, list[JobRequest]] = {}
     for job in jobs:  # in planning order; a class comes in the order of its first job
         classes.setdefault(runtime_class(job), []).append(job)
@@ -329,7 +336,7 @@ def purchase(jobs: Sequence[JobRequest], options: Sequence[Option], catalog, pat
     options = list(options)
     while rounds:
         batch = rounds.pop(0)
-        result = _purchase_once(batch, options, catalog, patterns, limits)
+        result = _purchase_once(batch, options, catalog, patterns, limits, hosts)
         for i, boxes in result.boxes.items():
             bought.setdefault(i, []).extend(boxes)
             options[i] = replace(options[i], room=options[i].room - len(boxes))
