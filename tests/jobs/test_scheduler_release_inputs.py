@@ -1,99 +1,139 @@
-"""What the release stage and duration-aware placement read from AWS and the ledger, against moto.
+"""The scheduler Lambda feeding the planner's time stages, against moto: what a run reads for them (the
+machines' tags and launch times, the jobs on each machine, the ledger's run times, each job's checkpoint
+interval), and the release stage's proposals carried out end to end by the removal executor under the
+run's placement lease (the one decision, the one executor: docs/removal.md).
 
-Where moto differs from AWS: moto records no `stoppedAt` on a stopped task (AWS does), so a machine
-whose stopped tasks are listed has an unknown empty time there, and is kept; registeredAt is moto's
-wall clock at registration, so the tests plan at a time after it.
+Where moto differs from AWS: moto launches the group's instances when the test builds it, so a machine
+"empty for an hour" was launched seconds ago; the runs here plan at a time past EC2's first billed minute
+(under a placement lease taken as the handler takes it) and configure the release delay they need.
+tests/removal/world.py lists the rest.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime, timedelta, timezone
 
 import boto3
 from conftest import ASG, CLUSTER, FAMILY, HOME, build_fleet, fleets_json, open_admission, scheduler_settings
 
+from lambdas.common import lease
 from lambdas.common.catalog import load_catalog
 from lambdas.jobs import ledger as L
-from lambdas.jobs.fleets import parse_fleets
+from lambdas.jobs.fleets import parse_fleets, regions
 from lambdas.jobs.spec import assign_ids, parse_spec
+from lambdas.scheduler import handler as scheduler
 from lambdas.scheduler import state
-from lambdas.scheduler.handler import run
 
 
-def later(minutes: float = 10) -> datetime:
+def later(minutes: float = 2) -> datetime:
+    """A time past the instances' first billed minute (moto launches them as a test builds its fleet)."""
     return datetime.now(timezone.utc) + timedelta(minutes=minutes)
 
 
-def tag(instance_id: str, key: str, value: str) -> None:
-    boto3.client("ec2", HOME).create_tags(Resources=[instance_id], Tags=[{"Key": key, "Value": value}])
+def run_held(home: dict, now: datetime | None = None, **overrides) -> dict:
+    """One scheduler run at `now` under the placement lease, taken and given back as the handler does."""
+    settings = scheduler.Settings(**{**vars(scheduler_settings(home)), **overrides})
+    dynamodb = boto3.client("dynamodb", HOME)
+    taken = lease.acquire(dynamodb, settings.jobs_table, "scheduler:test", now=time.time(), run_seconds=170)
+    assert taken.granted
+    try:
+        return scheduler.run(settings, lambda: 170_000, now=now or later(), held=taken.lease)
+    finally:
+        lease.release(dynamodb, settings.jobs_table, taken.lease)
+
+
+def tag(instance_ids, key: str, value: str) -> None:
+    boto3.client("ec2", HOME).create_tags(Resources=list(instance_ids), Tags=[{"Key": key, "Value": value}])
 
 
 def read(now: datetime) -> state.RegionView:
     return state.read_region(HOME, parse_fleets(fleets_json()), load_catalog(), {}, now)
 
 
-def test_an_empty_machine_reports_since_when_and_its_launch_and_tags(aws):
+def spec(**changes):
+    document = {"image": "ghcr.io/team/train:1", "command": ["python"], "gpus": 1, "vcpus": 1, "memory_mib": 1024}
+    return parse_spec({**document, **changes}, fleet_regions=(HOME,), catalog=load_catalog(), default_max_attempts=3)
+
+
+def test_a_run_reads_keep_alive_removal_launch_and_the_jobs_on_each_machine(aws):
+    now = later()
     instances = build_fleet(size=3)
     first, second, third = sorted(instances)
-    tag(first, "mlfleet:keep-alive", "true")
-    tag(second, state.REMOVING_TAG, "release@2026-11-23T00:00:00Z")
-    now = later()
+    tag([first], "mlfleet:keep-alive", "true")
+    tag([second], "mlfleet:removing", "release@2026-11-23T00:00:00+00:00")
+    job_id = "sub-20261122120000-abcdef-00000"
+    boto3.client("ecs", HOME).start_task(cluster=CLUSTER, taskDefinition=FAMILY, containerInstances=[instances[third]],
+                                         startedBy=job_id)
     view = read(now)
     by_id = {m.instance_id: m for m in view.machines}
     assert by_id[first].protected and not by_id[third].protected
     assert by_id[second].removing and not by_id[third].removing
-    # Nothing ever ran there: empty since it registered (moto's clock), which is before `now`.
-    assert by_id[third].empty_since is not None and by_id[third].empty_since <= now.timestamp()
-    assert by_id[third].launched_at is not None and by_id[third].launched_at <= now.timestamp()
+    assert by_id[third].jobs == frozenset({job_id}) and by_id[first].jobs == frozenset()
+    assert by_id[third].launched_at is not None and by_id[third].launched_at <= now.timestamp() + 60
     (fleet,) = view.fleets
     # The machine being removed is neither usable nor on its way; it counts against the budget.
     assert (fleet.current_instances, fleet.pending_instances, fleet.removing_instances, fleet.min_size) == (2, 0, 1, 0)
 
 
-def test_a_machine_with_a_stopped_task_whose_stop_time_is_unknown_is_not_empty_for_sure(aws):
+def test_a_run_gives_back_what_stayed_empty_past_the_delay_through_the_executor(aws, home):
+    instances = build_fleet(size=2)
+    now = later()
+    open_admission()
+    # Empty for four minutes: under the delay, nothing is released.
+    tag(instances, "mlfleet:empty-since", (now - timedelta(minutes=4)).isoformat(timespec="seconds"))
+    assert run_held(home, now, release_after_empty_minutes=5)["released"] == []
+    # Empty for an hour: released, one at a time (10% of two rounds up to one), with the desired capacity
+    # decremented by the executor's terminate.
+    tag(instances, "mlfleet:empty-since", (now - timedelta(hours=1)).isoformat(timespec="seconds"))
+    released = run_held(home, now, release_after_empty_minutes=5)["released"]
+    assert len(released) == 1 and set(released) <= set(instances)
+    group = boto3.client("autoscaling", HOME).describe_auto_scaling_groups(
+        AutoScalingGroupNames=[ASG])["AutoScalingGroups"][0]
+    assert group["DesiredCapacity"] == 1 and released[0] not in {i["InstanceId"] for i in group["Instances"]}
+
+
+def test_a_machine_a_queued_job_fits_is_used_not_released(aws, home):
     instances = build_fleet(size=1)
-    ecs = boto3.client("ecs", HOME)
-    (arn,) = instances.values()
-    task = ecs.start_task(cluster=CLUSTER, taskDefinition=FAMILY, containerInstances=[arn],
-                          startedBy="sub-20261122120000-abcdef-00000")["tasks"][0]
-    assert read(later()).machines[0].empty_since is None  # running: not empty
-    ecs.stop_task(cluster=CLUSTER, task=task["taskArn"], reason="done")
-    # AWS would give the task's stoppedAt; moto gives none, and unknown means kept.
-    assert read(later()).machines[0].empty_since is None
-
-
-def test_a_run_with_nothing_queued_proposes_the_empty_machines_for_release(aws, home, caplog):
-    build_fleet(size=2)
+    now = later()
     open_admission()
-    summary = run(scheduler_settings(home), lambda: 170_000, now=later(10))
-    proposed = {c["container_instance_arn"] for c in summary["releases"]}
-    # Budget: 10% of two machines rounds up to one at a time.
-    assert len(proposed) == 1 and all(c["method"] == "release" and c["asg_name"] == ASG for c in summary["releases"])
-    assert "\"decision\": \"removal-propose\"" in caplog.text
-    # Within the release delay nothing is proposed.
-    assert run(scheduler_settings(home), lambda: 170_000, now=datetime.now(timezone.utc))["releases"] == []
-
-
-def test_a_machine_that_gets_a_job_is_not_released(aws, home):
-    build_fleet(size=1)
-    open_admission()
-    spec = parse_spec({"image": "ghcr.io/team/train:1", "command": ["python"], "gpus": 1, "vcpus": 1,
-                       "memory_mib": 1024, "expected_runtime_s": 600}, fleet_regions=(HOME,), catalog=load_catalog(),
-                      default_max_attempts=3)
+    tag(instances, "mlfleet:empty-since", (now - timedelta(hours=1)).isoformat(timespec="seconds"))
     ledger = L.Ledger(boto3.client("dynamodb", HOME), home["table"])
-    now = later(10)
-    for job in assign_ids("sub-20261122120000-abcdef", [spec]):
+    for job in assign_ids("sub-20261122120000-abcdef", [spec(expected_runtime_s=600)]):
         ledger.put_new(L.new_record(job, now.timestamp()))
-    summary = run(scheduler_settings(home), lambda: 170_000, now=now)
-    assert len(summary["started"]) == 1 and summary["releases"] == []
+    summary = run_held(home, now, release_after_empty_minutes=1)
+    assert len(summary["started"]) == 1 and summary["released"] == []
+
+
+def test_a_keep_alive_machine_is_never_released(aws, home):
+    instances = build_fleet(size=1)
+    now = later()
+    open_admission()
+    tag(instances, "mlfleet:empty-since", (now - timedelta(hours=1)).isoformat(timespec="seconds"))
+    tag(instances, "mlfleet:keep-alive", (now + timedelta(days=1)).isoformat(timespec="seconds"))
+    assert run_held(home, now, release_after_empty_minutes=5)["released"] == []
+    # Expired: the mark no longer protects it (the reaper reads it the same way, lambdas/common/keep_alive.py).
+    tag(instances, "mlfleet:keep-alive", (now - timedelta(days=1)).isoformat(timespec="seconds"))
+    assert run_held(home, now, release_after_empty_minutes=5)["released"] == list(instances)
+
+
+def test_each_job_request_carries_its_checkpoint_interval_attempts_and_belief(aws, home):
+    now = later()
+    ledger = L.Ledger(boto3.client("dynamodb", HOME), home["table"])
+    checkpointing, plain = assign_ids("sub-20261122120000-abcdef",
+                                      [spec(checkpoint_interval_minutes=30, max_attempts=3), spec()])
+    for job in (checkpointing, plain):
+        ledger.put_new(L.new_record(job, now.timestamp()))
+    fleet_regions = regions(parse_fleets(fleets_json()))
+    request = scheduler.job_request(ledger.get(checkpointing.job_id), fleet_regions)
+    assert request.checkpoint_interval_s == 1800.0 and request.attempts_left == 3 and request.runtime is None
+    assert scheduler.job_request(ledger.get(plain.job_id), fleet_regions).checkpoint_interval_s is None
 
 
 def test_the_ledger_says_when_a_run_started_and_how_long_a_finished_one_took(aws, home):
-    spec = parse_spec({"image": "i:1", "gpus": 1, "vcpus": 1, "memory_mib": 1024}, fleet_regions=(HOME,),
-                      catalog=load_catalog(), default_max_attempts=3)
     ledger = L.Ledger(boto3.client("dynamodb", HOME), home["table"])
-    (job,) = assign_ids("sub-20261122120000-abcdef", [spec])
+    (job,) = assign_ids("sub-20261122120000-abcdef", [spec()])
     ledger.put_new(L.new_record(job, 100.0))
     assert ledger.get(job.job_id).started_at is None and ledger.get(job.job_id).run_seconds is None
     ledger.transition(job.job_id, L.STARTING, expect_states=[L.QUEUED], expect_attempt=0, reason="r", now=110.0,
@@ -103,3 +143,6 @@ def test_the_ledger_says_when_a_run_started_and_how_long_a_finished_one_took(aws
     ledger.transition(job.job_id, L.SUCCEEDED, expect_states=[L.RUNNING], expect_attempt=1, reason="r", now=720.0)
     assert ledger.get(job.job_id).run_seconds == 600.0
     assert json.loads(json.dumps(ledger.get(job.job_id).spec.to_document())).get("expected_runtime_s") is None
+    # Its siblings' belief: one finished run of 600 s.
+    beliefs = scheduler.runtime_beliefs(ledger, [ledger.get(job.job_id)])
+    assert round(beliefs[job.job_id].seconds) == 600

@@ -1,6 +1,7 @@
-"""The release method (lambdas/scheduler/planning/release.py): one case per rule of docs/removal.md,
+"""The release stage (lambdas/scheduler/planning/release.py): one case per rule of docs/removal.md,
 and properties over random cluster states: never below a group's minimum, never a machine with work,
-never over the disruption budget, never a machine twice."""
+never over the disruption budget, never a machine twice. The group rule is the removal protocol's own
+(lambdas.removal.decide.room, tested with the executor's validation in tests/removal/test_decide.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from hypothesis import strategies as st
 
 from lambdas.common.catalog import load_catalog
 from lambdas.scheduler.planning import Fleet, JobRequest, Limits, Machine, ReleasePolicy, plan
-from lambdas.scheduler.planning.release import disruption_budget, propose_releases, why_kept
+from lambdas.removal.decide import disruption_budget
+from lambdas.scheduler.planning.release import propose_releases, why_kept
 
 CATALOG = load_catalog()
 NOW = 100_000.0
@@ -61,12 +63,25 @@ def test_each_rule_keeps_the_machine(changes, placed_on, why):
     assert propose_releases([candidate], [group()], CATALOG, NOW, POLICY, placed_on) == ()
 
 
-def test_never_below_the_group_minimum_counting_instances_launching():
+def test_never_below_the_group_minimum_and_instances_launching_do_not_count_toward_it():
     machines = [machine(f"m{i}") for i in range(3)]
-    unbudgeted = ReleasePolicy(after_empty_s=180, budget_share=1.0)
-    # desired = 3 usable + 1 launching = 4; minimum 2: two may go.
-    assert len(propose_releases(machines, [group(current=3, pending=1, min_size=2)], CATALOG, NOW, unbudgeted, ())) == 2
+    unbudgeted = ReleasePolicy(after_empty_s=180, budget_percent=100)
+    # Minimum 1, three in service: two may go, and a fourth still launching changes nothing (it may never boot).
+    assert len(propose_releases(machines, [group(current=3, min_size=1)], CATALOG, NOW, unbudgeted, ())) == 2
+    assert len(propose_releases(machines, [group(current=3, pending=1, min_size=1)], CATALOG, NOW, unbudgeted, ())) == 2
     assert propose_releases(machines, [group(current=3, min_size=3)], CATALOG, NOW, unbudgeted, ()) == ()
+    # One already being removed counts against the minimum until it is gone.
+    assert len(propose_releases(machines, [group(current=3, min_size=1, removing=1)], CATALOG, NOW, unbudgeted,
+                                ())) == 2
+    assert len(propose_releases(machines, [group(current=2, min_size=1, removing=1)], CATALOG, NOW, unbudgeted,
+                                ())) == 1
+
+
+def test_the_configured_budget_percent_is_the_one_applied():
+    machines = [machine(f"m{i}") for i in range(20)]
+    fleet = group(current=20)
+    assert len(propose_releases(machines, [fleet], CATALOG, NOW, ReleasePolicy(180, budget_percent=25), ())) == 5
+    assert len(propose_releases(machines, [fleet], CATALOG, NOW, ReleasePolicy(180, budget_percent=1), ())) == 1
 
 
 def test_the_disruption_budget_counts_removals_in_flight_and_the_dearest_go_first():
@@ -86,8 +101,10 @@ def test_a_machine_of_an_unknown_fleet_is_not_released():
 def test_bad_policies_are_refused():
     with pytest.raises(ValueError, match="after_empty_s=-1"):
         ReleasePolicy(after_empty_s=-1)
-    with pytest.raises(ValueError, match="budget_share=0"):
-        ReleasePolicy(after_empty_s=1, budget_share=0)
+    with pytest.raises(ValueError, match="budget_percent=0"):
+        ReleasePolicy(after_empty_s=1, budget_percent=0)
+    with pytest.raises(ValueError, match="budget_percent=101"):
+        ReleasePolicy(after_empty_s=1, budget_percent=101)
 
 
 def test_the_plan_never_releases_a_machine_it_placed_a_job_on():
@@ -150,7 +167,9 @@ def test_never_below_min_never_with_work_never_over_budget_never_twice(machines,
         assert NOW - m.empty_since >= delay and NOW - m.launched_at >= 60
     for fleet in fleets:
         released = sum(1 for c in releases if c.asg_name == fleet.asg_name)
-        desired = fleet.current_instances + fleet.pending_instances
-        assert desired - released >= fleet.min_size or released == 0  # never below the minimum
-        budget = max(1, math.ceil(0.1 * (desired + fleet.removing_instances)))
+        # In service: the usable machines and those being removed; launching ones may never boot.
+        in_service = fleet.current_instances + fleet.removing_instances
+        assert in_service - fleet.removing_instances - released >= fleet.min_size or released == 0  # minimum
+        desired = fleet.current_instances + fleet.pending_instances + fleet.removing_instances
+        budget = max(1, math.ceil(0.1 * desired))
         assert fleet.removing_instances + released <= max(budget, fleet.removing_instances)  # within the budget
