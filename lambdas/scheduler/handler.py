@@ -246,7 +246,8 @@ def checkpoint_region(record: L.JobRecord, fleet_regions: Collection[str]) -> st
     return record.placement.region
 
 
-def job_request(record: L.JobRecord, fleet_regions: Collection[str], runtime: RuntimeEstimate | None = None) -> JobRequest:
+def job_request(record: L.JobRecord, fleet_regions: Collection[str],
+                runtime: RuntimeEstimate | None = None) -> JobRequest:
     spec = record.spec
     interval = spec.checkpoint_interval_minutes
     return JobRequest(job_id=record.job_id, submission_id=record.submission_id, gpus=spec.gpus, vcpus=spec.vcpus,

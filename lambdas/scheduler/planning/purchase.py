@@ -314,7 +314,8 @@ def runtime_class(job: JobRequest) -> int:
 
 def purchase(jobs: Sequence[JobRequest], options: Sequence[Option], catalog, patterns: Patterns,
              limits: Limits, fallbacks: Mapping[str, JobRequest] | None = None,
-             interruption_rate: Callable[[str, str], float] | None = None) -> tuple[list[ScaleOut], list[tuple[str, str]]]:
+             interruption_rate: Callable[[str, str], float] | None = None
+             ) -> tuple[list[ScaleOut], list[tuple[str, str]]]:
     """Boxes for `jobs`, bought class by class of runtime (a box never mixes a day-long job with
     minute-long ones: it would outlive them, nearly empty), within the caps all classes share.
 

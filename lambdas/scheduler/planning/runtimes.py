@@ -41,7 +41,8 @@ def runs_by_submission(runs: Iterable[FinishedRun]) -> dict[str, list[float]]:
     return grouped
 
 
-def estimate(hint_s: float | None, siblings: Sequence[float] = (), *, hint_log_sigma: float = HINT_LOG_SIGMA) -> RuntimeEstimate | None:
+def estimate(hint_s: float | None, siblings: Sequence[float] = (), *,
+             hint_log_sigma: float = HINT_LOG_SIGMA) -> RuntimeEstimate | None:
     """The belief about one job's runtime, or None when there is nothing to go on."""
     beliefs = []
     if hint_s is not None and hint_s > 0:
