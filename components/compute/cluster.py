@@ -16,8 +16,9 @@ import pulumi
 import pulumi_aws as aws
 
 from components.network.image_cache import PULL_THROUGH_ACTIONS
-from components.resources import assume_role_policy, child, managed_policy
+from components.resources import assume_role_policy, child, invoke, managed_policy
 from components.storage.checkpoints import job_access_policy
+from lambdas.jobs.credentials import secrets_manager_prefix, ssm_prefix
 
 JOB_CONTAINER_NAME = "job"
 # Spot instances get a two-minute notice; the job gets SIGTERM and 110 s to checkpoint (the ECS
@@ -40,6 +41,29 @@ def cluster_name(environment: str) -> str:
 def job_log_group_name(environment: str) -> str:
     """The jobs' log group, one of this name in every fleet region."""
     return f"/mlfleet/{environment}/jobs"
+
+
+def job_secrets_policy(environment: str, account: str) -> str:
+    """What ECS needs to inject a job's secrets (the container definition's `secrets`), and no more: the
+    environment's SSM parameters and Secrets Manager secrets, any region (a job may run in every fleet
+    region), and their KMS keys only when SSM or Secrets Manager decrypts on the role's behalf.
+    ("Required IAM permissions for Amazon ECS secrets", https://docs.aws.amazon.com/AmazonECS/latest/
+    developerguide/specifying-sensitive-data.html and .../task_execution_IAM_role.html.) Job specs can
+    only name references inside these prefixes (lambdas/jobs/credentials.py)."""
+    return json.dumps({
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Sid": "ReadJobParameters", "Effect": "Allow", "Action": "ssm:GetParameters",
+             # Parameter /mlfleet/dev/x has the ARN ...:parameter/mlfleet/dev/x.
+             "Resource": f"arn:aws:ssm:*:{account}:parameter{ssm_prefix(environment)}*"},
+            {"Sid": "ReadJobSecrets", "Effect": "Allow", "Action": "secretsmanager:GetSecretValue",
+             "Resource": f"arn:aws:secretsmanager:*:{account}:secret:{secrets_manager_prefix(environment)}*"},
+            {"Sid": "DecryptJobSecrets", "Effect": "Allow", "Action": "kms:Decrypt",
+             "Resource": f"arn:aws:kms:*:{account}:key/*",
+             "Condition": {"StringLike": {"kms:ViaService": ["ssm.*.amazonaws.com",
+                                                             "secretsmanager.*.amazonaws.com"]}}},
+        ],
+    }, sort_keys=True)
 
 
 @dataclass(frozen=True)
@@ -102,7 +126,7 @@ class EcsGpuCluster(pulumi.ComponentResource):
             # Under the environment's path: the scheduler may pass exactly these roles (iam:PassRole
             # on role/mlfleet/<env>/*) when it registers a job image's task-definition revision.
             path=task_role_path(args.environment),
-            description="Lets ECS pull job images and write job logs",
+            description="Lets ECS pull job images, write job logs and read the secrets jobs reference",
             force_detach_policies=True,
             tags=tags,
             opts=child(self),
@@ -128,6 +152,13 @@ class EcsGpuCluster(pulumi.ComponentResource):
                 ),
                 opts=child(self),
             )
+        account = aws.get_caller_identity_output(opts=invoke(self)).account_id
+        aws.iam.RolePolicy(
+            f"{name}-task-execution-secrets",
+            role=execution_role.id,
+            policy=account.apply(lambda account_id: job_secrets_policy(args.environment, account_id)),
+            opts=child(self),
+        )
         # The identity job containers run as. Its only permissions are the region's checkpoint prefix;
         # attach what else jobs need (datasets, a model registry) to this role outside mlfleet.
         job_role = aws.iam.Role(

@@ -9,8 +9,11 @@ Budgets publishes plain text, not JSON, e.g.:
     Alert Threshold: > $1,500.00
     ACTUAL Amount: $1,523.41
 
-The guard acts on which topic the message arrived on (only the 100%-of-actual notification is sent to
-the guard's topic), so a wording change by AWS can only cost detail in the log, never the action.
+The guard acts only on a message that arrived on the environment's budget topic AND reads as the
+ACTUAL-spend notification of this environment's budget (`mlfleet-<env>`, components/billing/billing.py):
+anyone allowed to publish to the topic, or a budget of another environment subscribed to it by mistake,
+cannot close admission. A message on the topic that does not read so is reported to the alert topic
+instead, so a wording change by AWS is seen, not silently ignored.
 """
 
 from __future__ import annotations
@@ -19,6 +22,16 @@ import re
 from dataclasses import dataclass
 
 _FIELD = re.compile(r"^\s*(Budget Name|Alert Type|Alert Threshold|Budgeted Amount|ACTUAL Amount|FORECASTED Amount)\s*:\s*(.+?)\s*$", re.M)
+
+
+def budget_name(environment: str) -> str:
+    """The environment's AWS Budgets budget (components/billing/billing.py names it so)."""
+    return f"mlfleet-{environment}"
+
+
+def budget_topic_name(environment: str) -> str:
+    """The topic the budget's 100%-of-actual notification goes to (components/home.py)."""
+    return f"mlfleet-{environment}-budget-exceeded"
 
 
 @dataclass(frozen=True)
@@ -31,7 +44,7 @@ class BudgetNotice:
 
 
 def parse_budget_message(text: str) -> BudgetNotice:
-    fields = {key: value for key, value in _FIELD.findall(text or "")}
+    fields = {key: value for key, value in _FIELD.findall(text if isinstance(text, str) else "")}
     return BudgetNotice(
         budget_name=fields.get("Budget Name"),
         alert_type=fields.get("Alert Type"),
@@ -39,6 +52,17 @@ def parse_budget_message(text: str) -> BudgetNotice:
         budgeted=fields.get("Budgeted Amount"),
         amount=fields.get("ACTUAL Amount") or fields.get("FORECASTED Amount"),
     )
+
+
+def refusal(notice: BudgetNotice, environment: str) -> str | None:
+    """Why the notice is not this environment's over-budget notification, or None when it is."""
+    if notice.budget_name is None or notice.alert_type is None:
+        return "not an AWS Budgets notification (no 'Budget Name:' and 'Alert Type:' lines)"
+    if notice.budget_name != budget_name(environment):
+        return f"budget {notice.budget_name[:80]!r} is not this environment's ({budget_name(environment)!r})"
+    if notice.alert_type != "ACTUAL":
+        return f"alert type {notice.alert_type[:40]!r}: only ACTUAL spend closes admission"
+    return None
 
 
 def closing_message(environment: str, notice: BudgetNotice, command: str) -> str:

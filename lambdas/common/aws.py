@@ -21,30 +21,46 @@ RETRY_CONFIG = Config(
     read_timeout=30,
     user_agent_extra="mlfleet",
 )
+# For calls that are not safe to send twice: botocore's standard mode also retries a request whose
+# response was lost (a read timeout, a 5xx), and a resent ECS StartTask starts a second task (StartTask
+# has no client token, unlike RunTask: botocore/data/ecs/2014-11-13/service-2.json StartTaskRequest).
+SINGLE_ATTEMPT_CONFIG = RETRY_CONFIG.merge(Config(retries={"mode": "standard", "max_attempts": 1}))
 
 
 @functools.lru_cache(maxsize=None)
-def _session() -> boto3.session.Session:
+def session() -> boto3.session.Session:
     """One session per process: its loader parses each service's model once (EC2's alone takes seconds),
-    not once per client. Clients made from it are thread-safe; the session is only used here, serially."""
+    not once per client. Clients made from it are thread-safe; the session is only used here, serially.
+    Tests hook botocore events on it (tests/jobs/faults.py)."""
     return boto3.session.Session()
 
 
 def client(service: str, region: str | None = None):
     """The boto3 client for `service` in `region`; None is the function's own region, and the same client
     as asking for that region by name (one client per service and region, whoever asks)."""
-    return _client(service, region or _session().region_name)
+    return _client(service, region or session().region_name)
 
 
 @functools.lru_cache(maxsize=None)
 def _client(service: str, region: str | None):
-    return _session().client(service, region_name=region, config=RETRY_CONFIG)
+    return session().client(service, region_name=region, config=RETRY_CONFIG)
+
+
+def single_attempt_client(service: str, region: str | None = None):
+    """A client that sends each request once; the caller decides what an unanswered request means."""
+    return _single_attempt_client(service, region or session().region_name)
+
+
+@functools.lru_cache(maxsize=None)
+def _single_attempt_client(service: str, region: str | None):
+    return session().client(service, region_name=region, config=SINGLE_ATTEMPT_CONFIG)
 
 
 def reset_clients() -> None:
     """Forget cached clients and the session (tests call this between moto contexts and region changes)."""
     _client.cache_clear()
-    _session.cache_clear()
+    _single_attempt_client.cache_clear()
+    session.cache_clear()
 
 
 def paginate(service_client, operation: str, result_key: str, **kwargs):

@@ -28,9 +28,10 @@ Events (forwarded from every fleet region to the home region's default bus):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from lambdas.common.catalog import Catalog
@@ -48,6 +49,10 @@ SPOT_STOP_CODES = frozenset({"SpotInterruption", "TerminationNotice"})
 # ECS's stoppedReason when the instance under a task stopped or was terminated ("Host EC2 (instance
 # i-0abc) terminated."): the host failed, not the job.
 HOST_FAILURE_PREFIX = "Host EC2 (instance"
+
+
+# EC2 instance ids: i- and 8 (older) or 17 hexadecimal digits.
+_INSTANCE_ID = re.compile(r"i-[0-9a-f]{8}(?:[0-9a-f]{9})?")
 
 
 class EventError(ValueError):
@@ -90,49 +95,70 @@ class Unknown:
 
 def _time(value: str, where: str) -> datetime:
     try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except (AttributeError, ValueError):
-        raise EventError(f"{where}={value!r}: not an ISO-8601 time") from None
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except (AttributeError, TypeError, ValueError):
+        raise EventError(f"{where}={str(value)[:80]!r}: not an ISO-8601 time") from None
+    # EventBridge times are UTC ("2026-11-22T12:00:00Z"); one without an offset is read as UTC too.
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=timezone.utc)
 
 
-def _require(document: Mapping, key: str, where: str) -> Any:
+def _require(document: Mapping, key: str, where: str, kind: type = str) -> Any:
     value = document.get(key) if isinstance(document, Mapping) else None
-    if value in (None, ""):
+    if value is None or value == "":
         raise EventError(f"{where}.{key} is missing in the event")
+    if not isinstance(value, kind):
+        raise EventError(f"{where}.{key}={str(value)[:80]!r} is not a {'string' if kind is str else 'JSON object'}")
     return value
+
+
+def _objects(value: Any) -> list[Mapping]:
+    """The objects of a JSON list (anything else in it, or a non-list, is no object)."""
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+
+
+def _attempt(detail: Mapping) -> int | None:
+    overrides = detail.get("overrides")
+    for override in _objects(overrides.get("containerOverrides") if isinstance(overrides, Mapping) else None):
+        for variable in _objects(override.get("environment")):
+            if variable.get("name") == "MLFLEET_ATTEMPT":
+                value = variable.get("value")
+                if not isinstance(value, str) or not value.isdigit():
+                    raise EventError(f"detail.overrides MLFLEET_ATTEMPT={str(value)[:40]!r}: not an integer")
+                return int(value)
+    return None
+
+
+def _text(detail: Mapping, key: str) -> str:
+    value = detail.get(key)
+    return value if isinstance(value, str) else ""
 
 
 def parse_event(event: Mapping) -> InstanceEvent | TaskStateChange | RebalanceCheck | Unknown:
     """The event as a typed value; EventError names the missing or bad key."""
     if not isinstance(event, Mapping):
-        raise EventError(f"event {event!r} is not an object")
+        raise EventError(f"event {str(event)[:80]!r} is not an object")
     detail_type = _require(event, "detail-type", "event")
     if detail_type == SCHEDULED:
         return RebalanceCheck(_time(_require(event, "time", "event"), "event.time"))
     if detail_type not in (INTERRUPTION, REBALANCE, TASK_STATE_CHANGE):
         return Unknown(detail_type)
-    detail = _require(event, "detail", "event")
+    detail = _require(event, "detail", "event", Mapping)
     region = _require(event, "region", "event")
     if detail_type in (INTERRUPTION, REBALANCE):
-        return InstanceEvent(detail_type, region, _require(detail, "instance-id", "detail"),
-                             _time(_require(event, "time", "event"), "event.time"))
-    started_by = detail.get("startedBy") or ""
-    attempt = None
-    for override in (detail.get("overrides") or {}).get("containerOverrides", []):
-        for variable in override.get("environment", []):
-            if variable.get("name") == "MLFLEET_ATTEMPT":
-                try:
-                    attempt = int(variable["value"])
-                except (KeyError, ValueError):
-                    raise EventError(f"detail.overrides MLFLEET_ATTEMPT={variable.get('value')!r}: not an integer") from None
-    exit_codes = [c.get("exitCode") for c in detail.get("containers", []) if c.get("exitCode") is not None]
+        instance_id = _require(detail, "instance-id", "detail")
+        if not _INSTANCE_ID.fullmatch(instance_id):
+            raise EventError(f"detail.instance-id={instance_id[:40]!r}: not an EC2 instance id")
+        return InstanceEvent(detail_type, region, instance_id, _time(_require(event, "time", "event"), "event.time"))
+    started_by = _text(detail, "startedBy")
+    exit_codes = [c["exitCode"] for c in _objects(detail.get("containers"))
+                  if isinstance(c.get("exitCode"), int) and not isinstance(c.get("exitCode"), bool)]
     stopped = detail.get("stoppedAt") or event.get("time")
     return TaskStateChange(
         region=region, cluster_arn=_require(detail, "clusterArn", "detail"), task_arn=_require(detail, "taskArn", "detail"),
-        container_instance_arn=detail.get("containerInstanceArn", ""),
-        job_id=started_by if is_job_id(started_by) else None, attempt=attempt,
-        last_status=_require(detail, "lastStatus", "detail"), desired_status=detail.get("desiredStatus", ""),
-        stop_code=detail.get("stopCode", ""), stopped_reason=detail.get("stoppedReason", ""),
+        container_instance_arn=_text(detail, "containerInstanceArn"),
+        job_id=started_by if is_job_id(started_by) else None, attempt=_attempt(detail),
+        last_status=_require(detail, "lastStatus", "detail"), desired_status=_text(detail, "desiredStatus"),
+        stop_code=_text(detail, "stopCode"), stopped_reason=_text(detail, "stoppedReason"),
         # The first nonzero exit code if any container failed (a job task has one container).
         exit_code=next((c for c in exit_codes if c != 0), 0) if exit_codes else None,
         stopped_at=_time(stopped, "detail.stoppedAt").timestamp() if stopped else None,

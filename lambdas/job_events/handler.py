@@ -7,6 +7,16 @@ NOTIFY_EMAIL_TOPIC_ARN, NOTIFY_SLACK_TOPIC_ARN (empty without a Slack channel).
 Events arrive from every fleet region through EventBridge rules forwarding to the home region's
 default bus, plus a schedule (every 5 minutes) for the rebalance timeout; stream batches arrive from the
 ledger's DynamoDB stream through an event source mapping (synchronous: a failed batch is retried).
+
+Failures are per item (lambdas/common/errors.py). An event that cannot be parsed, or comes from a region
+without fleets, is logged and dropped (retrying it would not change it). For one event's items (the jobs
+of an interrupted instance, the regions of the rebalance check) each is tried; when one failed, the
+handler raises RetryLater after all were tried, so Lambda's asynchronous retry delivers the event again
+(two more times: https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html).
+Every change here is conditional or idempotent, and the tasks of an interrupted instance are found from
+ECS, not the ledger, so a replay finishes what failed and repeats nothing. The scheduled check is not
+retried: the next one comes five minutes later. A job record that cannot be read is quarantined
+(lambdas/jobs/quarantine.py).
 """
 
 from __future__ import annotations
@@ -14,8 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
+from botocore.exceptions import ClientError
+
 from lambdas.common.aws import chunks, client, paginate
 from lambdas.common.catalog import load_catalog
+from lambdas.common.errors import describe, error_code, per_item
 from lambdas.common.logs import log_decision
 from lambdas.common.permissions import ISO_8601_TIME, PUBLISH_TO_ENCRYPTED_TOPICS, needs
 from lambdas.common.settings import from_env
@@ -25,6 +38,8 @@ from lambdas.job_events import submissions
 from lambdas.jobs import ledger as L
 from lambdas.jobs import queue
 from lambdas.jobs.fleets import REBALANCE_TAG, parse_fleets
+from lambdas.jobs.quarantine import Quarantine
+from lambdas.jobs.spec import is_job_id
 
 CLUSTER_ARN = "arn:{partition}:ecs:*:{account}:cluster/mlfleet-{environment}"
 
@@ -32,12 +47,18 @@ INSTANCES = ("arn:{partition}:ec2:*:{account}:instance/*",)
 
 PERMISSIONS = (
     *L.WRITE_PERMISSIONS,
+    *L.QUARANTINE_PERMISSIONS,
     *queue.SEND_PERMISSIONS,
     *queue.DEAD_LETTER_PERMISSIONS,
     needs("ecs:ListContainerInstances", resources=(CLUSTER_ARN,), why="find an interrupted instance's registration"),
+    # IAM authorizes ListTasks on container-instance ARNs or "*" narrowed by ecs:cluster (lambdas/scheduler/state.py).
+    needs("ecs:ListTasks", condition={"ArnLike": {"ecs:cluster": CLUSTER_ARN}},
+          why="find the tasks on an interrupted instance"),
     needs("ecs:DescribeContainerInstances", "ecs:UpdateContainerInstancesState",
           resources=("arn:{partition}:ecs:*:{account}:container-instance/mlfleet-{environment}/*",),
           condition={"ArnLike": {"ecs:cluster": CLUSTER_ARN}}, why="drain an interrupted instance"),
+    needs("ecs:DescribeTasks", resources=("arn:{partition}:ecs:*:{account}:task/mlfleet-{environment}/*",),
+          condition={"ArnLike": {"ecs:cluster": CLUSTER_ARN}}, why="which tasks on an interrupted instance are jobs"),
     needs("ecs:StopTask", resources=("arn:{partition}:ecs:*:{account}:task/mlfleet-{environment}/*",),
           condition={"ArnLike": {"ecs:cluster": CLUSTER_ARN}},
           why="give interrupted jobs their SIGTERM now; stop tasks of superseded attempts"),
@@ -72,6 +93,10 @@ class Settings:
     notify_slack_topic_arn: str = ""  # no Slack channel in the stack
 
 
+class RetryLater(Exception):
+    """Some items of the event failed for a reason that may pass; Lambda delivers the event again."""
+
+
 def handler(event, context=None):
     settings = from_env(Settings)
     if is_stream_batch(event):
@@ -86,48 +111,75 @@ def is_stream_batch(event) -> bool:
 
 
 def ended_jobs(records: list, settings: Settings, now: datetime | None = None) -> dict:
-    """A batch of the ledger's stream: announce each submission that ended and asked to be told. An error
-    is raised after all were tried, so the event source mapping retries the batch (announcing is
-    idempotent: a submission is announced once)."""
+    """A batch of the ledger's stream: announce each submission that ended and asked to be told. A failure
+    is per submission; RetryLater is raised after all were tried, so the event source mapping retries the
+    batch (announcing is idempotent: a submission is announced once). A job record that cannot be read is
+    quarantined, so the retried batch announces the rest of its submission."""
     now = now or datetime.now(timezone.utc)
     ledger = L.Ledger(client("dynamodb"), settings.jobs_table)
-    outcomes, failed = {}, []
+    outcomes: dict[str, str] = {}
+    failures: list[dict] = []
     for submission_id in submissions.submissions_to_check(records):
-        try:
+        with per_item("announce-failed", failures, submission_id=submission_id):
             outcomes[submission_id] = submissions.announce(
                 ledger, client("sns"), environment=settings.environment, submission_id=submission_id,
                 email_topic_arn=settings.notify_email_topic_arn, slack_topic_arn=settings.notify_slack_topic_arn,
                 now=now.timestamp())
-        except Exception as error:  # one submission's failure must not cost the others their turn
-            failed.append(submission_id)
-            log_decision("announce-failed", submission_id=submission_id, error=f"{type(error).__name__}: {error}")
-    if failed:
-        raise RuntimeError(f"announcing {', '.join(failed)} failed; the batch is retried")
+    Quarantine(ledger, client("sqs"), settings.jobs_dlq_url, by="job-events").sweep(now.timestamp(), failures)
+    if failures:
+        failed = ", ".join(str(f.get("submission_id", f["decision"])) for f in failures)
+        raise RetryLater(f"announcing {failed} failed; the batch is retried")
     return {"submissions": outcomes}
 
 
 def handle(event, settings: Settings, now: datetime | None = None) -> dict:
+    now = now or datetime.now(timezone.utc)
     try:
         parsed = D.parse_event(event)
-    except D.EventError as error:
-        # Raised, not swallowed: the failed asynchronous invocation goes to the function's
-        # on-failure destination with the event intact.
-        log_decision("bad-event", error=str(error))
-        raise
-    ledger = L.Ledger(client("dynamodb"), settings.jobs_table)
-    now = now or datetime.now(timezone.utc)
+    except Exception as error:  # EventError, or whatever a hostile shape makes the parser raise
+        log_decision("bad-event", error=describe(error), action="dropped: the same event would fail again")
+        return {"rejected": describe(error)}
     if isinstance(parsed, D.Unknown):
-        log_decision("ignore-event", detail_type=parsed.detail_type, reason="not an event this function handles")
-        return {"ignored": parsed.detail_type}
+        log_decision("ignore-event", detail_type=str(parsed.detail_type)[:100],
+                     reason="not an event this function handles")
+        return {"ignored": str(parsed.detail_type)[:100]}
+    region = getattr(parsed, "region", None)
+    if region is not None and region not in {f.region for f in parse_fleets(settings.fleets)}:
+        log_decision("ignore-event", region=region[:40], reason="no fleet of this environment in that region")
+        return {"ignored": f"region {region[:40]}"}
+    ledger = L.Ledger(client("dynamodb"), settings.jobs_table)
+    failures: list[dict] = []
+    result: dict = {}
+    with per_item("job-event-failed", failures, event=type(parsed).__name__):
+        result = dispatch(parsed, ledger, settings, now, failures)
+    Quarantine(ledger, client("sqs"), settings.jobs_dlq_url, by="job-events").sweep(now.timestamp(), failures)
+    result["errors"] = len(failures)
+    if failures and not isinstance(parsed, D.RebalanceCheck):
+        raise RetryLater(f"{len(failures)} item(s) of the event failed; Lambda delivers it again: "
+                         + "; ".join(f"{f['decision']}: {f['error']}" for f in failures[:5]))
+    return result
+
+
+def dispatch(parsed, ledger: L.Ledger, settings: Settings, now: datetime, failures: list[dict]) -> dict:
     if isinstance(parsed, D.TaskStateChange):
-        record = ledger.get(parsed.job_id) if parsed.job_id else None
-        decision = D.decide_task_change(parsed, record, load_catalog())
-        return {"decisions": [apply(decision, ledger, settings, parsed.region, parsed.cluster_arn, now)]}
+        return {"decisions": [task_changed(parsed, ledger, settings, now)]}
     if isinstance(parsed, D.RebalanceCheck):
-        return {"undone": undo_expired_rebalances(settings, parsed.time)}
+        return {"undone": undo_expired_rebalances(settings, parsed.time, failures)}
     if parsed.kind == D.REBALANCE:
         return {"tagged": tag_rebalance(settings, parsed)}
-    return {"decisions": interrupt(parsed, ledger, settings, now)}
+    return {"decisions": interrupt(parsed, ledger, settings, now, failures)}
+
+
+def task_changed(event: D.TaskStateChange, ledger: L.Ledger, settings: Settings, now: datetime) -> dict:
+    try:
+        record = ledger.get(event.job_id) if event.job_id else None
+    except L.UndecodableRecord as error:
+        # Quarantined (now or before) by the sweep; its task is left alone for a person to judge.
+        log_decision("job-event", job_id=event.job_id, reason=f"job record cannot be read: {error.bad.error}",
+                     action="quarantined", task_arn=event.task_arn)
+        return {"job_id": event.job_id, "to_state": None, "applied": None, "reason": "quarantined"}
+    decision = D.decide_task_change(event, record, load_catalog())
+    return apply(decision, ledger, settings, event.region, event.cluster_arn, now)
 
 
 def apply(decision: D.Decision, ledger: L.Ledger, settings: Settings, region: str, cluster: str, now: datetime) -> dict:
@@ -157,34 +209,68 @@ def apply(decision: D.Decision, ledger: L.Ledger, settings: Settings, region: st
     return record
 
 
-def _container_instances(ecs, cluster: str, instance_id: str) -> list[str]:
+def _container_instances(ecs, cluster: str, instance_id: str) -> dict[str, str]:
+    """The instance's registrations in the cluster: container instance ARN -> status."""
     arns = list(paginate(ecs, "list_container_instances", "containerInstanceArns", cluster=cluster))
-    found = []
+    found = {}
     for batch in chunks(arns, 100):
         for ci in ecs.describe_container_instances(cluster=cluster, containerInstances=batch)["containerInstances"]:
-            if ci["ec2InstanceId"] == instance_id and ci.get("status") != "DRAINING":
-                found.append(ci["containerInstanceArn"])
+            if ci["ec2InstanceId"] == instance_id:
+                found[ci["containerInstanceArn"]] = ci.get("status", "")
     return found
 
 
-def interrupt(event: D.InstanceEvent, ledger: L.Ledger, settings: Settings, now: datetime) -> list[dict]:
+def _stop_job_tasks(ecs, cluster: str, container_instances, reason: str) -> list[str]:
+    """Stop every job task still meant to run on the instances (what ECS says runs there, not the ledger:
+    a replayed event finds the ledger already moved on, and the tasks must still get their SIGTERM)."""
+    stopped = []
+    for container_instance in container_instances:
+        arns = list(paginate(ecs, "list_tasks", "taskArns", cluster=cluster, containerInstance=container_instance,
+                             desiredStatus="RUNNING"))
+        for batch in chunks(arns, 100):
+            for task in ecs.describe_tasks(cluster=cluster, tasks=batch)["tasks"]:
+                if is_job_id(task.get("startedBy") or "") and task.get("desiredStatus") == "RUNNING":
+                    ecs.stop_task(cluster=cluster, task=task["taskArn"], reason=reason[:255])
+                    stopped.append(task["taskArn"])
+    return stopped
+
+
+def interrupt(event: D.InstanceEvent, ledger: L.Ledger, settings: Settings, now: datetime,
+              failures: list[dict]) -> list[dict]:
+    """Drain the instance, requeue its jobs (or fail them, attempts spent), stop their tasks now."""
     ecs = client("ecs", event.region)
+    registrations: dict[str, dict[str, str]] = {}
     for cluster in dict.fromkeys(f.cluster for f in parse_fleets(settings.fleets) if f.region == event.region):
-        arns = _container_instances(ecs, cluster, event.instance_id)
-        if arns:
-            ecs.update_container_instances_state(cluster=cluster, containerInstances=arns, status="DRAINING")
-        log_decision("drain", instance_id=event.instance_id, region=event.region, cluster=cluster,
-                     container_instances=arns)
+        with per_item("drain-failed", failures, instance_id=event.instance_id, cluster=cluster):
+            found = registrations[cluster] = _container_instances(ecs, cluster, event.instance_id)
+            active = [arn for arn, status in found.items() if status != "DRAINING"]
+            if active:
+                ecs.update_container_instances_state(cluster=cluster, containerInstances=active, status="DRAINING")
+            log_decision("drain", instance_id=event.instance_id, region=event.region, cluster=cluster,
+                         container_instances=active)
     records = [*ledger.by_state(L.RUNNING), *ledger.by_state(L.STARTING)]
+    placements = {r.job_id: r.placement for r in records}
     results = []
-    for decision in D.decide_interruption(event.instance_id, records, now=event.time.timestamp(), catalog=load_catalog()):
-        placement = next(r.placement for r in records if r.job_id == decision.job_id)
-        results.append(apply(decision, ledger, settings, placement.region, placement.cluster, now))
+    for decision in D.decide_interruption(event.instance_id, records, now=event.time.timestamp(),
+                                          catalog=load_catalog()):
+        placement = placements[decision.job_id]
+        with per_item("interrupt-job-failed", failures, job_id=decision.job_id, instance_id=event.instance_id):
+            results.append(apply(decision, ledger, settings, placement.region, placement.cluster, now))
+    for cluster, found in registrations.items():
+        with per_item("stop-tasks-failed", failures, instance_id=event.instance_id, cluster=cluster):
+            stopped = _stop_job_tasks(ecs, cluster, found, f"spot interruption of {event.instance_id}")
+            if stopped:
+                log_decision("stop-tasks", instance_id=event.instance_id, cluster=cluster, tasks=stopped)
     return results
 
 
 def _ours(ec2, instance_id: str, environment: str) -> bool:
-    reservations = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
+    try:
+        reservations = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
+    except ClientError as error:
+        if error_code(error) in ("InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"):
+            return False  # gone already, or never an instance: nothing to mark
+        raise
     tags = {t["Key"]: t["Value"] for r in reservations for i in r["Instances"] for t in i.get("Tags", [])}
     return tags.get(ENVIRONMENT) == environment
 
@@ -200,24 +286,29 @@ def tag_rebalance(settings: Settings, event: D.InstanceEvent) -> bool:
     return True
 
 
-def undo_expired_rebalances(settings: Settings, now: datetime) -> list[str]:
-    timeout = timedelta(minutes=settings.rebalance_timeout_minutes)
-    undone = []
+def undo_expired_rebalances(settings: Settings, now: datetime, failures: list[dict]) -> list[str]:
+    undone: list[str] = []
     for region in dict.fromkeys(f.region for f in parse_fleets(settings.fleets)):
-        ec2 = client("ec2", region)
-        tagged = {}
-        for reservation in paginate(ec2, "describe_instances", "Reservations", Filters=[
-                {"Name": "tag-key", "Values": [REBALANCE_TAG]},
-                {"Name": f"tag:{ENVIRONMENT}", "Values": [settings.environment]},
-                {"Name": "instance-state-name", "Values": ["pending", "running"]}]):
-            for instance in reservation["Instances"]:
-                tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
-                tagged[instance["InstanceId"]] = tags[REBALANCE_TAG]
-        expired = D.expired_rebalance_tags(tagged, now, timeout)
-        if expired:
-            ec2.delete_tags(Resources=expired, Tags=[{"Key": REBALANCE_TAG}])
-        for instance_id in expired:
-            log_decision("undo-rebalance", instance_id=instance_id, region=region, tagged_at=tagged[instance_id],
-                         reason=f"no interruption within {settings.rebalance_timeout_minutes} minutes")
-        undone.extend(expired)
+        with per_item("undo-rebalance-failed", failures, region=region, action="tried again at the next check"):
+            undone.extend(undo_expired_in(settings, region, now))
     return undone
+
+
+def undo_expired_in(settings: Settings, region: str, now: datetime) -> list[str]:
+    timeout = timedelta(minutes=settings.rebalance_timeout_minutes)
+    ec2 = client("ec2", region)
+    tagged = {}
+    for reservation in paginate(ec2, "describe_instances", "Reservations", Filters=[
+            {"Name": "tag-key", "Values": [REBALANCE_TAG]},
+            {"Name": f"tag:{ENVIRONMENT}", "Values": [settings.environment]},
+            {"Name": "instance-state-name", "Values": ["pending", "running"]}]):
+        for instance in reservation["Instances"]:
+            tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+            tagged[instance["InstanceId"]] = tags[REBALANCE_TAG]
+    expired = D.expired_rebalance_tags(tagged, now, timeout)
+    if expired:
+        ec2.delete_tags(Resources=expired, Tags=[{"Key": REBALANCE_TAG}])
+    for instance_id in expired:
+        log_decision("undo-rebalance", instance_id=instance_id, region=region, tagged_at=tagged[instance_id],
+                     reason=f"no interruption within {settings.rebalance_timeout_minutes} minutes")
+    return expired

@@ -10,8 +10,8 @@ that cannot start, a person cancelling. For each submission in a batch that aske
    one read per job, while it runs.
 2. the submission's first job is marked `notified_at` with a conditional write (Ledger.mark_notified):
    of two invocations that both see the end (a retried batch, two batches), only one marks, so the
-   message goes out once. If publishing fails the mark is taken back and the batch fails, so Lambda
-   delivers it again.
+   message goes out once. If publishing fails, or the mark's own answer is lost, the mark is taken back
+   and the batch fails, so Lambda delivers it again (a message whose answer was lost may go out twice).
 3. e-mail: one message to the job-notification topic with the attribute `notify` listing the addresses;
    each address's subscription filters on it (lambdas/jobs/cli/notify.py). Slack: a custom notification
    (the format AWS Chatbot renders: https://docs.aws.amazon.com/chatbot/latest/adminguide/custom-notifs.html)
@@ -137,7 +137,14 @@ def announce(ledger: L.Ledger, sns, *, environment: str, submission_id: str, ema
     wanted = first.spec.notify
     if not wanted:
         return "nobody to tell"
-    if not ledger.mark_notified(first.job_id, now):
+    try:
+        marked = ledger.mark_notified(first.job_id, now)
+    except Exception:
+        # The mark may have been written and its answer lost: take it back (best effort), so the retried
+        # batch announces rather than finding it marked and staying silent.
+        ledger.mark_notified(first.job_id, now, undo=True)
+        raise
+    if not marked:
         return "already announced"
     summary = summarize(environment, records)
     addresses = [w for w in wanted if w != SLACK]

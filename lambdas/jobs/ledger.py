@@ -22,6 +22,11 @@ command's policy stays exactly what it was and a batch never overwrites a record
 
 What a job cost is recorded by the job-events function when a run ends (`cost`, lambdas/job_events);
 `owner` is who submitted it; `notified_at` (on a submission's first job) says its end was announced.
+
+An item the code cannot use (a missing or mistyped field, or one DynamoDB refuses to write back) never
+stops a reader: `by_state` skips it and notes it in `undecodable`, `get` raises UndecodableRecord, and
+the functions move it to QUARANTINED (`quarantine`), keeping every attribute and the reason, so it is
+looked at once by a person (docs/runbook.md, "Quarantined jobs") instead of failed on every run.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
@@ -40,7 +45,9 @@ from lambdas.jobs.spec import Job, JobSpec, is_job_id, spec_from_document
 
 QUEUED, STARTING, RUNNING = "QUEUED", "STARTING", "RUNNING"
 SUCCEEDED, FAILED, CANCELLED = "SUCCEEDED", "FAILED", "CANCELLED"
-STATES = (QUEUED, STARTING, RUNNING, SUCCEEDED, FAILED, CANCELLED)
+# Parked for a person: the item could not be decoded or written; see Ledger.quarantine.
+QUARANTINED = "QUARANTINED"
+STATES = (QUEUED, STARTING, RUNNING, SUCCEEDED, FAILED, CANCELLED, QUARANTINED)
 TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
 TRANSITIONS: Mapping[str, frozenset[str]] = {
     QUEUED: frozenset({STARTING, CANCELLED}),
@@ -50,8 +57,12 @@ TRANSITIONS: Mapping[str, frozenset[str]] = {
     # RUNNING -> QUEUED: interrupted or failed with attempts left.
     RUNNING: frozenset({SUCCEEDED, FAILED, QUEUED, CANCELLED}),
     SUCCEEDED: frozenset(), FAILED: frozenset(), CANCELLED: frozenset(),
+    # Only Ledger.quarantine enters it, from any state; only a person leaves it (docs/runbook.md).
+    QUARANTINED: frozenset(),
 }
 MAX_REASONS = 20
+# A reason is one line for people; error texts are cut so twenty of them stay far below 400 KB.
+MAX_REASON_CHARS = 1_000
 BY_STATE, BY_SUBMISSION = "by-state", "by-submission"
 
 TABLE_NAME = "mlfleet-{environment}-jobs"  # components/jobs ledger_name
@@ -78,6 +89,10 @@ RESERVE_PERMISSIONS = (
     needs("dynamodb:UpdateItem", resources=TABLE_ARNS[:1],
           why="note the instance bought for a queued job (conditional update)"),
 )
+QUARANTINE_PERMISSIONS = (
+    needs("dynamodb:UpdateItem", resources=TABLE_ARNS[:1],
+          why="quarantine a job record the code cannot read or write back (conditional update)"),
+)
 
 
 # TransactWriteItems takes at most 100 actions and 4 MB in one call (DynamoDB API reference, TransactWriteItems;
@@ -96,6 +111,28 @@ class DuplicateJob(Exception):
     def __init__(self, job_id: str):
         self.job_id = job_id
         super().__init__(f"job {job_id} already exists in the ledger")
+
+
+class DecodeError(ValueError):
+    """A ledger item that is not a job record this code can use (names the field)."""
+
+
+@dataclass(frozen=True)
+class Undecodable:
+    """A ledger item as DynamoDB returned it (attribute values), with why it could not be decoded."""
+    job_id: str
+    item: Mapping[str, Any]
+    error: str
+
+    @property
+    def quarantined(self) -> bool:
+        return self.item.get("state") == {"S": QUARANTINED}
+
+
+class UndecodableRecord(Exception):
+    def __init__(self, bad: Undecodable):
+        self.bad = bad
+        super().__init__(f"job {bad.job_id} cannot be read from the ledger: {bad.error}")
 
 
 @dataclass(frozen=True)
@@ -223,21 +260,59 @@ def encode(record: JobRecord) -> dict:
     return {k: _serializer.serialize(v) for k, v in _to_dynamo(document).items()}
 
 
+def _field(document: Mapping, key: str, kind: type, *, optional: bool = False, default: Any = None,
+           signed: bool = False) -> Any:
+    if document.get(key) is None:  # absent, or written as null (encode writes unset optional fields so)
+        if optional:
+            return default
+        raise DecodeError(f"field {key!r} is missing")
+    value = document[key]
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int) or (value < 0 and not signed)):
+        raise DecodeError(f"field {key}={value!r} is not an integer{'' if signed else ' >= 0'}")
+    if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise DecodeError(f"field {key}={value!r} is not a number")
+    if kind in (str, dict, list) and not isinstance(value, kind):
+        raise DecodeError(f"field {key}={str(value)[:80]!r} is not a {kind.__name__}")
+    return kind(value) if kind is float else value
+
+
 def decode(item: Mapping) -> JobRecord:
-    document = _from_dynamo({k: _deserializer.deserialize(v) for k, v in item.items()})
-    placement = document.get("placement")
-    reserved = document.get("reserved")
-    return JobRecord(
-        job_id=document["job_id"], submission_id=document["submission_id"], index=int(document["index"]),
-        state=document["state"], attempt=int(document["attempt"]), runs=int(document.get("runs", 0)),
-        start_failures=int(document.get("start_failures", 0)), submitted_at=float(document["submitted_at"]),
-        updated_at=float(document["updated_at"]), spec=spec_from_document(document["spec"]),
-        placement=Placement(**{"task_arn": None, **placement}) if placement else None,
-        reasons=tuple(document.get("reasons", ())), version=int(document.get("version", 0)),
-        reserved=(reserved["region"], reserved["fleet"], reserved["box"]) if reserved else None,
-        owner=document.get("owner"), cost=Cost(**document["cost"]) if document.get("cost") else None,
-        exit_code=document.get("exit_code"), notified_at=document.get("notified_at"),
-    )
+    """A job record from its item; DecodeError names the first field that is missing or mistyped."""
+    try:
+        document = _from_dynamo({k: _deserializer.deserialize(v) for k, v in item.items()})
+        state = _field(document, "state", str)
+        if state == QUARANTINED:
+            raise DecodeError(f"quarantined: {(document.get('quarantine') or {}).get('error', 'no reason recorded')}")
+        if state not in STATES:
+            raise DecodeError(f"field state={state[:40]!r} is not one of {', '.join(STATES)}")
+        placement = _field(document, "placement", dict, optional=True)
+        reserved = _field(document, "reserved", dict, optional=True)
+        reasons = _field(document, "reasons", list, optional=True, default=[])
+        if not all(isinstance(r, dict) and isinstance(r.get("reason", ""), str) for r in reasons):
+            raise DecodeError("field reasons is not a list of {at, attempt, state, reason}")
+        cost = _field(document, "cost", dict, optional=True)
+        if cost and not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in cost.values()):
+            raise DecodeError(f"field cost={str(cost)[:80]!r} is not a map of numbers")
+        exit_code = _field(document, "exit_code", int, optional=True, signed=True)
+        return JobRecord(
+            job_id=_field(document, "job_id", str), submission_id=_field(document, "submission_id", str),
+            index=_field(document, "index", int), state=state, attempt=_field(document, "attempt", int),
+            runs=_field(document, "runs", int, optional=True, default=0),
+            start_failures=_field(document, "start_failures", int, optional=True, default=0),
+            submitted_at=_field(document, "submitted_at", float), updated_at=_field(document, "updated_at", float),
+            spec=spec_from_document(_field(document, "spec", dict)),
+            placement=Placement(**{"task_arn": None, **placement}) if placement else None,
+            reasons=tuple(reasons), version=_field(document, "version", int, optional=True, default=0),
+            reserved=(reserved["region"], reserved["fleet"], reserved["box"]) if reserved else None,
+            owner=_field(document, "owner", str, optional=True), cost=Cost(**cost) if cost else None,
+            exit_code=exit_code, notified_at=_field(document, "notified_at", float, optional=True),
+        )
+    except DecodeError:
+        raise
+    # Whatever a hand-edited or foreign item holds (a map where a list belongs, unknown placement keys,
+    # a number DynamoDB stores but Python cannot convert, nesting deeper than the stack), it is one bad item.
+    except (KeyError, ValueError, TypeError, AttributeError, ArithmeticError, RecursionError) as error:
+        raise DecodeError(f"{type(error).__name__}: {str(error)[:200]}") from None
 
 
 def new_record(job: Job, now: float, owner: str | None = None) -> JobRecord:
@@ -261,10 +336,24 @@ def transactions(items: Sequence[dict], *, max_items: int = TRANSACTION_ITEMS,
     return groups
 
 
+@dataclass(frozen=True)
+class QuarantinedItem:
+    """A quarantined job as `mlfleet quarantine` shows it: why, since when, and the item as it was."""
+    job_id: str
+    error: str
+    previous_state: str | None
+    at: float
+    by: str
+    alerted: bool
+    document: Mapping[str, Any]  # the item's other attributes, decoded as far as DynamoDB types go
+
+
 @dataclass
 class Ledger:
     dynamodb: Any  # a boto3 DynamoDB client
     table: str
+    # Items this reader skipped or could not decode, for the caller to quarantine (see the module doc).
+    undecodable: list[Undecodable] = field(default_factory=list)
 
     def put_new(self, record: JobRecord) -> bool:
         """Write a new job; False (and nothing written) when the job id already exists."""
@@ -332,17 +421,29 @@ class Ledger:
             return Outcome(False, self.get(record.job_id), "the job changed before the cancel was written")
         return Outcome(True, updated)
 
+    def _decode(self, item: Mapping) -> JobRecord:
+        try:
+            return decode(item)
+        except DecodeError as error:
+            bad = Undecodable(str(item.get("job_id", {}).get("S", "?")), item, str(error))
+            self.undecodable.append(bad)
+            raise UndecodableRecord(bad) from None
+
     def get(self, job_id: str) -> JobRecord | None:
+        """The job, None when there is none; UndecodableRecord when its item cannot be used."""
         if not is_job_id(job_id):  # the table's other items (the placement lease) are not jobs
             return None
         item = self.dynamodb.get_item(TableName=self.table, Key={"job_id": {"S": job_id}}, ConsistentRead=True).get("Item")
-        return decode(item) if item else None
+        return self._decode(item) if item else None
 
     def _query(self, **kwargs) -> Iterable[JobRecord]:
         paginator = self.dynamodb.get_paginator("query")
         for page in paginator.paginate(TableName=self.table, **kwargs):
             for item in page.get("Items", []):
-                yield decode(item)
+                try:
+                    yield self._decode(item)
+                except UndecodableRecord:
+                    continue  # noted in self.undecodable; one bad item never hides the others
 
     def by_state(self, state: str, limit: int | None = None, since: float | None = None) -> list[JobRecord]:
         """Jobs in `state` (submitted at `since` or later), oldest submission first (GSI, eventually
@@ -365,23 +466,25 @@ class Ledger:
                                 ExpressionAttributeValues={":s": {"S": submission_id}}))
 
     def transition(self, job_id: str, to_state: str, *, expect_states: Iterable[str], expect_attempt: int | None,
-                   reason: str, now: float, **changes: Any) -> Outcome:
+                   reason: str, now: float, current: JobRecord | None = None, **changes: Any) -> Outcome:
         """Move a job from one of `expect_states` (at `expect_attempt`, when given) to `to_state`.
 
         Raises IllegalTransition when the caller asks for a change TRANSITIONS forbids. Returns
         applied=False, changing nothing, when the job is not where the caller expects (already moved,
         a newer attempt, a concurrent writer won): the caller logs and drops its stale view.
-        `changes` sets other fields (attempt, runs, start_failures, placement).
+        `changes` sets other fields (attempt, runs, start_failures, placement). `current` is the caller's
+        view of the job (from an index read or its own last write): the read is skipped, and a stale view
+        fails the write's version condition like a concurrent writer would, changing nothing.
         """
         expect_states = tuple(expect_states)
         for state in expect_states:
             if to_state not in TRANSITIONS[state]:
                 raise IllegalTransition(f"job state {state} -> {to_state} is not a legal transition")
-        record, moved_on = self._expected(job_id, expect_states, expect_attempt)
+        record, moved_on = self._expected(job_id, expect_states, expect_attempt, current)
         if moved_on is not None:
             return moved_on
         attempt = changes.get("attempt", record.attempt)
-        entry = {"at": now, "attempt": attempt, "state": to_state, "reason": reason}
+        entry = {"at": now, "attempt": attempt, "state": to_state, "reason": reason[:MAX_REASON_CHARS]}
         return self._next_version(record, state=to_state, updated_at=now, reasons=(*record.reasons, entry)[-MAX_REASONS:],
                                   **{"reserved": None, **changes})
 
@@ -400,9 +503,11 @@ class Ledger:
             return False
         return self._next_version(record, notified_at=None if undo else now).applied
 
-    def _expected(self, job_id: str, states: tuple[str, ...], attempt: int | None) -> tuple[JobRecord | None, Outcome | None]:
-        """The job as read, or the Outcome saying it is not where the caller expects it."""
-        record = self.get(job_id)
+    def _expected(self, job_id: str, states: tuple[str, ...], attempt: int | None,
+                  current: JobRecord | None = None) -> tuple[JobRecord | None, Outcome | None]:
+        """The job as read (or as the caller holds it: `current`), or the Outcome saying it is not where
+        the caller expects it."""
+        record = current if current is not None and current.job_id == job_id else self.get(job_id)
         if record is None:
             return None, Outcome(False, None, "job is not in the ledger")
         if record.state not in states or (attempt is not None and record.attempt != attempt):
@@ -437,3 +542,77 @@ class Ledger:
             return True
         except self.dynamodb.exceptions.ConditionalCheckFailedException:
             return False
+
+    def quarantine(self, item: Mapping[str, Any], error: str, now: float, by: str) -> bool:
+        """Move the job of `item` (attribute values as read) to QUARANTINED with the reason, changing no
+        other attribute, so the item stays as it was for a person to inspect. Conditional on the item
+        still being as read (same state and version): False, changing nothing, when it moved on or is gone.
+        A quarantined job is indexed under its submission time (or now, when it had none)."""
+        values: dict[str, Any] = {
+            ":quarantined": {"S": QUARANTINED}, ":now": _serializer.serialize(_to_dynamo(now)),
+            ":zero": {"N": "0"}, ":one": {"N": "1"},
+            ":info": {"M": {"error": {"S": error[:MAX_REASON_CHARS]}, "at": _serializer.serialize(_to_dynamo(now)),
+                            "by": {"S": by}, "alerted": {"BOOL": False},
+                            "previous_state": item.get("state") or {"NULL": True}}}}
+        conditions = ["attribute_exists(job_id)"]
+        for attribute, placeholder in (("state", ":was"), ("version", ":version")):
+            if attribute in item:
+                conditions.append(f"#{attribute} = {placeholder}")
+                values[placeholder] = item[attribute]
+            else:
+                conditions.append(f"attribute_not_exists(#{attribute})")
+        try:
+            self.dynamodb.update_item(
+                TableName=self.table, Key={"job_id": {"S": str(item["job_id"]["S"])}},
+                # A new version: a writer holding the job as it was (an index read) cannot write over this.
+                UpdateExpression="SET #state = :quarantined, quarantine = :info, "
+                                 "submitted_at = if_not_exists(submitted_at, :now), "
+                                 "#version = if_not_exists(#version, :zero) + :one",
+                ConditionExpression=" AND ".join(conditions),
+                ExpressionAttributeNames={"#state": "state", "#version": "version"}, ExpressionAttributeValues=values)
+            return True
+        except self.dynamodb.exceptions.ConditionalCheckFailedException:
+            return False
+
+    def quarantined(self, *, not_alerted: bool = False) -> list[QuarantinedItem]:
+        """Quarantined jobs, oldest first (`not_alerted`: only those nobody was told about yet)."""
+        values: dict[str, Any] = {":state": {"S": QUARANTINED}}
+        extra: dict[str, Any] = {}
+        if not_alerted:
+            values[":false"] = {"BOOL": False}
+            extra["FilterExpression"] = "quarantine.alerted = :false"
+        found = []
+        pages = self.dynamodb.get_paginator("query").paginate(
+            TableName=self.table, IndexName=BY_STATE, KeyConditionExpression="#state = :state",
+            ExpressionAttributeNames={"#state": "state"}, ExpressionAttributeValues=values, **extra)
+        for page in pages:
+            for item in page.get("Items", []):
+                found.append(_quarantined_item(item))
+        return found
+
+    def mark_alerted(self, job_id: str) -> bool:
+        try:
+            self.dynamodb.update_item(
+                TableName=self.table, Key={"job_id": {"S": job_id}}, UpdateExpression="SET quarantine.alerted = :true",
+                ConditionExpression="#state = :quarantined", ExpressionAttributeNames={"#state": "state"},
+                ExpressionAttributeValues={":true": {"BOOL": True}, ":quarantined": {"S": QUARANTINED}})
+            return True
+        except self.dynamodb.exceptions.ConditionalCheckFailedException:
+            return False
+
+
+def _quarantined_item(item: Mapping[str, Any]) -> QuarantinedItem:
+    """Read a quarantined item as far as its attribute types allow (it is here because the rest failed)."""
+    document = {}
+    for key, value in item.items():
+        try:
+            document[key] = _from_dynamo(_deserializer.deserialize(value))
+        except (TypeError, ValueError, ArithmeticError):
+            document[key] = value
+    info = document.pop("quarantine", None)
+    info = info if isinstance(info, dict) else {}
+    at, previous = info.get("at"), info.get("previous_state")
+    return QuarantinedItem(job_id=str(document.get("job_id", "?")), error=str(info.get("error", "")),
+                           previous_state=previous if isinstance(previous, str) else None,
+                           at=float(at) if isinstance(at, (int, float)) else 0.0, by=str(info.get("by", "")),
+                           alerted=info.get("alerted") is True, document=document)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from lambdas.common.aws import chunks
 from lambdas.common.permissions import needs
+from lambdas.jobs.spec import is_job_id
 
 # The exact queues, never a prefix: `mlfleet-dev-jobs*` would also cover the dead-letter queue and other
 # environments' queues such as mlfleet-dev-jobs2. components/jobs names them (queue_name).
@@ -44,13 +45,17 @@ class JobMessage:
 
 
 def parse_message(body: str) -> JobMessage:
+    """The message, or MessageError for anything else (hostile input included: deeply nested JSON raises
+    RecursionError in the json module, and a job id DynamoDB cannot take as a key is refused here)."""
     try:
         document = json.loads(body)
         job_id, attempt = document["job_id"], document["attempt"]
-    except (ValueError, KeyError, TypeError):
-        raise MessageError(f"job message {body[:200]!r} is not {{\"job_id\": str, \"attempt\": int}}") from None
-    if not isinstance(job_id, str) or not job_id or isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 0:
-        raise MessageError(f"job message {body[:200]!r}: job_id must be a string and attempt an integer >= 0")
+    except (ValueError, KeyError, TypeError, IndexError, RecursionError):
+        raise MessageError(f"job message {str(body)[:200]!r} is not {{\"job_id\": str, \"attempt\": int}}") from None
+    valid_attempt = isinstance(attempt, int) and not isinstance(attempt, bool) and attempt >= 0
+    if not isinstance(job_id, str) or not is_job_id(job_id) or not valid_attempt:
+        raise MessageError(f"job message {str(body)[:200]!r}: job_id must be a job id "
+                           "(sub-YYYYmmddHHMMSS-xxxxxx-NNNNN) and attempt an integer >= 0")
     return JobMessage(job_id, attempt)
 
 

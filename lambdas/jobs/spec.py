@@ -17,14 +17,20 @@ Images: the reference must follow distribution/reference's grammar, and every re
 must be able to pull it (lambdas/common/registries.py): a region without internet egress reaches only its
 own ECR and ECR Public through its pull-through cache. ECR Public images are pulled through the region's
 cache wherever the stack has one, as the default job image is (`JobSpec.images`, `image_for`).
+
+Secrets are passed by reference: `secrets: {NAME: ref}` names an SSM parameter (`/mlfleet/<env>/...` or
+its ARN) or a Secrets Manager secret ARN (`...:secret:mlfleet/<env>/...`); ECS reads it with the task
+execution role and sets NAME in the container, so the value is in neither the ledger nor the task's
+overrides. A plain `environment` value that looks like a credential is refused.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import re
-from collections import Counter
 import secrets
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -32,6 +38,9 @@ from datetime import datetime, timezone
 from lambdas.common.catalog import Catalog, InstanceType
 from lambdas.common.registries import DOCKER_HUB, ECR_PUBLIC, reachable_without_egress, reference_problem, \
     registry_of, through_cache
+from lambdas.jobs.checkpoints import INTERVAL_VARIABLE, URI_VARIABLE, uri
+from lambdas.jobs.credentials import credential_problem
+from lambdas.jobs.credentials import reference_problem as secret_reference_problem
 
 SPOT, ON_DEMAND = "spot", "on-demand"
 LIFECYCLES = (SPOT, ON_DEMAND)
@@ -45,8 +54,8 @@ RESERVED_ENV = ("MLFLEET_JOB_ID", "MLFLEET_ATTEMPT", "MLFLEET_CHECKPOINT_URI", "
 # How often a job may say it checkpoints (docs/jobs.md, "Checkpoints"): every minute to once a day.
 CHECKPOINT_INTERVAL_LIMIT_MINUTES = 1440
 
-KEYS = ("image", "command", "environment", "gpus", "vcpus", "memory_mib", "instance_type_pattern", "regions",
-        "lifecycle", "max_attempts", "checkpoint_interval_minutes", "retry_on_exit_codes", "team",
+KEYS = ("image", "command", "environment", "secrets", "gpus", "vcpus", "memory_mib", "instance_type_pattern",
+        "regions", "lifecycle", "max_attempts", "checkpoint_interval_minutes", "retry_on_exit_codes", "team",
         "notify", "expected_runtime_s")
 # A runtime estimate beyond this is a typo (minutes given as seconds twice over), not a plan.
 MAX_EXPECTED_RUNTIME_S = 90 * 86_400
@@ -61,6 +70,17 @@ TEAM_NAME = re.compile(r"[a-z][a-z0-9-]{0,29}")
 SLACK = "slack"
 EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 MAX_NOTIFY = 10
+# The job container's name in the job task definition (components/compute/cluster.py JOB_CONTAINER_NAME).
+JOB_CONTAINER_NAME = "job"
+# "A total of 8192 characters are allowed for overrides. This limit includes the JSON formatting
+# characters of the override structure." (ECS API reference, StartTask and RunTask `overrides`:
+# https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_StartTask.html, and botocore's ecs model
+# StartTaskRequest.overrides.) ECS refuses more with InvalidParameterException "Container Overrides
+# length must be at most 8192".
+OVERRIDES_LIMIT = 8192
+# A submission's overrides are sized with an attempt of this many digits and a checkpoint bucket name of
+# S3's longest (63 characters: the region's bucket is not known at submit).
+_ATTEMPT_DIGITS, _BUCKET_NAME_LIMIT = 4, 63
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\$\{[^}]*\}|\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SUBMISSION_ID = re.compile(r"sub-\d{14}-[0-9a-f]{6}")
@@ -98,6 +118,8 @@ class JobSpec:
     images: Mapping[str, str] = field(default_factory=dict)
     # The user's estimate of one run's length, for the scheduler's duration-aware placement (optional).
     expected_runtime_s: float | None = None
+    # NAME -> SSM parameter name or ARN, or Secrets Manager secret ARN: references only, never values.
+    secrets: Mapping[str, str] = field(default_factory=dict)
 
     def image_for(self, region: str) -> str:
         return self.images.get(region, self.image)
@@ -111,7 +133,7 @@ class JobSpec:
         optional = {"checkpoint_interval_minutes": self.checkpoint_interval_minutes,
                     "retry_on_exit_codes": list(self.retry_on_exit_codes), "team": self.team,
                     "notify": list(self.notify), "images": dict(self.images),
-                    "expected_runtime_s": self.expected_runtime_s}
+                    "expected_runtime_s": self.expected_runtime_s, "secrets": dict(self.secrets)}
         document.update({key: value for key, value in optional.items() if value})
         return document
 
@@ -147,15 +169,35 @@ def _number(problems: list[str], key: str, value, kind, minimum, *, inclusive: b
     return kind(value)
 
 
+def _named_values(problems: list[str], document: Mapping, key: str, what: str) -> Mapping:
+    values = document.get(key) or {}
+    if not isinstance(values, Mapping):
+        problems.append(f"{key}={values!r}: must be a mapping of NAME to {what}")
+        return {}
+    return values
+
+
+def _name_problem(key: str, name, taken: Mapping | None = None) -> str | None:
+    if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+        return f"{key} key {name!r}: not a valid variable name"
+    if name in RESERVED_ENV:
+        return f"{key} key {name!r}: set by mlfleet on every task, cannot be given"
+    if taken and name in taken:
+        return f"{key} key {name!r}: already set by environment"
+    return None
+
+
 def parse_spec(document: Mapping, *, fleet_regions: Sequence[str], catalog: Catalog,
                default_max_attempts: int, fleet_types: Mapping[str, Sequence[str]] | None = None,
-               pulls: Mapping[str, RegionPulls] | None = None, notify_channels: Sequence[str] = ()) -> JobSpec:
+               pulls: Mapping[str, RegionPulls] | None = None, notify_channels: Sequence[str] = (),
+               environment: str | None = None) -> JobSpec:
     """Validate a spec document, naming every bad key and value in one SpecError.
 
     `fleet_types` (region -> the instance types the stack's fleets launch there) judges size against what
     the stack can run; without it, against every catalog type priced in the fleet regions. `pulls`
     (region -> RegionPulls) checks that each region the job may run in can pull its image. `notify_channels`
-    says which of "email" and SLACK the environment can deliver. SUBMISSION_KEYS are left to the caller.
+    says which of "email" and SLACK the environment can deliver. `environment` (the stack)
+    scopes secret references; a spec with `secrets` needs it. SUBMISSION_KEYS are left to the caller.
     """
     problems: list[str] = []
     for key in sorted(set(document) - set(KEYS) - set(SUBMISSION_KEYS)):
@@ -171,17 +213,23 @@ def parse_spec(document: Mapping, *, fleet_regions: Sequence[str], catalog: Cata
         problems.append(f"command={command!r}: must be a list of strings")
         command = []
 
-    environment = document.get("environment") or {}
-    if not isinstance(environment, Mapping):
-        problems.append(f"environment={environment!r}: must be a mapping of NAME to string value")
-        environment = {}
-    for name, value in environment.items():
-        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
-            problems.append(f"environment key {name!r}: not a valid variable name")
-        elif name in RESERVED_ENV:
-            problems.append(f"environment key {name!r}: set by mlfleet on every task, cannot be given")
+    environment_values = _named_values(problems, document, "environment", "string value")
+    for name, value in environment_values.items():
+        if problem := _name_problem("environment", name):
+            problems.append(problem)
         if not isinstance(value, str):
             problems.append(f"environment {name}={value!r}: value must be a string")
+        elif isinstance(name, str) and (problem := credential_problem(name, value, environment)):
+            problems.append(problem)
+
+    secret_refs = _named_values(problems, document, "secrets", "an SSM parameter or secret reference")
+    for name, reference in secret_refs.items():
+        if problem := _name_problem("secrets", name, taken=environment_values):
+            problems.append(problem)
+        elif environment is None:
+            problems.append(f"secrets {name}={reference!r}: the environment the job runs in is not known here")
+        elif problem := secret_reference_problem(name, reference, environment):
+            problems.append(problem)
 
     gpus = _number(problems, "gpus", document.get("gpus"), int, 1, inclusive=True)
     vcpus = _number(problems, "vcpus", document.get("vcpus"), float, 0, inclusive=False)
@@ -251,11 +299,12 @@ def parse_spec(document: Mapping, *, fleet_regions: Sequence[str], catalog: Cata
         images = _pull_references(problems, image, wanted, pulls)
     if problems:
         raise SpecError(problems)
-    return JobSpec(image=image, command=tuple(command), environment=dict(environment), gpus=gpus, vcpus=vcpus,
+    return JobSpec(image=image, command=tuple(command), environment=dict(environment_values), gpus=gpus, vcpus=vcpus,
                    memory_mib=memory_mib, max_attempts=max_attempts, instance_type_pattern=pattern,
                    regions=tuple(regions), lifecycle=lifecycle, checkpoint_interval_minutes=interval,
                    retry_on_exit_codes=retry, team=team,
-                   notify=notify, images=images, expected_runtime_s=expected_runtime_s)
+                   notify=notify, images=images, expected_runtime_s=expected_runtime_s,
+                   secrets=dict(secret_refs))
 
 
 def _exit_codes(problems: list[str], codes, max_attempts: int | None) -> tuple[int, ...]:
@@ -364,20 +413,118 @@ def _pull_references(problems: list[str], image: str, regions: Sequence[str],
     return images
 
 
+def _strings(value, where: str) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise TypeError(f"{where} is not a list of strings")
+    return tuple(value)
+
+
+def _string_map(value, where: str) -> dict[str, str]:
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise TypeError(f"{where} is not a mapping of strings")
+    return dict(value)
+
+
 def spec_from_document(document: Mapping) -> JobSpec:
-    """A spec already validated at submission, read back from the ledger (no catalog checks again)."""
-    return JobSpec(image=document["image"], command=tuple(document["command"]),
-                   environment=dict(document.get("environment") or {}), gpus=int(document["gpus"]),
-                   vcpus=float(document["vcpus"]), memory_mib=int(document["memory_mib"]),
+    """A spec already validated at submission, read back from the ledger (no catalog checks again).
+
+    Types are checked (KeyError, TypeError or ValueError naming the field): an item written by hand or
+    by an older version must fail here, where the ledger quarantines it, not later in the middle of a run.
+    """
+    image = document["image"]
+    if not isinstance(image, str) or not image:
+        raise TypeError(f"spec.image={str(image)[:80]!r} is not an image reference")
+    optional = {key: document.get(key) or None for key in ("instance_type_pattern", "lifecycle")}
+    for key, value in optional.items():
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"spec.{key}={str(value)[:80]!r} is not a string")
+    spec = JobSpec(image=image, command=_strings(document["command"], "spec.command"),
+                   environment=_string_map(document.get("environment") or {}, "spec.environment"),
+                   secrets=_string_map(document.get("secrets") or {}, "spec.secrets"),
+                   gpus=int(document["gpus"]), vcpus=float(document["vcpus"]), memory_mib=int(document["memory_mib"]),
                    max_attempts=int(document["max_attempts"]),
-                   instance_type_pattern=document.get("instance_type_pattern") or None,
-                   regions=tuple(document.get("regions") or ()), lifecycle=document.get("lifecycle") or None,
-                   checkpoint_interval_minutes=document.get("checkpoint_interval_minutes"),
-                   retry_on_exit_codes=tuple(int(c) for c in document.get("retry_on_exit_codes") or ()),
-                   team=document.get("team") or None, notify=tuple(document.get("notify") or ()),
-                   images=dict(document.get("images") or {}),
-                   expected_runtime_s=float(document["expected_runtime_s"])
-                   if document.get("expected_runtime_s") is not None else None)
+                   regions=_strings(document.get("regions") or [], "spec.regions"),
+                   checkpoint_interval_minutes=_interval(document.get("checkpoint_interval_minutes")),
+                   retry_on_exit_codes=_integers(document.get("retry_on_exit_codes") or [], "spec.retry_on_exit_codes"),
+                   team=_optional_string(document.get("team"), "spec.team"),
+                   notify=_strings(document.get("notify") or [], "spec.notify"),
+                   images=_string_map(document.get("images") or {}, "spec.images"),
+                   expected_runtime_s=_optional_number(document.get("expected_runtime_s"), "spec.expected_runtime_s"),
+                   **optional)
+    if spec.gpus < 0 or spec.vcpus <= 0 or spec.memory_mib <= 0 or spec.max_attempts < 1:
+        raise ValueError(f"spec sizes out of range: gpus={spec.gpus}, vcpus={spec.vcpus}, "
+                         f"memory_mib={spec.memory_mib}, max_attempts={spec.max_attempts}")
+    return spec
+
+
+def _integers(value, where: str) -> tuple[int, ...]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise TypeError(f"{where}={str(value)[:40]!r} is not a list of integers")
+    return tuple(value)
+
+
+def _optional_number(value, where: str) -> float | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise TypeError(f"{where}={str(value)[:40]!r} is not a number")
+    return float(value) if value is not None else None
+
+
+def _optional_string(value, where: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{where}={str(value)[:40]!r} is not a string")
+    return value or None
+
+
+def _interval(value) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise TypeError(f"spec.checkpoint_interval_minutes={str(value)[:40]!r} is not an integer")
+    return value
+
+
+def container_overrides(spec: JobSpec, job_id: str, attempt: int, checkpoint_uri: str,
+                        container_name: str = JOB_CONTAINER_NAME) -> dict:
+    """StartTask's `overrides` for one attempt of a job: command, plain environment (with the job's id,
+    attempt and checkpoint location) and size. Secrets are not here: ECS takes them only in the task
+    definition (ContainerOverride has no `secrets`)."""
+    environment = {**spec.environment, "MLFLEET_JOB_ID": job_id, "MLFLEET_ATTEMPT": str(attempt),
+                   URI_VARIABLE: checkpoint_uri}
+    if spec.checkpoint_interval_minutes is not None:
+        environment[INTERVAL_VARIABLE] = str(spec.checkpoint_interval_minutes)
+    override = {
+        "name": container_name,
+        "environment": [{"name": k, "value": v} for k, v in sorted(environment.items())],
+        "resourceRequirements": [{"type": "GPU", "value": str(spec.gpus)}],
+        "cpu": max(1, round(spec.vcpus * 1024)),
+        # A soft reservation (what ECS and the planner count); no hard limit, so a job is not
+        # OOM-killed for briefly using more memory than it asked for while the machine has it.
+        "memoryReservation": spec.memory_mib,
+    }
+    if spec.command:
+        override["command"] = list(spec.command)
+    return {"containerOverrides": [override]}
+
+
+def overrides_size(overrides: Mapping) -> int:
+    """Characters of the overrides as botocore sends them (json.dumps with its default separators and
+    ASCII escapes: botocore/serialize.py JSONSerializer). ECS does not say how it counts; this is the larger
+    of the plausible counts, so a job accepted here is not refused there."""
+    return len(json.dumps(overrides))
+
+
+def check_overrides(jobs: Sequence[Job]) -> None:
+    """SpecError naming every job whose overrides ECS would refuse (OVERRIDES_LIMIT), with its size."""
+    problems = []
+    for job in jobs:
+        size = overrides_size(container_overrides(job.spec, job.job_id, int("9" * _ATTEMPT_DIGITS),
+                                                  uri("x" * _BUCKET_NAME_LIMIT, job.job_id)))
+        if size > OVERRIDES_LIMIT:
+            problems.append(f"job {job.index}: command and environment make {size:,} characters of ECS container "
+                            f"overrides, more than ECS's limit of {OVERRIDES_LIMIT:,} (StartTask `overrides`); "
+                            "shorten them, or pass large inputs as a file in S3 or as secrets")
+    if problems:
+        if len(problems) > 5:
+            problems = [*problems[:5], f"... and {len(problems) - 5} more jobs of the submission"]
+        raise SpecError(problems)
 
 
 def parse_sweep(value, where: str = "sweep") -> dict[str, list[str]]:

@@ -1,20 +1,26 @@
-"""What the scheduler changes: task definitions per image, StartTask per job, desired capacity, alerts.
+"""What the scheduler changes: task definitions per image and secret set, StartTask per job, desired
+capacity, alerts.
 
-Every action is safe to repeat: a task-definition revision is reused when its image matches, a job's
-ledger claim happens before its StartTask (so a second attempt to start it finds the claim taken), and
-desired capacity is re-read and capped just before it is raised.
+Every action is safe to repeat: a task-definition revision is reused when its image and secrets match, a
+job's ledger claim happens before its StartTask (so a second attempt to start it finds the claim taken),
+and desired capacity is re-read and capped just before it is raised. StartTask itself is sent once (no
+retry of a request whose answer was lost: it has no client token), and its outcome says what the job's
+claim should become.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
+from lambdas.common.errors import describe, error_code, is_transient, was_not_sent
 from lambdas.common.logs import log_decision
 from lambdas.common.permissions import ISO_8601_TIME, PUBLISH_TO_ENCRYPTED_TOPICS, needs
-from lambdas.jobs.checkpoints import INTERVAL_VARIABLE, URI_VARIABLE
+from lambdas.jobs.credentials import container_secrets
 from lambdas.jobs.ledger import JobRecord
+from lambdas.jobs.spec import OVERRIDES_LIMIT, container_overrides, overrides_size
 from lambdas.scheduler.state import SCALING_PAUSED_TAG
 
 JOB_ID_TAG, ATTEMPT_TAG = "mlfleet:job-id", "mlfleet:attempt"
@@ -49,99 +55,127 @@ PERMISSIONS = (
           why="mark the circuit breaker on the group (the scaling-paused-at tag only)"),
     needs("autoscaling:DeleteTags", tag_scoped=True, tag_keys=(SCALING_PAUSED_TAG,), why="clear the mark"),
     needs("sns:Publish", resources=("arn:{partition}:sns:{region}:{account}:mlfleet-{environment}-alerts",),
-          why="alert when the circuit breaker stops a fleet's scaling"),
+          why="alert when the circuit breaker stops a fleet's scaling, or when jobs are quarantined"),
     PUBLISH_TO_ENCRYPTED_TOPICS,
 )
 
 
+@dataclass(frozen=True)
+class Revision:
+    arn: str
+    container_name: str
+
+
+def _secret_set(secrets: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple((s["name"], s["valueFrom"]) for s in container_secrets(secrets))
+
+
 @dataclass
 class TaskDefinitions:
-    """Per-image revisions of a region's job family, cached for one run.
+    """Revisions of a region's job family per (image, secret set), cached for one run.
 
-    StartTask cannot override the image, so each image gets a revision copied from the family's latest
-    ACTIVE revision (roles, log configuration, GPU requirement) with only the image changed.
+    StartTask cannot override the image, and container overrides cannot carry secrets (botocore's ecs
+    model: ContainerOverride has no `secrets`, ContainerDefinition has), so each image and set of secret
+    references gets a revision copied from the family's latest ACTIVE revision (roles, log configuration,
+    GPU requirement) with only the image and the secrets set.
     """
     ecs: object
     _cache: dict = field(default_factory=dict)
 
-    def arn_for(self, family: str, image: str) -> str:
-        key = (family, image)
+    def revision_for(self, family: str, image: str, secrets: Mapping[str, str] | None = None) -> Revision:
+        key = (family, image, _secret_set(secrets or {}))
         if key not in self._cache:
-            self._cache[key] = self._find(family, image) or self._register(family, image)
+            self._cache[key] = self._find(*key) or self._register(*key)
         return self._cache[key]
 
-    def _find(self, family: str, image: str) -> str | None:
+    def arn_for(self, family: str, image: str, secrets: Mapping[str, str] | None = None) -> str:
+        return self.revision_for(family, image, secrets).arn
+
+    def _find(self, family: str, image: str, secrets: tuple[tuple[str, str], ...]) -> Revision | None:
         arns = self.ecs.list_task_definitions(familyPrefix=family, status="ACTIVE", sort="DESC",
                                               maxResults=REVISIONS_SEARCHED)["taskDefinitionArns"]
         for arn in arns:
             definition = self.ecs.describe_task_definition(taskDefinition=arn)["taskDefinition"]
-            if definition["family"] == family and definition["containerDefinitions"][0]["image"] == image:
-                return arn
+            container = definition["containerDefinitions"][0]
+            found = tuple(sorted((s["name"], s["valueFrom"]) for s in container.get("secrets") or ()))
+            if definition["family"] == family and container["image"] == image and found == secrets:
+                return Revision(arn, container["name"])
         return None
 
-    def _register(self, family: str, image: str) -> str:
+    def _register(self, family: str, image: str, secrets: tuple[tuple[str, str], ...]) -> Revision:
         described = self.ecs.describe_task_definition(taskDefinition=family, include=["TAGS"])
         base = described["taskDefinition"]
         containers = [dict(c) for c in base["containerDefinitions"]]
         containers[0]["image"] = image
+        # The latest revision may be another job's: its secrets are replaced, never inherited.
+        containers[0].pop("secrets", None)
+        if secrets:
+            containers[0]["secrets"] = [{"name": name, "valueFrom": value} for name, value in secrets]
         copied = {k: base[k] for k in COPIED_FIELDS if base.get(k)}
         tags = described.get("tags") or []
         registered = self.ecs.register_task_definition(family=family, containerDefinitions=containers, **copied,
                                                        **({"tags": tags} if tags else {}))["taskDefinition"]
         log_decision("register-task-definition", family=family, image=image, revision=registered["revision"],
-                     copied_from=base["taskDefinitionArn"])
-        return registered["taskDefinitionArn"]
-
-    def container_name(self, arn: str) -> str:
-        return self.ecs.describe_task_definition(taskDefinition=arn)["taskDefinition"]["containerDefinitions"][0]["name"]
+                     secrets=[name for name, _ in secrets], copied_from=base["taskDefinitionArn"])
+        return Revision(registered["taskDefinitionArn"], containers[0]["name"])
 
 
 def overrides(record: JobRecord, container_name: str, attempt: int, checkpoint_uri: str) -> dict:
-    spec = record.spec
-    environment = {**spec.environment, "MLFLEET_JOB_ID": record.job_id, "MLFLEET_ATTEMPT": str(attempt),
-                   URI_VARIABLE: checkpoint_uri}
-    if spec.checkpoint_interval_minutes is not None:
-        environment[INTERVAL_VARIABLE] = str(spec.checkpoint_interval_minutes)
-    override = {
-        "name": container_name,
-        "environment": [{"name": k, "value": v} for k, v in sorted(environment.items())],
-        "resourceRequirements": [{"type": "GPU", "value": str(spec.gpus)}],
-        "cpu": max(1, round(spec.vcpus * 1024)),
-        # A soft reservation (what ECS and the planner count); no hard limit, so a job is not
-        # OOM-killed for briefly using more memory than it asked for while the machine has it.
-        "memoryReservation": spec.memory_mib,
-    }
-    if spec.command:
-        override["command"] = list(spec.command)
-    return {"containerOverrides": [override]}
+    return container_overrides(record.spec, record.job_id, attempt, checkpoint_uri, container_name)
+
+
+# What a StartTask outcome means for the job's claim (STARTING at this attempt).
+STARTED = "started"
+REFUSED = "refused"      # ECS refused it (no capacity left on the machine, instance gone): a failed start
+PERMANENT = "permanent"  # can never start as it is (overrides over ECS's limit): the job fails now
+RETRY = "retry"          # nothing was done (throttled, not sent): release the claim, uncounted
+UNKNOWN = "unknown"      # the answer was lost: a task may run; the recovery of STARTING jobs finds out
 
 
 @dataclass(frozen=True)
 class Started:
     task_arn: str | None
     failure: str = ""
+    outcome: str = STARTED
+
+
+def _overrides_refused(error: ClientError) -> bool:
+    # "InvalidParameterException: Container Overrides length must be at most 8192"
+    return error_code(error) in ("InvalidParameterException", "ClientException") and \
+        "overrides length" in describe(error).lower()
 
 
 def start_job(ecs, *, cluster: str, task_definition_arn: str, container_instance_arn: str, record: JobRecord,
               attempt: int, container_name: str, environment: str, checkpoint_uri: str) -> Started:
-    """StartTask for one job on one container instance.
+    """StartTask for one job on one container instance. `ecs` must send the request once (aws.single_attempt_client).
 
     StartTask takes up to 10 container instances but one set of overrides for all of them, and jobs
     differ in command, environment and resources, so each job is its own call.
     """
+    job_overrides = overrides(record, container_name, attempt, checkpoint_uri)
+    size = overrides_size(job_overrides)
+    if size > OVERRIDES_LIMIT:
+        return Started(None, f"container overrides are {size:,} characters, over ECS's limit of {OVERRIDES_LIMIT:,}",
+                       PERMANENT)
     try:
         response = ecs.start_task(
             cluster=cluster, taskDefinition=task_definition_arn, containerInstances=[container_instance_arn],
-            startedBy=record.job_id, overrides=overrides(record, container_name, attempt, checkpoint_uri),
+            startedBy=record.job_id, overrides=job_overrides,
             tags=[{"key": JOB_ID_TAG, "value": record.job_id}, {"key": ATTEMPT_TAG, "value": str(attempt)},
                   {"key": "mlfleet:environment", "value": environment},
                   {"key": "mlfleet:submission-id", "value": record.submission_id}])
     except ClientError as error:
-        return Started(None, f"StartTask failed: {error.response['Error'].get('Code')}: {error.response['Error'].get('Message')}")
+        if _overrides_refused(error):
+            return Started(None, f"StartTask refused: {describe(error)}", PERMANENT)
+        if is_transient(error):
+            return Started(None, f"StartTask failed: {describe(error)}", RETRY if was_not_sent(error) else UNKNOWN)
+        return Started(None, f"StartTask failed: {describe(error)}", REFUSED)
+    except BotoCoreError as error:
+        return Started(None, f"StartTask failed: {describe(error)}", RETRY if was_not_sent(error) else UNKNOWN)
     if response.get("tasks"):
         return Started(response["tasks"][0]["taskArn"])
     failures = "; ".join(f"{f.get('reason')} {f.get('detail', '')}".strip() for f in response.get("failures", []))
-    return Started(None, f"StartTask refused: {failures or 'no task returned'}")
+    return Started(None, f"StartTask refused: {failures or 'no task returned'}", REFUSED)
 
 
 def raise_desired_capacity(autoscaling, asg_name: str, add: int, cap: int) -> tuple[int, int] | None:

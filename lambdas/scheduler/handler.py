@@ -7,7 +7,8 @@ then placed by the next scheduled run, within a minute. A run:
   1. drains up to MAX_MESSAGES queue messages (10 a call, stopping with < 60 s of Lambda time left)
      and checks each against the ledger: a message whose job moved past its attempt is a duplicate;
   2. recovers jobs stuck in STARTING (a run that died between its claim and StartTask);
-  3. reads the admission flag; when closed, nothing is started or bought (running jobs continue);
+  3. reads the admission flag; when closed, nothing is started or bought (running jobs continue, and
+     empty machines are still given back);
   4. reads every fleet region (live spot prices, machines, free GPUs from the tasks on them, groups and
      the instances they are still launching, failed launches);
   5. plans with lambdas.scheduler.planning.plan (runtime beliefs from the specs' estimates and the
@@ -20,7 +21,13 @@ then placed by the next scheduled run, within a minute. A run:
   7. hands the plan's releases (its release stage: empty machines past the release delay) to the removal
      executor (lambdas/removal, docs/removal.md), which validates them again, drains, re-checks and
      terminates them with a decrement, under the placement lease this run holds;
-  8. deletes the messages the ledger now reflects. Malformed ones stay, for the redrive policy.
+  8. quarantines the ledger items it could not read or write back, alerts once about new ones, and
+     deletes the messages the ledger now reflects. Malformed ones stay, for the redrive policy.
+
+Every failure is per item, never per run (lambdas/common/errors.py): an error with one message, job,
+region, fleet or scale-out is logged with its reason and the run goes on with the rest; what failed is
+tried again by the next run, or, when it can never succeed (a record it cannot decode or write, a job
+ECS can never start), quarantined or failed at once with the reason.
 
 Every attempt of a job gets the same checkpoint location (MLFLEET_CHECKPOINT_URI, in the bucket of the
 region it runs in), and a job that has run goes back to the region of its checkpoint (job_request).
@@ -39,11 +46,12 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from lambdas.common import admission, lease
-from lambdas.common.aws import client
+from lambdas.common.aws import client, single_attempt_client
 from lambdas.common.catalog import load_catalog
+from lambdas.common.errors import describe, error_code, is_transient, per_item
 from lambdas.common.interruption_rates import load_interruption_rates
 from lambdas.common.logs import log_decision
 from lambdas.common.settings import SettingsError, from_env
@@ -51,6 +59,7 @@ from lambdas.jobs import checkpoints
 from lambdas.jobs import ledger as L
 from lambdas.jobs import queue
 from lambdas.jobs.fleets import FleetConfig, parse_fleets, regions
+from lambdas.jobs.quarantine import Quarantine, alert_new
 from lambdas.removal.execute import LedgerSource
 from lambdas.scheduler import actions, releases, state
 from lambdas.scheduler.planning import (
@@ -62,6 +71,7 @@ PERMISSIONS = (
     *admission.READ_PERMISSIONS,
     *L.WRITE_PERMISSIONS,
     *L.RESERVE_PERMISSIONS,
+    *L.QUARANTINE_PERMISSIONS,
     *queue.CONSUME_PERMISSIONS,
     *queue.SEND_PERMISSIONS,
     *queue.DEAD_LETTER_PERMISSIONS,
@@ -118,13 +128,15 @@ class Settings:
         return checkpoints.uri(checkpoints.bucket_name(self.environment, self.account_id, region), job_id)
 
 
-def handler(event, context=None):
-    settings = from_env(Settings)
-    trigger = (event or {}).get("source") or (event or {}).get("trigger") or "invoke"
+def handler(event, context=None, *, settings: Settings | None = None, now: datetime | None = None):
+    settings = settings or from_env(Settings)
+    now = now or datetime.now(timezone.utc)
+    event = event if isinstance(event, dict) else {}
+    trigger = event.get("source") or event.get("trigger") or "invoke"
     remaining = context.get_remaining_time_in_millis if context is not None else (lambda: 900_000)
     owner = f"scheduler:{getattr(context, 'aws_request_id', None) or uuid.uuid4()}"
     dynamodb = client("dynamodb")
-    taken = lease.acquire(dynamodb, settings.jobs_table, owner, now=time.time(), run_seconds=remaining() / 1000)
+    taken = lease.acquire(dynamodb, settings.jobs_table, owner, now=now.timestamp(), run_seconds=remaining() / 1000)
     if not taken.granted:
         holder = taken.holder
         log_decision("scheduler-skipped", trigger=trigger, reason="another run or a removal holds the placement lease",
@@ -132,7 +144,7 @@ def handler(event, context=None):
         return {"skipped": "another run or a removal holds the placement lease"}
     try:
         log_decision("scheduler-run", trigger=trigger, lease_owner=owner)
-        return run(settings, remaining, held=taken.lease)
+        return run(settings, remaining, now, held=taken.lease)
     finally:
         lease.release(dynamodb, settings.jobs_table, taken.lease)
 
@@ -147,85 +159,166 @@ def run(settings: Settings, remaining_ms: Callable[[], int], now: datetime | Non
     catalog = load_catalog()
     ledger = L.Ledger(client("dynamodb"), settings.jobs_table)
     sqs = client("sqs")
+    quarantine = Quarantine(ledger, sqs, settings.jobs_dlq_url, by="scheduler")
     summary: dict = {"duplicates": 0, "malformed": 0, "started": [], "start_failed": [], "waiting": 0,
-                     "scaled": [], "recovered": 0}
+                     "scaled": [], "recovered": 0, "quarantined": [], "errors": []}
 
-    received = state.receive_messages(sqs, settings.jobs_queue_url, max_messages=MAX_MESSAGES, remaining_ms=remaining_ms)
-    to_delete = triage_messages(received, ledger, summary)
-    summary["recovered"] = recover_starting(ledger, settings, stamp)
+    received = []
+    with per_item("receive-failed", summary["errors"], queue=settings.jobs_queue_url):
+        received = state.receive_messages(sqs, settings.jobs_queue_url, max_messages=MAX_MESSAGES,
+                                          remaining_ms=remaining_ms)
+    to_delete = triage_messages(received, ledger, quarantine, stamp, summary)
+    summary["recovered"] = recover_starting(ledger, settings, stamp, summary)
 
-    flag = admission.read_admission(client("ssm"), settings.environment)
-    pending = ledger.by_state(L.QUEUED, limit=MAX_PENDING)
+    flag = read_admission(settings, summary)
+    pending: list[L.JobRecord] = []
+    with per_item("read-pending-failed", summary["errors"], state=L.QUEUED):
+        pending = ledger.by_state(L.QUEUED, limit=MAX_PENDING)
     if not flag.is_open:
         log_decision("admission-closed", pending=len(pending), reason=flag.reason)
     # Every run reads the fleets, pending jobs or not: the empty machines it bought are given back when
     # nothing waits (lambdas/scheduler/releases.py), and admission closed stops starts, not releases.
-    place_and_scale(settings, fleets, catalog, ledger, pending if flag.is_open else [], remaining_ms, now, summary,
+    place_and_scale(settings, fleets, catalog, ledger, quarantine, pending if flag.is_open else [], remaining_ms, now, summary,
                     held)
 
-    queue.delete_messages(sqs, settings.jobs_queue_url, to_delete)
+    summary["quarantined"].extend(quarantine.sweep(stamp, summary["errors"]))
+    with per_item("quarantine-alert-failed", summary["errors"]):
+        alert_new(ledger, lambda subject, message: actions.publish_alert(
+            client("sns", settings.alert_topic_arn.split(":")[3]), settings.alert_topic_arn, subject, message),
+            settings.environment, summary["errors"])
+    with per_item("delete-messages-failed", summary["errors"], messages=len(to_delete)):
+        queue.delete_messages(sqs, settings.jobs_queue_url, to_delete)
     summary["pending"] = len(pending)
     summary["admission"] = flag.state
     log_decision("scheduler-summary", **{k: (len(v) if isinstance(v, list) else v) for k, v in summary.items()})
     return summary
 
 
-def triage_messages(received: list[state.Received], ledger: L.Ledger, summary: dict) -> list[str]:
+def read_admission(settings: Settings, summary: dict) -> admission.Admission:
+    """The admission flag; unreadable (throttled, denied) counts as closed for this run."""
+    try:
+        return admission.read_admission(client("ssm"), settings.environment)
+    except (ClientError, BotoCoreError) as error:
+        summary["errors"].append(log_decision("read-admission-failed", error=describe(error)))
+        return admission.Admission(admission.CLOSED, f"admission flag unreadable this run ({describe(error)})", "")
+
+
+def triage_messages(received: list[state.Received], ledger: L.Ledger, quarantine: Quarantine, now: float,
+                    summary: dict) -> list[str]:
     """Receipt handles to delete: messages the ledger reflects (the job is queued at that attempt, so
-    the by-state index lists it) and duplicates (the job moved past that attempt)."""
+    the by-state index lists it), duplicates (the job moved past that attempt) and messages of
+    quarantined jobs. A message that fails to be looked at stays, and comes back."""
     to_delete = []
     for item in received:
         if item.message is None:
             summary["malformed"] += 1
             log_decision("malformed-message", error=item.error, action="left for the redrive policy")
             continue
-        record = ledger.get(item.message.job_id)
-        if record is None:
-            log_decision("unknown-job-message", job_id=item.message.job_id, action="left for the redrive policy")
-            continue
-        if record.attempt > item.message.attempt or (record.attempt == item.message.attempt and record.state != L.QUEUED):
-            summary["duplicates"] += 1
-            log_decision("duplicate-message", job_id=record.job_id, message_attempt=item.message.attempt,
-                         ledger_state=record.state, ledger_attempt=record.attempt)
-        elif record.attempt < item.message.attempt:
-            log_decision("future-attempt-message", job_id=record.job_id, message_attempt=item.message.attempt,
-                         ledger_attempt=record.attempt, action="left for the redrive policy")
-            continue
-        to_delete.append(item.receipt_handle)
+        with per_item("triage-failed", summary["errors"], job_id=item.message.job_id, action="message left"):
+            if triage_one(item.message, ledger, quarantine, now, summary):
+                to_delete.append(item.receipt_handle)
     return to_delete
 
 
-def recover_starting(ledger: L.Ledger, settings: Settings, now: float) -> int:
+def triage_one(message: queue.JobMessage, ledger: L.Ledger, quarantine: Quarantine, now: float, summary: dict) -> bool:
+    """True when the message can be deleted."""
+    try:
+        record = ledger.get(message.job_id)
+    except L.UndecodableRecord as error:
+        newly = not error.bad.quarantined
+        if quarantine.item(error.bad, now):
+            if newly:
+                summary["quarantined"].append(message.job_id)
+            log_decision("quarantined-job-message", job_id=message.job_id, reason=error.bad.error, action="deleted")
+            return True
+        return False
+    if record is None:
+        log_decision("unknown-job-message", job_id=message.job_id, action="left for the redrive policy")
+        return False
+    if record.attempt > message.attempt or (record.attempt == message.attempt and record.state != L.QUEUED):
+        summary["duplicates"] += 1
+        log_decision("duplicate-message", job_id=record.job_id, message_attempt=message.attempt,
+                     ledger_state=record.state, ledger_attempt=record.attempt)
+    elif record.attempt < message.attempt:
+        log_decision("future-attempt-message", job_id=record.job_id, message_attempt=message.attempt,
+                     ledger_attempt=record.attempt, action="left for the redrive policy")
+        return False
+    return True
+
+
+def recover_starting(ledger: L.Ledger, settings: Settings, now: float, summary: dict) -> int:
     """Jobs claimed more than STARTING_GRACE ago without a confirmed task: confirm or release them."""
+    starting: list[L.JobRecord] = []
+    with per_item("read-starting-failed", summary["errors"], state=L.STARTING):
+        starting = ledger.by_state(L.STARTING)
     recovered = 0
-    for record in ledger.by_state(L.STARTING):
-        if now - record.updated_at < STARTING_GRACE.total_seconds() or record.placement is None:
+    for record in starting:
+        if now - record.updated_at < STARTING_GRACE.total_seconds():
             continue
-        ecs = client("ecs", record.placement.region)
-        arns = ecs.list_tasks(cluster=record.placement.cluster, startedBy=record.job_id)["taskArns"]
-        tasks = ecs.describe_tasks(cluster=record.placement.cluster, tasks=arns)["tasks"] if arns else []
-        mine = [t for t in tasks if task_attempt(t) == record.attempt]
-        if mine:
-            placement = L.Placement(**{**vars(record.placement), "task_arn": mine[0]["taskArn"]})
-            outcome = ledger.transition(record.job_id, L.RUNNING, expect_states=[L.STARTING], expect_attempt=record.attempt,
-                                        reason="task found after an unconfirmed start", now=now, runs=record.runs + 1,
-                                        placement=placement)
-        else:
-            outcome = ledger.transition(record.job_id, L.QUEUED, expect_states=[L.STARTING], expect_attempt=record.attempt,
-                                        reason=f"start not confirmed within {STARTING_GRACE}", now=now,
-                                        start_failures=record.start_failures + 1)
-        recovered += outcome.applied
-        log_decision("recover-starting", job_id=record.job_id, attempt=record.attempt, task_found=bool(mine),
-                     applied=outcome.applied)
+        with per_item("recover-starting-failed", summary["errors"], job_id=record.job_id, attempt=record.attempt,
+                      action="left STARTING for the next run"):
+            recovered += recover_one(ledger, settings, record, now)
     return recovered
+
+
+def tasks_of_attempt(record: L.JobRecord) -> list[dict]:
+    """The job's running tasks for its current attempt (none when its cluster is gone)."""
+    placement = record.placement
+    if placement is None:
+        return []  # claimed without a placement (written by hand): no task can be looked up, none was started
+    ecs = client("ecs", placement.region)
+    try:
+        arns = ecs.list_tasks(cluster=placement.cluster, startedBy=record.job_id)["taskArns"]
+    except ecs.exceptions.ClusterNotFoundException:
+        return []  # the cluster went away, and every task with it
+    tasks = ecs.describe_tasks(cluster=placement.cluster, tasks=arns)["tasks"] if arns else []
+    return [t for t in tasks if task_attempt(t) == record.attempt]
+
+
+def recover_one(ledger: L.Ledger, settings: Settings, record: L.JobRecord, now: float) -> bool:
+    mine = sorted(tasks_of_attempt(record), key=lambda t: t.get("createdAt") or 0)
+    if mine:
+        # One attempt, one task: a second one (a StartTask resent by someone) is stopped first, so that a
+        # failure here leaves the job STARTING and the next run tries again.
+        for extra in mine[1:]:
+            actions.stop_task(client("ecs", record.placement.region), record.placement.cluster, extra["taskArn"],
+                              f"second task of {record.job_id} attempt {record.attempt}")
+        placement = L.Placement(**{**vars(record.placement), "task_arn": mine[0]["taskArn"]})
+        outcome = ledger.transition(record.job_id, L.RUNNING, expect_states=[L.STARTING], expect_attempt=record.attempt,
+                                    reason="task found after an unconfirmed start", now=now, current=record,
+                                    runs=record.runs + 1, placement=placement)
+    else:
+        failures = record.start_failures + 1
+        reason = f"start not confirmed within {STARTING_GRACE}"
+        if failures >= MAX_START_FAILURES:
+            outcome = fail_job(ledger, settings, record, record.attempt, f"{reason} ({failures} failed starts)", now,
+                               start_failures=failures)
+        else:
+            outcome = ledger.transition(record.job_id, L.QUEUED, expect_states=[L.STARTING],
+                                        expect_attempt=record.attempt, reason=reason, now=now, current=record,
+                                        start_failures=failures)
+    log_decision("recover-starting", job_id=record.job_id, attempt=record.attempt, task_found=bool(mine),
+                 tasks=len(mine), applied=outcome.applied, to_state=outcome.record.state if outcome.record else None)
+    return outcome.applied
 
 
 def task_attempt(task: dict) -> int | None:
     for override in (task.get("overrides") or {}).get("containerOverrides", []):
         for variable in override.get("environment", []):
             if variable.get("name") == "MLFLEET_ATTEMPT":
-                return int(variable["value"])
+                value = str(variable.get("value", ""))
+                return int(value) if value.isdigit() else None
     return None
+
+
+def fail_job(ledger: L.Ledger, settings: Settings, record: L.JobRecord, attempt: int, reason: str, now: float,
+             **changes) -> L.Outcome:
+    """STARTING -> FAILED with the reason, and the job to the dead-letter queue."""
+    outcome = ledger.transition(record.job_id, L.FAILED, expect_states=[L.STARTING], expect_attempt=attempt,
+                                reason=reason, now=now, current=record, **changes)
+    if outcome.applied:
+        queue.dead_letter(client("sqs"), settings.jobs_dlq_url, record.job_id, reason, attempt)
+    return outcome
 
 
 def checkpoint_region(record: L.JobRecord, fleet_regions: Collection[str]) -> str | None:
@@ -259,12 +352,17 @@ def job_request(record: L.JobRecord, fleet_regions: Collection[str],
                       attempts_left=max(1, spec.max_attempts - record.runs))
 
 
-def runtime_beliefs(ledger: L.Ledger, records: list[L.JobRecord]) -> dict[str, RuntimeEstimate]:
+def runtime_beliefs(ledger: L.Ledger, records: list[L.JobRecord], errors: list[dict] | None = None,
+                    ) -> dict[str, RuntimeEstimate]:
     """Per job: what its spec estimates and what the finished jobs of its submission took (read for the
-    first MAX_SUBMISSIONS_READ submissions, oldest first; the others go on their estimate alone)."""
+    first MAX_SUBMISSIONS_READ submissions, oldest first; the others go on their estimate alone, as do
+    those whose jobs could not be read this run)."""
     submissions = list(dict.fromkeys(r.submission_id for r in records))[:MAX_SUBMISSIONS_READ]
-    finished = [FinishedRun(s, r.run_seconds) for s in submissions for r in ledger.by_submission(s)
-                if r.run_seconds is not None]
+    finished = []
+    for submission_id in submissions:
+        with per_item("read-submission-failed", errors, submission_id=submission_id, action="its estimates only"):
+            finished += [FinishedRun(submission_id, r.run_seconds) for r in ledger.by_submission(submission_id)
+                         if r.run_seconds is not None]
     return estimates({r.job_id: r.spec.expected_runtime_s for r in records},
                      {r.job_id: r.submission_id for r in records}, finished)
 
@@ -304,23 +402,51 @@ def circuit_breaker(view: state.FleetView, now: datetime, settings: Settings) ->
     return tripped
 
 
-def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog, ledger: L.Ledger,
-                    pending: list[L.JobRecord], remaining_ms: Callable[[], int], now: datetime, summary: dict,
-                    held: lease.Lease | None = None) -> None:
+def read_regions(fleets: tuple[FleetConfig, ...], catalog, pending: bool, now: datetime,
+                 summary: dict) -> tuple[list[state.RegionView], dict]:
+    """Every fleet region that can be read this run; a region that cannot is left out (its jobs wait, its
+    machines are neither marked empty nor released this run)."""
     views, prices = [], {}
     for region in dict.fromkeys(f.region for f in fleets):
         in_region = [f for f in fleets if f.region == region]
-        # Live spot prices matter for buying; with nothing pending the catalog's prices do.
-        spot = state.spot_prices_for(region, [t for f in in_region for t in f.instance_types], catalog) if pending else {}
-        prices.update({(region, instance_type): price for instance_type, price in spot.items()})
-        views.append(state.read_region(region, in_region, catalog, spot, now))
-    releases.record_empty(views, now)
+        with per_item("read-region-failed", summary["errors"], region=region, action="region skipped this run"):
+            # Live spot prices matter for buying; with nothing pending the catalog's prices do.
+            spot = state.spot_prices_for(region, [t for f in in_region for t in f.instance_types], catalog) \
+                if pending else {}
+            views.append(state.read_region(region, in_region, catalog, spot, now))
+            prices.update({(region, instance_type): price for instance_type, price in spot.items()})
+    return views, prices
+
+
+def breaker_stopped(fleet_views: dict, now: datetime, settings: Settings, summary: dict) -> set:
+    """Fleets that may not grow this run: breaker open, or its state unreadable (no purchase on a guess)."""
+    stopped = set()
+    for key, fv in fleet_views.items():
+        tripped = True
+        with per_item("circuit-breaker-failed", summary["errors"], region=key[0], fleet=key[1],
+                      action="no scale-out for this fleet this run"):
+            tripped = circuit_breaker(fv, now, settings)
+        if tripped:
+            stopped.add(key)
+    return stopped
+
+
+def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog, ledger: L.Ledger,
+                    quarantine: Quarantine, pending: list[L.JobRecord], remaining_ms: Callable[[], int], now: datetime,
+                    summary: dict, held: lease.Lease | None = None) -> None:
+    views, prices = read_regions(fleets, catalog, bool(pending), now, summary)
+    with per_item("empty-since-failed", summary["errors"], action="empty times left as they were this run"):
+        releases.record_empty(views, now)
     machines = {m.container_instance_arn: m for view in views for m in view.machines}
     fleet_views = {(fv.config.region, fv.config.fleet): fv for view in views for fv in view.fleets}
-    stopped = {key for key, fv in fleet_views.items() if circuit_breaker(fv, now, settings)}
+    stopped = breaker_stopped(fleet_views, now, settings, summary)
     current_hourly = sum(fv.hourly_usd for fv in fleet_views.values())
-    running = {r.job_id: r for r in ledger.by_state(L.RUNNING)} if any(m.jobs for m in machines.values()) else {}
-    beliefs = runtime_beliefs(ledger, [*pending, *running.values()])
+    running: dict[str, L.JobRecord] = {}
+    if any(m.jobs for m in machines.values()):
+        with per_item("read-running-failed", summary["errors"], state=L.RUNNING,
+                      action="machines' busy-until unknown this run"):
+            running = {r.job_id: r for r in ledger.by_state(L.RUNNING)}
+    beliefs = runtime_beliefs(ledger, [*pending, *running.values()], summary["errors"])
     in_view = list(machines.values())
     boot_s = releases.boot_seconds(in_view) or releases.UNMEASURED_BOOT_S
     the_plan = plan(
@@ -352,42 +478,57 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
     )
     records = {r.job_id: r for r in pending}
     definitions: dict[str, actions.TaskDefinitions] = {}
-    for placement in the_plan.placements:
+    for n, placement in enumerate(the_plan.placements):
         if remaining_ms() < ACT_RESERVE_MS:
-            log_decision("stop-acting", reason="Lambda time running out", left=len(the_plan.placements))
+            summary["left_for_next_run"] = len(the_plan.placements) - n
+            log_decision("stop-acting", reason="Lambda time running out", left=len(the_plan.placements) - n)
             break
         machine = machines[placement.machine_key]
         fleet = next(f for f in fleets if (f.region, f.fleet) == (machine.region, machine.fleet))
         definitions.setdefault(machine.region, actions.TaskDefinitions(client("ecs", machine.region)))
-        start_one(settings, ledger, records[placement.job_id], machine, fleet, definitions[machine.region],
-                  now.timestamp(), summary)
+        with per_item("start-failed-unexpectedly", summary["errors"], job_id=placement.job_id,
+                      instance_id=machine.instance_id):
+            start_one(settings, ledger, quarantine, records[placement.job_id], machine, fleet,
+                      definitions[machine.region], now.timestamp(), summary)
     for job_id, reason in the_plan.waiting:
         log_decision("wait", job_id=job_id, reason=reason)
     summary["waiting"] = len(the_plan.waiting)
 
     spent = current_hourly
     for scale_out in the_plan.scale_outs:
-        key = (scale_out.region, scale_out.fleet)
-        fv = fleet_views.get(key)
-        if fv is None or key in stopped:
-            log_decision("skip-scale-out", region=scale_out.region, fleet=scale_out.fleet, reason="circuit breaker open"
-                         if key in stopped else "unknown fleet")
-            continue
-        if spent + scale_out.hourly_usd > settings.max_hourly_usd:
-            log_decision("skip-scale-out", region=scale_out.region, fleet=scale_out.fleet, hourly_usd=scale_out.hourly_usd,
-                         reason=f"would exceed MAX_HOURLY_USD {settings.max_hourly_usd} (now {spent:.2f})")
-            continue
-        changed = actions.raise_desired_capacity(client("autoscaling", scale_out.region), scale_out.asg_name,
-                                                 scale_out.add_instances, fv.max_instances)
-        log_decision("scale-out", region=scale_out.region, fleet=scale_out.fleet, asg=scale_out.asg_name,
-                     add=scale_out.add_instances, hourly_usd=scale_out.hourly_usd, for_jobs=scale_out.for_jobs,
-                     before=changed[0] if changed else None, after=changed[1] if changed else None,
-                     applied=changed is not None, cap=fv.max_instances)
-        if changed:
-            spent += scale_out.hourly_usd
-            summary["scaled"].append({"asg": scale_out.asg_name, "before": changed[0], "after": changed[1]})
-            reserve_boxes(ledger, records, scale_out, changed[1] - changed[0], now, remaining_ms)
-    give_back(settings, views, the_plan.releases, held, now, summary)
+        with per_item("scale-out-failed", summary["errors"], region=scale_out.region, fleet=scale_out.fleet,
+                      asg=scale_out.asg_name):
+            spent += scale_one(settings, ledger, records, scale_out, fleet_views, stopped, spent, now, remaining_ms,
+                               summary)
+    with per_item("release-failed", summary["errors"], action="releases tried again next run"):
+        give_back(settings, views, the_plan.releases, held, now, summary)
+
+
+def scale_one(settings: Settings, ledger: L.Ledger, records: dict[str, L.JobRecord], scale_out: ScaleOut,
+              fleet_views: dict, stopped: set, spent: float, now: datetime, remaining_ms: Callable[[], int],
+              summary: dict) -> float:
+    """Raise one group's desired capacity within the caps; returns the dollars per hour it added."""
+    key = (scale_out.region, scale_out.fleet)
+    fv = fleet_views.get(key)
+    if fv is None or key in stopped:
+        log_decision("skip-scale-out", region=scale_out.region, fleet=scale_out.fleet, reason="circuit breaker open"
+                     if key in stopped else "unknown fleet")
+        return 0.0
+    if spent + scale_out.hourly_usd > settings.max_hourly_usd:
+        log_decision("skip-scale-out", region=scale_out.region, fleet=scale_out.fleet, hourly_usd=scale_out.hourly_usd,
+                     reason=f"would exceed MAX_HOURLY_USD {settings.max_hourly_usd} (now {spent:.2f})")
+        return 0.0
+    changed = actions.raise_desired_capacity(client("autoscaling", scale_out.region), scale_out.asg_name,
+                                             scale_out.add_instances, fv.max_instances)
+    log_decision("scale-out", region=scale_out.region, fleet=scale_out.fleet, asg=scale_out.asg_name,
+                 add=scale_out.add_instances, hourly_usd=scale_out.hourly_usd, for_jobs=scale_out.for_jobs,
+                 before=changed[0] if changed else None, after=changed[1] if changed else None,
+                 applied=changed is not None, cap=fv.max_instances)
+    if not changed:
+        return 0.0
+    summary["scaled"].append({"asg": scale_out.asg_name, "before": changed[0], "after": changed[1]})
+    reserve_boxes(ledger, records, scale_out, changed[1] - changed[0], now, remaining_ms, summary)
+    return scale_out.hourly_usd
 
 
 def give_back(settings: Settings, views: list[state.RegionView], candidates, held: lease.Lease | None, now: datetime,
@@ -399,16 +540,19 @@ def give_back(settings: Settings, views: list[state.RegionView], candidates, hel
             log_decision("release-skipped", reason="no placement lease held: a removal acts only under it",
                          candidates=[c.instance_id for c in candidates])
         return
+    # The lease was taken at the run's `now`; the executor judges the time left on it by the same clock.
+    started = time.monotonic()
     outcome = releases.give_back(
         candidates, views, budget_percent=settings.disruption_budget_percent,
         ledger=LedgerSource(client("dynamodb").meta.region_name, settings.jobs_table),
-        lease_expires_at=held.expires_at - lease.CLOCK_SKEW_SECONDS, now=now)
+        lease_expires_at=held.expires_at - lease.CLOCK_SKEW_SECONDS, now=now,
+        clock=lambda: now.timestamp() + time.monotonic() - started)
     summary["released"] = sorted(outcome.terminated)
     summary["release_kept"] = dict(sorted(outcome.reactivated.items()))
 
 
 def reserve_boxes(ledger: L.Ledger, records: dict[str, L.JobRecord], scale_out: ScaleOut, launched: int,
-                  now: datetime, remaining_ms: Callable[[], int]) -> None:
+                  now: datetime, remaining_ms: Callable[[], int], summary: dict) -> None:
     """Note in the ledger which jobs each new instance was bought for, so that later runs start them
     together on one instance of the fleet (the packing paid for) instead of repacking them. Only as
     many boxes as instances the group really added (its cap may have cut the raise short). A job left
@@ -420,13 +564,18 @@ def reserve_boxes(ledger: L.Ledger, records: dict[str, L.JobRecord], scale_out: 
             log_decision("stop-reserving", reason="Lambda time running out", asg=scale_out.asg_name, boxes_left=launched - n)
             break
         reservation = (scale_out.region, scale_out.fleet, f"{scale_out.asg_name}/{stamp}/{n}")
-        noted += sum(ledger.reserve(job_id, records[job_id].attempt, reservation, now.timestamp()) for job_id in box)
+        for job_id in box:
+            # A job left unnoted is packed afresh by the next run.
+            with per_item("reserve-failed", summary["errors"], job_id=job_id):
+                noted += ledger.reserve(job_id, records[job_id].attempt, reservation, now.timestamp())
     log_decision("reserve", region=scale_out.region, fleet=scale_out.fleet, asg=scale_out.asg_name,
                  boxes=min(launched, len(scale_out.boxes)), jobs=noted)
 
 
-def start_one(settings: Settings, ledger: L.Ledger, record: L.JobRecord, machine: state.MachineView,
-              fleet: FleetConfig, definitions: actions.TaskDefinitions, now: float, summary: dict) -> None:
+def start_one(settings: Settings, ledger: L.Ledger, quarantine: Quarantine, record: L.JobRecord,
+              machine: state.MachineView, fleet: FleetConfig, definitions: actions.TaskDefinitions, now: float,
+              summary: dict) -> None:
+    """Claim the job (QUEUED -> STARTING, attempt + 1), start its task, and settle the claim by the outcome."""
     attempt = record.attempt + 1
     # The price paid is recorded with the placement: what the job's runs cost is charged at it (lambdas/jobs/costs.py).
     placement = L.Placement(region=machine.region, fleet=machine.fleet, cluster=machine.cluster,
@@ -434,43 +583,66 @@ def start_one(settings: Settings, ledger: L.Ledger, record: L.JobRecord, machine
                             instance_type=machine.instance_type, lifecycle=machine.lifecycle,
                             price_per_hour=machine.price_per_hour if math.isfinite(machine.price_per_hour) else None,
                             placed_at=now)
-    claim = ledger.transition(record.job_id, L.STARTING, expect_states=[L.QUEUED], expect_attempt=record.attempt,
-                              reason=f"placed on {machine.instance_id} ({machine.instance_type}, {machine.region})",
-                              now=now, attempt=attempt, placement=placement)
+    try:
+        # From the index read: a stale view fails the write's version condition, changing nothing.
+        claim = ledger.transition(record.job_id, L.STARTING, expect_states=[L.QUEUED], expect_attempt=record.attempt,
+                                  reason=f"placed on {machine.instance_id} ({machine.instance_type}, {machine.region})",
+                                  now=now, current=record, attempt=attempt, placement=placement)
+    except ClientError as error:
+        if error_code(error) != "ValidationException":
+            raise  # logged by the caller, tried again next run; the job is QUEUED (or STARTING: recovered)
+        # DynamoDB will never take this record back (an item over 400 KB, an invalid attribute): park it.
+        if quarantine.item(L.Undecodable(record.job_id, L.encode(record), f"claim refused: {describe(error)}"), now):
+            summary["quarantined"].append(record.job_id)
+        return
     if not claim.applied:
         log_decision("skip-claimed", job_id=record.job_id, attempt=attempt, detail=claim.detail)
         return
-    ecs = definitions.ecs
+    image = record.spec.image_for(machine.region)
     try:
-        arn = definitions.arn_for(fleet.task_family, record.spec.image_for(machine.region))
-        started = actions.start_job(ecs, cluster=machine.cluster, task_definition_arn=arn,
-                                    container_instance_arn=machine.container_instance_arn, record=record,
-                                    attempt=attempt, container_name=definitions.container_name(arn),
-                                    environment=settings.environment,
-                                    checkpoint_uri=settings.checkpoint_uri(machine.region, record.job_id))
-    except ClientError as error:
-        started = actions.Started(None, f"task definition for {record.spec.image_for(machine.region)!r}: {error}")
-    if started.task_arn:
-        done = ledger.transition(record.job_id, L.RUNNING, expect_states=[L.STARTING], expect_attempt=attempt,
-                                 reason="task started", now=now, runs=claim.record.runs + 1,
+        revision = definitions.revision_for(fleet.task_family, image, record.spec.secrets)
+    except (ClientError, BotoCoreError) as error:
+        started = actions.Started(None, f"task definition for {image!r}: {describe(error)}",
+                                  actions.RETRY if is_transient(error) else actions.REFUSED)
+    else:
+        started = actions.start_job(
+            single_attempt_client("ecs", machine.region), cluster=machine.cluster, task_definition_arn=revision.arn,
+            container_instance_arn=machine.container_instance_arn, record=record, attempt=attempt,
+            container_name=revision.container_name, environment=settings.environment,
+            checkpoint_uri=settings.checkpoint_uri(machine.region, record.job_id))
+    settle_start(settings, ledger, claim.record, placement, started, now, summary)
+
+
+def settle_start(settings: Settings, ledger: L.Ledger, claimed: L.JobRecord, placement: L.Placement,
+                 started: actions.Started, now: float, summary: dict) -> None:
+    """Move the claim on by what StartTask did (actions.STARTED ... UNKNOWN)."""
+    job_id, attempt = claimed.job_id, claimed.attempt
+    if started.outcome == actions.STARTED:
+        done = ledger.transition(job_id, L.RUNNING, expect_states=[L.STARTING], expect_attempt=attempt,
+                                 reason="task started", now=now, current=claimed, runs=claimed.runs + 1,
                                  placement=L.Placement(**{**vars(placement), "task_arn": started.task_arn}))
         if not done.applied and done.record is not None and done.record.state == L.CANCELLED:
-            actions.stop_task(ecs, machine.cluster, started.task_arn, "job cancelled while starting")
-        log_decision("start", job_id=record.job_id, attempt=attempt, task_arn=started.task_arn,
-                     instance_id=machine.instance_id, region=machine.region, recorded=done.applied)
-        summary["started"].append(record.job_id)
+            actions.stop_task(client("ecs", placement.region), placement.cluster, started.task_arn,
+                              "job cancelled while starting")
+        log_decision("start", job_id=job_id, attempt=attempt, task_arn=started.task_arn,
+                     instance_id=placement.instance_id, region=placement.region, recorded=done.applied)
+        summary["started"].append(job_id)
         return
-    failures = claim.record.start_failures + 1
-    summary["start_failed"].append(record.job_id)
-    if failures >= MAX_START_FAILURES:
-        reason = f"{started.failure} ({failures} failed starts)"
-        outcome = ledger.transition(record.job_id, L.FAILED, expect_states=[L.STARTING], expect_attempt=attempt,
-                                    reason=reason, now=now, start_failures=failures)
-        if outcome.applied:
-            queue.dead_letter(client("sqs"), settings.jobs_dlq_url, record.job_id, reason, attempt)
+    summary["start_failed"].append(job_id)
+    if started.outcome == actions.UNKNOWN:
+        # Maybe started: releasing the claim could start the attempt twice. The recovery of STARTING jobs
+        # looks for its task after STARTING_GRACE (and the task's own state events confirm it sooner).
+        log_decision("start-unknown", job_id=job_id, attempt=attempt, reason=started.failure,
+                     action=f"left STARTING; looked up after {STARTING_GRACE}")
+        return
+    failures = claimed.start_failures + (0 if started.outcome == actions.RETRY else 1)
+    if started.outcome == actions.PERMANENT or failures >= MAX_START_FAILURES:
+        reason = started.failure if started.outcome == actions.PERMANENT else \
+            f"{started.failure} ({failures} failed starts)"
+        outcome = fail_job(ledger, settings, claimed, attempt, reason, now, start_failures=failures)
     else:
-        outcome = ledger.transition(record.job_id, L.QUEUED, expect_states=[L.STARTING], expect_attempt=attempt,
-                                    reason=started.failure, now=now, start_failures=failures)
-    log_decision("start-failed", job_id=record.job_id, attempt=attempt, reason=started.failure,
-                 start_failures=failures, requeued=failures < MAX_START_FAILURES, applied=outcome.applied)
-
+        outcome = ledger.transition(job_id, L.QUEUED, expect_states=[L.STARTING], expect_attempt=attempt,
+                                    reason=started.failure, now=now, current=claimed, start_failures=failures)
+    log_decision("start-failed", job_id=job_id, attempt=attempt, reason=started.failure, outcome=started.outcome,
+                 start_failures=failures, to_state=outcome.record.state if outcome.record else None,
+                 applied=outcome.applied)

@@ -21,7 +21,8 @@ long as a replacement takes to boot pays at most twice the best choice made in h
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
 
@@ -96,7 +97,8 @@ def release_delay_s(configured_minutes: int | None, machines: Sequence[MachineVi
 
 
 def give_back(candidates: Sequence[removal.Candidate], views: Sequence[RegionView], *, budget_percent: int,
-              ledger: execute.LedgerSource, lease_expires_at: float, now: datetime) -> execute.Outcome:
+              ledger: execute.LedgerSource, lease_expires_at: float, now: datetime,
+              clock: Callable[[], float] = time.time) -> execute.Outcome:
     """Carry out the plan's release candidates (lambdas/scheduler/planning/release.py) region by region
     and cluster by cluster, and finish the releases a previous run left half-done."""
     outcome = execute.Outcome()
@@ -111,7 +113,7 @@ def give_back(candidates: Sequence[removal.Candidate], views: Sequence[RegionVie
             registered = {m.instance_id: m.container_instance_arn for m in view.machines if m.cluster == cluster}
             try:
                 outcome.merge(execute.remove(mine, scope, registered=registered, ledger=ledger,
-                                             lease_expires_at=lease_expires_at, now=now))
+                                             lease_expires_at=lease_expires_at, now=now, clock=clock))
             except Exception as error:  # noqa: BLE001 (one region's failure never stops the others or the run)
                 log_decision("removal-error", step="remove", region=view.region, cluster=cluster,
                              reason=f"{type(error).__name__}: {error}")

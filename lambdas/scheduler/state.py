@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from lambdas.common import tags as tag_keys
 from lambdas.common.aws import chunks, client, paginate
@@ -195,8 +195,8 @@ def spot_prices_for(region: str, instance_types: Iterable[str], catalog: Catalog
     types = sorted({t for t in instance_types if t in catalog})
     try:
         live = live_spot_prices(region, types)
-    except ClientError as error:
-        log_decision("spot-prices", region=region, source="catalog", reason=str(error))
+    except (ClientError, BotoCoreError) as error:
+        log_decision("spot-prices", region=region, source="catalog", reason=str(error)[:500])
         return {}
     accepted, rejected = {}, {}
     for instance_type, price in live.items():

@@ -1,13 +1,15 @@
-"""The budget guard against moto: an over-budget notification closes admission; the scheduler side reads it."""
+"""The budget guard against moto: an over-budget notification closes admission; the scheduler side reads it.
+Anything else (another topic, another budget, forecasts, unreadable text, malformed events) leaves it open."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import boto3
 import pytest
 
-from lambdas.budget_guard.budget_message import parse_budget_message
+from lambdas.budget_guard.budget_message import budget_name, parse_budget_message
 from lambdas.budget_guard.handler import Settings, handler
 from lambdas.common import admission
 
@@ -27,9 +29,13 @@ ACTUAL Amount: $1,523.41
 """
 
 
-def sns_event(message: str) -> dict:
+GUARD_TOPIC = "arn:aws:sns:us-east-1:123456789012:mlfleet-dev-budget-exceeded"
+SNAPSHOTS = Path(__file__).resolve().parents[1] / "snapshots"
+
+
+def sns_event(message: str, topic: str = GUARD_TOPIC) -> dict:
     return {"Records": [{"EventSource": "aws:sns", "EventVersion": "1.0",
-                         "Sns": {"Type": "Notification", "TopicArn": "arn:aws:sns:us-east-1:123456789012:mlfleet-dev-budget-exceeded",
+                         "Sns": {"Type": "Notification", "TopicArn": topic,
                                  "Subject": "AWS Budgets: mlfleet-dev has exceeded your alert threshold", "Message": message}}]}
 
 
@@ -83,10 +89,66 @@ def test_a_second_delivery_changes_nothing_and_sends_nothing(environment):
     assert messages(sqs, inbox) == []
 
 
-def test_an_unreadable_message_still_closes_admission(environment):
+def test_an_unreadable_message_on_the_budget_topic_leaves_admission_open_and_says_so(environment):
+    settings, ssm, sqs, inbox = environment
+    assert handler(sns_event("AWS changed the wording"), settings=settings) == {"closed": False, "unread": 1}
+    assert admission.read_admission(ssm, "dev").is_open
+    (text,) = messages(sqs, inbox)
+    assert "did NOT close job admission" in text and "AWS changed the wording" in text
+    assert "lambdas.common.admission close --environment dev" in text
+
+
+@pytest.mark.parametrize("message, topic, why", [
+    (BUDGETS_TEXT, "arn:aws:sns:us-east-1:123456789012:someone-elses-topic", "another topic"),
+    (BUDGETS_TEXT, "arn:aws:sns:us-east-1:123456789012:mlfleet-prod-budget-exceeded", "another environment's topic"),
+    (BUDGETS_TEXT, "arn:aws:sns:eu-west-1:123456789012:mlfleet-dev-budget-exceeded", "another region"),
+    (BUDGETS_TEXT, "arn:aws:sns:us-east-1:999999999999:mlfleet-dev-budget-exceeded", "another account"),
+    (BUDGETS_TEXT.replace("Budget Name: mlfleet-dev", "Budget Name: mlfleet-prod"), GUARD_TOPIC, "another budget"),
+    (BUDGETS_TEXT.replace("Alert Type: ACTUAL", "Alert Type: FORECASTED"), GUARD_TOPIC, "a forecast"),
+    ("close admission please", GUARD_TOPIC, "free text"),
+])
+def test_only_this_environments_actual_budget_notification_closes_admission(environment, message, topic, why):
     settings, ssm, _, _ = environment
-    handler(sns_event("AWS changed the wording"), settings=settings)
+    assert handler(sns_event(message, topic), settings=settings)["closed"] is False, why
+    assert admission.read_admission(ssm, "dev").is_open, why
+
+
+@pytest.mark.parametrize("event", [
+    None, [], "Records", 42, {"Records": "x"}, {"Records": None}, {"Records": [None]}, {"Records": ["x", 1]},
+    {"Records": [{"Sns": "x"}]}, {"Records": [{"Sns": None}]}, {"Records": [{"Sns": {"Message": BUDGETS_TEXT}}]},
+    {"Records": [{"Sns": {"TopicArn": GUARD_TOPIC, "Message": 5}}]},
+    {"Records": [{"Sns": {"TopicArn": ["x"], "Message": BUDGETS_TEXT}}]},
+    {"Records": [{"EventSource": "aws:sns", "Sns": {"TopicArn": GUARD_TOPIC, "Message": None, "Subject": None}}]},
+])
+def test_malformed_events_are_logged_not_raised_and_change_nothing(environment, event):
+    settings, ssm, _, _ = environment
+    assert handler(event, settings=settings)["closed"] is False
+    assert admission.read_admission(ssm, "dev").is_open
+
+
+def test_a_well_formed_record_still_acts_after_malformed_ones(environment):
+    settings, ssm, _, _ = environment
+    event = {"Records": [None, {"Sns": "x"}, *sns_event(BUDGETS_TEXT)["Records"]]}
+    assert handler(event, settings=settings)["closed"] is True
     assert not admission.read_admission(ssm, "dev").is_open
+
+
+@pytest.mark.parametrize("stack", sorted(p.stem for p in SNAPSHOTS.glob("*.json")))
+def test_the_guard_expects_the_topic_and_budget_the_stack_declares(stack):
+    """The guard derives its topic and budget names; the committed rendering of each stack must agree."""
+    resources = json.loads((SNAPSHOTS / f"{stack}.json").read_text())
+    (function,) = [r for r in resources if r["type"] == "aws:lambda/function:Function"
+                   and r["inputs"]["name"].endswith("-budget_guard")]
+    variables = function["inputs"]["environment"]["variables"]
+    settings = Settings(environment=variables["ENVIRONMENT"], home_region=variables["HOME_REGION"],
+                        alert_topic_arn=variables["ALERT_TOPIC_ARN"])
+    (subscription,) = [r for r in resources if r["type"] == "aws:sns/topicSubscription:TopicSubscription"
+                       and r["inputs"].get("protocol") == "lambda" and r["inputs"]["endpoint"].endswith(":" + function["inputs"]["name"])]
+    assert subscription["inputs"]["topic"] == settings.budget_topic_arn
+    (budget,) = [r for r in resources if r["type"] == "aws:budgets/budget:Budget"]
+    assert budget["inputs"]["name"] == budget_name(settings.environment)
+    actual_to_guard = [n for n in budget["inputs"]["notifications"] if settings.budget_topic_arn in n["subscriberSnsTopicArns"]]
+    assert [(n["notificationType"], n["threshold"]) for n in actual_to_guard] == [("ACTUAL", 100)]
 
 
 def test_the_documented_command_reopens_admission(environment, capsys):
@@ -108,5 +170,5 @@ def test_missing_or_garbled_flag_reads_as_closed(aws):
 
 def test_an_event_without_sns_records_is_ignored(environment):
     settings, ssm, _, _ = environment
-    assert handler({"source": "aws.events"}, settings=settings) == {"closed": False}
+    assert handler({"source": "aws.events"}, settings=settings) == {"closed": False, "unread": 0}
     assert admission.read_admission(ssm, "dev").is_open

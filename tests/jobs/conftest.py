@@ -3,9 +3,11 @@ lead's Pulumi component declares them (names, keys, indexes, redrive policy)."""
 
 from __future__ import annotations
 
+import functools
 import json
 
 import boto3
+import botocore.loaders
 import pytest
 from moto import mock_aws
 
@@ -17,11 +19,47 @@ ENV = "dev"
 TABLE = f"mlfleet-{ENV}-jobs"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def parsed_models_once():
+    """Parse each botocore model once per test session. moto gives every `mock_aws()` a new default boto3
+    session and the functions make a new session per moto context (reset_clients), and each new session
+    parses the service models again (the EC2 model alone is megabytes of JSON): most of a moto test's time."""
+    cache: dict = {}
+    original_model, original_data = botocore.loaders.Loader.load_service_model, botocore.loaders.Loader.load_data
+
+    def load_service_model(self, *args, **kwargs):
+        key = ("model", args, tuple(sorted(kwargs.items())))
+        if key not in cache:
+            cache[key] = original_model(self, *args, **kwargs)
+        return cache[key]
+
+    def load_data(self, name):
+        if ("data", name) not in cache:
+            cache[("data", name)] = original_data(self, name)
+        return cache[("data", name)]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(botocore.loaders.Loader, "load_service_model", load_service_model)
+        patch.setattr(botocore.loaders.Loader, "load_data", load_data)
+        yield
+
+
+@functools.lru_cache(maxsize=None)
+def aws_client(service: str, region: str = "us-east-1"):
+    """A client for the test's own setup and checks, made once per test session: a client holds no moto
+    state (moto answers whichever mock is active) and making one costs a tenth of a second."""
+    return boto3.session.Session().client(service, region_name=region)
+
+
 @pytest.fixture(autouse=True)
 def aws_credentials(monkeypatch):
     for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                        "AWS_SECURITY_TOKEN": "testing", "AWS_SESSION_TOKEN": "testing",
-                       "AWS_DEFAULT_REGION": HOME}.items():
+                       "AWS_DEFAULT_REGION": HOME,
+                       # moto's EC2 otherwise registers thousands of public AMIs (with snapshots and volumes)
+                       # in every mock: a second of each test. The fleets' launch template names one AMI,
+                       # which moto does not validate.
+                       "MOTO_EC2_LOAD_DEFAULT_AMIS": "false"}.items():
         monkeypatch.setenv(key, value)
 
 
@@ -70,7 +108,7 @@ def fleets_json(max_instances: int = 4, region: str = HOME) -> str:
 def build_fleet(size: int = 2, max_size: int = 6, region: str = HOME) -> dict:
     """A fleet region as the lead's components declare it: group, cluster, job family with roles under
     /mlfleet/<env>/, and `size` registered container instances. Returns {instance_id: container ARN}."""
-    ec2, autoscaling, ecs, iam = (boto3.client(s, region) for s in ("ec2", "autoscaling", "ecs", "iam"))
+    ec2, autoscaling, ecs, iam = (aws_client(s, region) for s in ("ec2", "autoscaling", "ecs", "iam"))
     ec2.create_launch_template(LaunchTemplateName=ASG, LaunchTemplateData={"ImageId": "ami-12c6146b",
                                                                            "InstanceType": FLEET_TYPE})
     autoscaling.create_auto_scaling_group(
@@ -103,7 +141,7 @@ def build_fleet(size: int = 2, max_size: int = 6, region: str = HOME) -> dict:
 
 
 def open_admission(region: str = HOME, state: str = "open") -> None:
-    boto3.client("ssm", region).put_parameter(
+    aws_client("ssm", region).put_parameter(
         Name=f"/mlfleet/{ENV}/admission", Type="String", Overwrite=True,
         Value=json.dumps({"state": state, "reason": "test", "changedAt": "2026-11-22T00:00:00+00:00"}))
 
@@ -175,3 +213,13 @@ def run_mlfleet(*argv: str) -> tuple[int, list[str], list[str]]:
     err: list[str] = []
     code = cli.main(["-e", ENV, "--region", HOME, *argv], out=out.append, err=err.append)
     return code, "\n".join(out).splitlines(), "\n".join(err).splitlines()
+
+
+@pytest.fixture
+def faults(aws):
+    """Record, fail or stub the functions' AWS calls (tests/jobs/faults.py); moto answers the rest."""
+    from faults import Faults
+
+    injector = Faults()
+    injector.install()
+    return injector

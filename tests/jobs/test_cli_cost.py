@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import boto3
 import pytest
-from conftest import CLUSTER, ENV, HOME, build_fleet, run_mlfleet, scheduler_settings
+from conftest import CLUSTER, ENV, HOME, build_fleet, fleets_json, run_mlfleet, scheduler_settings
 
 from lambdas.job_events.handler import Settings as EventSettings
 from lambdas.job_events.handler import handle as job_event
@@ -108,7 +108,7 @@ def test_a_run_placed_by_the_scheduler_is_charged_at_the_price_it_was_placed_at(
                           "overrides": {"containerOverrides": [{"name": "job", "environment": [
                               {"name": "MLFLEET_ATTEMPT", "value": "1"}]}]}}}
     settings = EventSettings(environment=ENV, jobs_table=service["table"], jobs_queue_url=service["queue"],
-                             jobs_dlq_url=service["dlq"], fleets="[]", rebalance_timeout_minutes=30,
+                             jobs_dlq_url=service["dlq"], fleets=fleets_json(), rebalance_timeout_minutes=30,
                              notify_email_topic_arn="")
     job_event(stopped, settings, now=now + timedelta(hours=2))
     ended = ledger().get(job.job_id)

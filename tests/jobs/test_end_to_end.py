@@ -166,7 +166,8 @@ def test_over_budget_notification_stops_admission_and_the_scheduler_starts_nothi
                                       "command": ["x", "--seed", "{seed}"]}, sweep={"seed": ["1", "2", "3"]})
     guard = GuardSettings(environment=ENV, home_region=HOME,
                           alert_topic_arn=f"arn:aws:sns:{HOME}:123456789012:mlfleet-{ENV}-alerts")
-    budget_guard({"Records": [{"EventSource": "aws:sns", "Sns": {"Message": OVER_BUDGET}}]}, settings=guard)
+    budget_guard({"Records": [{"EventSource": "aws:sns", "Sns": {"Message": OVER_BUDGET, "TopicArn": guard.budget_topic_arn}}]},
+                 settings=guard)
 
     closed = scheduler(home, 0)
     assert closed["admission"] == admission.CLOSED and closed["started"] == [] and closed["scaled"] == []

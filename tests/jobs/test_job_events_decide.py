@@ -115,7 +115,9 @@ def test_interruption_requeues_the_jobs_on_that_instance_only():
     ({"detail-type": "EC2 Spot Instance Interruption Warning", "region": "us-east-1", "time": "2026-01-01T00:00:00Z",
       "detail": {"instance-action": "terminate"}}, "detail.instance-id is missing"),
     ({"detail-type": "EC2 Instance Rebalance Recommendation", "region": "us-east-1", "time": "yesterday",
-      "detail": {"instance-id": "i-1"}}, "event.time='yesterday'"),
+      "detail": {"instance-id": "i-0123456789abcdef0"}}, "event.time='yesterday'"),
+    ({"detail-type": "EC2 Spot Instance Interruption Warning", "region": "us-east-1", "time": "2026-01-01T00:00:00Z",
+      "detail": {"instance-id": "i-\x1f"}}, "not an EC2 instance id"),
     ("a string", "is not an object"),
 ])
 def test_malformed_events_are_refused_with_the_key(event, fragment):

@@ -151,3 +151,80 @@ def test_cost_owner_exit_code_and_the_notified_mark_round_trip(ledger):
     assert ledger.mark_notified(JOB, 4.0) and not ledger.mark_notified(JOB, 5.0)  # once
     assert ledger.get(JOB).notified_at == 4.0
     assert ledger.mark_notified(JOB, 6.0, undo=True) and ledger.get(JOB).notified_at is None
+
+
+def raw_item(ledger, job_id: str = JOB) -> dict:
+    return ledger.dynamodb.get_item(TableName=ledger.table, Key={"job_id": {"S": job_id}})["Item"]
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda item: item.pop("spec"), "field 'spec' is missing"),
+    (lambda item: item.pop("submitted_at"), "field 'submitted_at' is missing"),
+    (lambda item: item.update(attempt={"S": "one"}), "field attempt='one' is not an integer >= 0"),
+    (lambda item: item.update(attempt={"N": "-1"}), "field attempt=-1 is not an integer >= 0"),
+    (lambda item: item.update(state={"S": "LOST"}), "field state='LOST' is not one of"),
+    (lambda item: item.update(reasons={"S": "x"}), "field reasons='x' is not a list"),
+    (lambda item: item["spec"]["M"].pop("gpus"), "KeyError"),
+    (lambda item: item["spec"]["M"].update(command={"S": "run"}), "spec.command is not a list of strings"),
+    (lambda item: item["spec"]["M"].update(environment={"M": {"A": {"N": "1"}}}), "spec.environment is not a mapping"),
+    (lambda item: item.update(placement={"M": {"nowhere": {"S": "x"}}}), "TypeError"),
+])
+def test_decode_names_what_is_wrong_with_an_item(ledger, change, field):
+    item = raw_item(ledger)
+    change(item)
+    with pytest.raises(L.DecodeError, match=field.replace("(", r"\(")):
+        L.decode(item)
+
+
+def test_an_undecodable_item_is_skipped_by_lists_and_raised_by_get(ledger):
+    item = raw_item(ledger)
+    del item["spec"]
+    ledger.dynamodb.put_item(TableName=ledger.table, Item=item)
+    reader = L.Ledger(ledger.dynamodb, ledger.table)
+    assert [r.job_id[-1] for r in reader.by_state(L.QUEUED)] == ["1", "2"]
+    assert [(b.job_id, b.error) for b in reader.undecodable] == [(JOB, "field 'spec' is missing")]
+    with pytest.raises(L.UndecodableRecord, match="field 'spec' is missing"):
+        reader.get(JOB)
+    with pytest.raises(L.UndecodableRecord):  # and a transition, which reads it first
+        reader.transition(JOB, L.CANCELLED, expect_states=[L.QUEUED], expect_attempt=None, reason="x", now=1.0)
+
+
+def test_quarantine_keeps_the_item_and_is_conditional_on_it_being_as_read(ledger):
+    item = raw_item(ledger)
+    del item["spec"]
+    ledger.dynamodb.put_item(TableName=ledger.table, Item=item)
+    assert ledger.quarantine(item, "field 'spec' is missing", now=500.0, by="test")
+    assert not ledger.quarantine(item, "again", now=501.0, by="test")  # no longer as read: QUARANTINED now
+    stored = raw_item(ledger)
+    assert stored["state"] == {"S": L.QUARANTINED} and stored["version"] == {"N": "1"}  # a stale view cannot overwrite it
+    assert {k: v for k, v in stored.items() if k not in ("state", "quarantine", "version")} == {
+        k: v for k, v in item.items() if k not in ("state", "version")}
+    with pytest.raises(L.UndecodableRecord) as error:
+        ledger.get(JOB)
+    assert error.value.bad.quarantined and "quarantined: field 'spec' is missing" in str(error.value)
+    (parked,) = ledger.quarantined(not_alerted=True)
+    assert (parked.job_id, parked.error, parked.previous_state, parked.at, parked.by) == (
+        JOB, "field 'spec' is missing", L.QUEUED, 500.0, "test")
+    assert ledger.mark_alerted(JOB) and ledger.quarantined(not_alerted=True) == []
+    assert [q.job_id for q in ledger.quarantined()] == [JOB]
+    assert JOB not in {r.job_id for r in ledger.by_state(L.QUEUED)}
+
+
+def test_a_record_changed_after_it_was_read_is_not_quarantined(ledger):
+    item = raw_item(ledger)
+    ledger.transition(JOB, L.CANCELLED, expect_states=[L.QUEUED], expect_attempt=None, reason="x", now=1.0)
+    assert not ledger.quarantine(item, "stale view", now=2.0, by="test")
+    assert ledger.get(JOB).state == L.CANCELLED
+
+
+def test_a_transition_from_a_stale_view_changes_nothing(ledger):
+    stale = ledger.by_state(L.QUEUED)[0]
+    assert ledger.transition(JOB, L.CANCELLED, expect_states=[L.QUEUED], expect_attempt=None, reason="x", now=1.0).applied
+    outcome = ledger.transition(JOB, L.STARTING, expect_states=[L.QUEUED], expect_attempt=0, reason="claim", now=2.0,
+                                current=stale, attempt=1, placement=PLACE)
+    assert not outcome.applied and outcome.record.state == L.CANCELLED and ledger.get(JOB).state == L.CANCELLED
+
+
+def test_reasons_are_cut_to_a_line_for_people(ledger):
+    ledger.transition(JOB, L.CANCELLED, expect_states=[L.QUEUED], expect_attempt=None, reason="e" * 50_000, now=1.0)
+    assert len(ledger.get(JOB).last_reason) == L.MAX_REASON_CHARS

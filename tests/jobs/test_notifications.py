@@ -157,7 +157,7 @@ def test_a_failed_publish_takes_the_mark_back_so_the_retried_batch_announces(wor
             raise ConnectionResetError("connection reset")
 
     client("sns").meta.events.register("before-send.sns.Publish", fail_once)
-    with pytest.raises(RuntimeError, match=f"announcing {submission} failed; the batch is retried"):
+    with pytest.raises(events.RetryLater, match=f"announcing {submission} failed; the batch is retried"):
         events.ended_jobs(stream(job.job_id), settings)
     assert ledger().get(job.job_id).notified_at is None
     assert events.ended_jobs(stream(job.job_id), settings)["submissions"] == {submission: "announced"}
@@ -182,3 +182,19 @@ def test_the_lambda_entry_point_routes_stream_batches(world, monkeypatch):
     end(job.job_id, L.CANCELLED)
     assert events.handler({"Records": stream(job.job_id)}) == {"submissions": {submission: "announced"}}
     assert not events.is_stream_batch({"Records": [{"eventSource": "aws:sns"}]}) and not events.is_stream_batch({})
+
+
+def test_a_job_record_that_cannot_be_read_is_quarantined_and_the_rest_of_its_submission_announced(world):
+    topics, settings = world
+    ana = inbox(topics["email"], notify.filter_policy("ana@example.com"))
+    submission = submit("ana@example.com", jobs=2)
+    first, broken = sorted(ledger().by_submission(submission), key=lambda r: r.index)
+    end(first.job_id)
+    dynamodb = boto3.client("dynamodb", HOME)
+    item = dynamodb.get_item(TableName=f"mlfleet-{ENV}-jobs", Key={"job_id": {"S": broken.job_id}})["Item"]
+    del item["spec"]  # as a hand edit or an old writer leaves it
+    dynamodb.put_item(TableName=f"mlfleet-{ENV}-jobs", Item=item)
+    assert events.ended_jobs(stream(first.job_id), settings)["submissions"] == {submission: "announced"}
+    with pytest.raises(L.UndecodableRecord) as unreadable:
+        ledger().get(broken.job_id)
+    assert unreadable.value.bad.quarantined and len(received(ana)) == 1

@@ -23,6 +23,7 @@ from lambdas.common import lease
 from lambdas.common.catalog import load_catalog
 from lambdas.jobs import cli
 from lambdas.jobs import ledger as L
+from lambdas.jobs.quarantine import Quarantine
 from lambdas.jobs.queue import JobMessage, send_jobs
 from lambdas.jobs.spec import assign_ids, is_job_id, parse_spec
 from lambdas.scheduler import handler as scheduler
@@ -201,13 +202,16 @@ def test_the_ledger_and_the_cli_never_show_the_lease_as_a_job(environment):
     assert [r.job_id for r in cli.list_jobs(service, states=L.STATES)] == job_ids
     with pytest.raises(cli.CliError):
         cli.records_of(service, lease.LEASE_KEY)
-    # A message naming the lease key is an unknown job, left for the redrive policy, not a crash.
+    # A message naming the lease key is not a job message (its id is no job id): malformed, left for the
+    # redrive policy, not a crash, and the lease item is never read as a job.
     boto3.client("sqs", HOME).send_message(QueueUrl=environment["queue"],
                                            MessageBody=json.dumps({"job_id": lease.LEASE_KEY, "attempt": 0}))
     received = receive_messages(boto3.client("sqs", HOME), environment["queue"], max_messages=10,
                                 remaining_ms=lambda: 170_000)
-    summary = {"duplicates": 0, "malformed": 0}
-    kept = triage_messages(received, ledger, summary)
-    lease_messages = [r for r in received if r.message and r.message.job_id == lease.LEASE_KEY]
+    summary = {"duplicates": 0, "malformed": 0, "quarantined": [], "errors": []}
+    kept = triage_messages(received, ledger, Quarantine(ledger, boto3.client("sqs", HOME), environment["dlq"], "test"),
+                           1000.0, summary)
+    lease_messages = [r for r in received if r.message is None and lease.LEASE_KEY in r.error]
     assert lease_messages and all(r.receipt_handle not in kept for r in lease_messages)
+    assert summary["malformed"] == len(lease_messages) and summary["errors"] == []
     assert lease_item(environment["table"])["owner"]["S"] == "run-a"  # untouched

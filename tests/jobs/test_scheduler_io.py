@@ -97,7 +97,7 @@ def test_failed_launches_counts_only_recent_failures():
 def test_receive_stops_when_time_runs_short(home):
     sqs = boto3.client("sqs", HOME)
     for i in range(25):
-        sqs.send_message(QueueUrl=home["queue"], MessageBody='{"job_id": "j%d", "attempt": 0}' % i)
+        sqs.send_message(QueueUrl=home["queue"], MessageBody='{"job_id": "sub-20261122120000-abcdef-%05d", "attempt": 0}' % i)
     sqs.send_message(QueueUrl=home["queue"], MessageBody="not json")
     assert state.receive_messages(sqs, home["queue"], max_messages=100, remaining_ms=lambda: 59_000) == []
     got = state.receive_messages(sqs, home["queue"], max_messages=100, remaining_ms=lambda: 300_000)

@@ -7,6 +7,7 @@
     mlfleet -e dev status JOB_ID
     mlfleet -e dev follow JOB_ID|SUBMISSION_ID [--logs]
     mlfleet -e dev cancel JOB_ID|SUBMISSION_ID
+    mlfleet -e dev quarantine [--json]                (job records the functions could not read)
     mlfleet -e dev cost [--since 7d] [--by submission|owner|team]
     mlfleet -e dev notify subscribe you@example.com  (once; then submit --notify you@example.com)
     mlfleet -e dev policy --account 123456789012      (the IAM policy these commands need)

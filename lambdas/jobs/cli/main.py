@@ -39,6 +39,9 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--vcpus", type=float)
     sub.add_argument("--memory", help="e.g. 16GiB or 512MiB")
     sub.add_argument("--env", action="append", metavar="NAME=VALUE", help="environment variable (repeatable)")
+    sub.add_argument("--secret", action="append", metavar="NAME=REF",
+                     help="secret environment variable from an SSM parameter /mlfleet/<env>/... or a Secrets Manager "
+                          "secret ARN ...:secret:mlfleet/<env>/... (repeatable)")
     sub.add_argument("--instance-type-pattern", help="regex the instance type must fully match, e.g. 'g6\\..*'")
     sub.add_argument("--regions", help="comma-separated regions the job may run in (default: any fleet region)")
     sub.add_argument("--lifecycle", choices=("spot", "on-demand"))
@@ -76,6 +79,9 @@ def parser() -> argparse.ArgumentParser:
 
     stop = commands.add_parser("cancel", help="cancel a job or a whole submission")
     stop.add_argument("target", metavar="JOB_ID|SUBMISSION_ID")
+
+    parked = commands.add_parser("quarantine", help="job records the functions could not read, and why")
+    parked.add_argument("--json", action="store_true", help="with each record's stored attributes")
 
     spend = commands.add_parser("cost", help="what the jobs submitted in a period cost, and what they would have on demand")
     spend.add_argument("--since", default="7d", help="a period (7d, 24h, 90m, 2w) or a date (2026-11-01); default 7d")
@@ -173,6 +179,11 @@ def _dispatch(args, out, err) -> int:
             raise CliError(f"{args.job_id!r} is not a job id (sub-YYYYmmddHHMMSS-xxxxxx-NNNNN)")
         (record,) = watch.records_of(service, args.job_id)
         out(json.dumps(watch.record_document(record), indent=1))
+        return 0
+    if args.action == "quarantine":
+        items = service.ledger.quarantined()
+        out(json.dumps(watch.quarantine_documents(items), indent=1, default=str) if args.json
+            else watch.quarantine_table(items))
         return 0
     if args.action == "follow":
         return watch.follow(service, args.target, interval=args.interval, logs=args.logs, out=out)

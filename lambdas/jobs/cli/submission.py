@@ -27,8 +27,8 @@ from lambdas.jobs import queue
 from lambdas.jobs.cli.errors import CliError, Stopped
 from lambdas.jobs.cli.service import JobService
 from lambdas.jobs.spec import (
-    KEYS, SLACK, SUBMISSION_KEYS, Job, JobSpec, assign_ids, expand, new_submission_id, parse_memory, parse_spec,
-    parse_sweep,
+    KEYS, SLACK, SUBMISSION_KEYS, Job, JobSpec, assign_ids, check_overrides, expand, new_submission_id, parse_memory,
+    parse_spec, parse_sweep,
 )
 
 PROGRESS_FROM = 1_000
@@ -119,6 +119,8 @@ def spec_document(args, environment: Mapping[str, str] = os.environ) -> dict:
         document["team"] = environment[TEAM_VARIABLE]
     if args.env:
         document["environment"] = {**(document.get("environment") or {}), **dict(_pairs(args.env, "--env"))}
+    if args.secret:
+        document["secrets"] = {**(document.get("secrets") or {}), **dict(_pairs(args.secret, "--secret"))}
     command = list(args.command or [])
     if command[:1] == ["--"]:
         command = command[1:]
@@ -155,8 +157,11 @@ def prepare(service: JobService, document: Mapping, *, sweep: Mapping[str, Seque
     SpecError names every problem; nothing is written here."""
     spec = parse_spec(document, fleet_regions=service.fleet_regions(), catalog=load_catalog(),
                       default_max_attempts=service.default_max_attempts, fleet_types=service.fleet_types(),
-                      pulls=service.regions, notify_channels=tuple(service.notification_topics))
-    return assign_ids(new_submission_id(now), expand(spec, sweep=sweep, batches=batches))
+                      pulls=service.regions, notify_channels=tuple(service.notification_topics),
+                      environment=service.environment)
+    jobs = assign_ids(new_submission_id(now), expand(spec, sweep=sweep, batches=batches))
+    check_overrides(jobs)  # ECS's 8,192 characters: refused here, not five failed starts later
+    return jobs
 
 
 def describe_jobs(jobs: Sequence[Job], service: JobService) -> list[str]:

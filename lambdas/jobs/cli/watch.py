@@ -21,7 +21,10 @@ ACTIVE_STATES = (L.QUEUED, L.STARTING, L.RUNNING)
 def records_of(service: JobService, target: str) -> list[L.JobRecord]:
     ledger = service.ledger
     if is_job_id(target):
-        record = ledger.get(target)
+        try:
+            record = ledger.get(target)
+        except L.UndecodableRecord as error:
+            raise CliError(f"{error}; `mlfleet quarantine` shows such records") from None
         if record is None:
             raise CliError(f"no job {target} in {service.environment}")
         return [record]
@@ -38,6 +41,9 @@ def list_jobs(service: JobService, *, submission: str | None = None, states: Seq
     unknown = [s for s in states if s not in L.STATES]
     if unknown:
         raise CliError(f"--state {', '.join(unknown)}: not a job state ({', '.join(L.STATES)})")
+    if tuple(states) == (L.QUARANTINED,):
+        raise CliError("quarantined jobs have no readable record to list: `mlfleet quarantine` shows them")
+    states = [s for s in states if s != L.QUARANTINED]
     if submission:
         records = [r for r in records_of(service, submission) if r.state in states]
     else:
@@ -72,6 +78,17 @@ def record_document(record: L.JobRecord) -> dict:
             "cost": {"usd": round(cost.usd, 4), "on_demand_usd": round(cost.on_demand_usd, 4),
                      "hours": round(cost.seconds / 3600, 4)} if cost else None,
             "spec": record.spec.to_document(), "reasons": [{**r, "at": _time(r["at"])} for r in record.reasons]}
+
+
+def quarantine_table(items: Sequence[L.QuarantinedItem]) -> str:
+    rows = [("JOB", "QUARANTINED", "BY", "WAS", "REASON")]
+    rows += [(q.job_id, _time(q.at), q.by, q.previous_state or "-", q.error) for q in items]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return "\n".join("  ".join([c.ljust(w) for c, w in zip(row, widths)] + [row[-1]]).rstrip() for row in rows)
+
+
+def quarantine_documents(items: Sequence[L.QuarantinedItem]) -> list[dict]:
+    return [{**vars(q), "at": _time(q.at)} for q in items]
 
 
 def _time(stamp: float) -> str:
