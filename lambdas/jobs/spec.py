@@ -43,6 +43,9 @@ from lambdas.jobs.credentials import credential_problem
 from lambdas.jobs.credentials import reference_problem as secret_reference_problem
 
 SPOT, ON_DEMAND = "spot", "on-demand"
+# A job's priority within its team: 0-9, higher first (lambdas/scheduler/planning/shares.py).
+PRIORITIES = range(0, 10)
+DEFAULT_PRIORITY = 5
 LIFECYCLES = (SPOT, ON_DEMAND)
 MAX_ATTEMPTS_LIMIT = 10
 # One submission is at most this many jobs: a typo in a sweep (a list of 10,000 values) is refused

@@ -10,7 +10,8 @@ from lambdas.scheduler.planning.model import (
 from lambdas.scheduler.planning.planner import DEFAULT_BOOT_S, plan
 from lambdas.scheduler.planning.purchase import resource_prices
 from lambdas.scheduler.planning.release import ReleasePolicy
+from lambdas.scheduler.planning.shares import DEFAULT_TEAM, Shares, Team, decayed_usage
 
-__all__ = ["ADMISSION_CLOSED", "DEFAULT_BOOT_S", "NO_FLEET", "SCALING_PAUSED", "Candidate", "Fleet", "JobRequest",
-           "Limits", "Machine", "Placement", "Plan", "ReleasePolicy", "Reservation", "RuntimeEstimate", "ScaleOut",
-           "plan", "resource_prices"]
+__all__ = ["ADMISSION_CLOSED", "DEFAULT_BOOT_S", "DEFAULT_TEAM", "NO_FLEET", "SCALING_PAUSED", "Candidate", "Fleet",
+           "JobRequest", "Limits", "Machine", "Placement", "Plan", "ReleasePolicy", "Reservation", "RuntimeEstimate",
+           "ScaleOut", "Shares", "Team", "decayed_usage", "plan", "resource_prices"]

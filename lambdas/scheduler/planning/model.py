@@ -53,6 +53,8 @@ class JobRequest:
     # Seconds between the job's checkpoints (a requeued attempt resumes from the last); None: restarts.
     checkpoint_interval_s: float | None = None
     attempts_left: int = 1  # runs it may still start, counting the next one
+    team: str | None = None  # None, or a team the config no longer lists: the default team (shares.py)
+    priority: int = 5  # 0-9, higher first within its team (lambdas/jobs/spec.py DEFAULT_PRIORITY)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ Plain data in (pending jobs, live machines, purchasable fleets, the catalog, the
 same code. Each stage serves the jobs the previous ones could not, in planning order (largest first,
 oldest first among equals):
 
+   shares.py        which queued jobs are offered, under each team's quota and by weighted fair share
    lifecycle.py     spot or on-demand by expected cost (with interruption rates and runtime beliefs)
 0. reservations.py  jobs an earlier run bought an instance for start together on it
 1. live.py          the fittest live machine (duration-aware: packer.py)
@@ -26,6 +27,7 @@ from lambdas.scheduler.planning.model import ADMISSION_CLOSED, Fleet, JobRequest
 from lambdas.scheduler.planning.packer import Timing
 from lambdas.scheduler.planning.purchase import purchase
 from lambdas.scheduler.planning.release import ReleasePolicy, propose_releases
+from lambdas.scheduler.planning.shares import Shares, offer_jobs
 
 # Scale-out to a machine ECS can place on, when the caller does not say (the benchmark's default too).
 DEFAULT_BOOT_S = 180.0
@@ -34,9 +36,10 @@ DEFAULT_BOOT_S = 180.0
 def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequence[Fleet], catalog,
          limits: Limits, *, prices: Mapping[tuple[str, str], float] | None = None, now: float = 0.0,
          release: ReleasePolicy | None = None, interruption_rate: Callable[[str, str], float] | None = None,
-         boot_s: float = DEFAULT_BOOT_S) -> Plan:
+         boot_s: float = DEFAULT_BOOT_S, shares: Shares | None = None) -> Plan:
     """`release`: propose empty machines to give back (None: propose none). `interruption_rate(region,
-    type)`: spot interruptions per instance-hour, for the lifecycle stage (None: leave lifecycles alone)."""
+    type)`: spot interruptions per instance-hour, for the lifecycle stage (None: leave lifecycles alone).
+    `shares`: teams, quotas and priorities (shares.py); None offers every job, as for one team without a quota."""
     def releases(placed_on) -> tuple:
         return propose_releases(machines, fleets, catalog, now, release, placed_on) if release else ()
 
@@ -45,15 +48,23 @@ def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequen
                     releases(()))
 
     patterns = Patterns()
+    held_back: tuple[tuple[str, str], ...] = ()
+    kept: frozenset = frozenset()
+    if shares is not None:
+        offer = offer_jobs(jobs, machines, fleets, catalog, limits, shares, prices=prices, patterns=patterns)
+        jobs, held_back, kept = offer.jobs, offer.waiting, frozenset(offer.kept)
+    # A machine kept for a large job waiting its turn gets nothing placed on it, and is not given back.
+    open_machines = [m for m in machines if m.key not in kept]
     options = _Lazy(lambda: purchase_options(fleets, catalog, prices))
     ordered = planning_order(jobs)
     fallbacks: dict[str, JobRequest] = {}
     if interruption_rate is not None and ordered:
         originals = {j.job_id: j for j in ordered}
-        ordered, marked = choose_lifecycles(ordered, options(), machines, interruption_rate, patterns, boot_s, catalog)
+        ordered, marked = choose_lifecycles(ordered, options(), open_machines, interruption_rate, patterns, boot_s,
+                                            catalog)
         fallbacks = {job_id: originals[job_id] for job_id in marked}
     timing = Timing(now, _alternative(options, patterns, boot_s)) if any(j.runtime for j in ordered) else None
-    placements, unplaced = place_live(ordered, machines, catalog, patterns, timing)
+    placements, unplaced = place_live(ordered, open_machines, catalog, patterns, timing)
     waiting: list[tuple[str, str]] = []
     scale_outs: list[ScaleOut] = []
     if unplaced:
@@ -62,8 +73,8 @@ def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequen
             scale_outs, bought_waiting = purchase(unplaced, options(), catalog, patterns, limits, fallbacks,
                                                   interruption_rate)
             waiting += bought_waiting
-    return Plan(tuple(placements), tuple(scale_outs), tuple(sorted(waiting)),
-                releases({p.machine_key for p in placements}))
+    return Plan(tuple(placements), tuple(scale_outs), tuple(sorted([*waiting, *held_back])),
+                releases({p.machine_key for p in placements} | kept))
 
 
 class _Lazy:

@@ -1,0 +1,1 @@
+"""python -m benchmarks.fair_share: shares of GPU-hours between two teams against their weights."""
