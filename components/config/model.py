@@ -30,7 +30,7 @@ from pydantic.alias_generators import to_camel
 from components.network.registries import DOCKER_HUB, reachable_without_egress, registry_of
 from lambdas.common import tags as tag_keys
 from lambdas.common.catalog import load_catalog
-from lambdas.jobs.spec import MAX_ATTEMPTS_LIMIT
+from lambdas.jobs.spec import MAX_ATTEMPTS_LIMIT, TEAM_NAME as JOB_TEAM_NAME
 
 from .regions import AWS_REGIONS
 
@@ -65,6 +65,12 @@ REMOVED_KEYS = {
     "has appeared in billing data; remove the key and run `make cost-tag` once, a day after the first deployment, "
     "with management-account credentials (docs/billing.md)",
 }
+
+# Teams share the fleets by weight and quota (docs/scheduler.md "Teams, shares and priorities"). Names as the
+# job spec takes them. Ten at most: the scheduler gets them in its 4 KB Lambda environment and the mlfleet
+# command in the 4 KB job-service parameter (tests/rules checks both).
+TEAM_NAME = re.compile(rf"^{JOB_TEAM_NAME.pattern}$")
+MAX_TEAMS = 10
 
 DEFAULT_INSTANCE_TYPES = ("g6.2xlarge", "g5.2xlarge", "g4dn.2xlarge", "g6.4xlarge", "g5.4xlarge")
 
@@ -154,6 +160,14 @@ class ExistingNetwork(_Model):
 
     vpc_id: Annotated[str, StringConstraints(pattern=VPC_ID.pattern)]
     subnet_ids: tuple[Annotated[str, StringConstraints(pattern=SUBNET_ID.pattern)], ...] = Field(min_length=1)
+
+
+class TeamConfig(_Model):
+    """A team sharing the environment's GPUs: its weight among the teams with work waiting, and a quota."""
+
+    weight: float = Field(default=1.0, gt=0, le=1000)
+    # None: no quota; the fleets' caps and the fair share bound what it holds.
+    max_gpus: int | None = Field(default=None, ge=1)
 
 
 class StackConfig(_Model):
@@ -284,6 +298,23 @@ class StackConfig(_Model):
         default=14, ge=1, le=365,
         description="Days a job's checkpoint objects live after their last write in their region's checkpoint bucket "
         "(components/storage); a running job rewrites its checkpoint, so only abandoned ones expire.")
+
+    # Teams (lambdas/scheduler/planning/shares.py).
+    teams: dict[Annotated[str, StringConstraints(pattern=TEAM_NAME.pattern)], TeamConfig] = Field(
+        default_factory=dict, max_length=MAX_TEAMS,
+        description="Teams sharing the GPUs: `{name: {weight, maxGpus}}`, at most 10. Among teams with jobs waiting, "
+        "GPUs go by weighted fair share of recent GPU use (`weight` > 0, default 1); a team never holds more than "
+        "`maxGpus` (unset: no quota; at most what the fleets hold at their caps). Names are 1-30 lowercase letters, "
+        "digits and '-', starting with a letter. Unset: one team, `default`, takes every job.")
+    default_team: str | None = Field(
+        default=None,
+        description="The team of jobs submitted without `--team` (one of `teams`). Unset with `teams` set: "
+        "`mlfleet submit` requires a team; a queued job of no team or of a team no longer listed runs as team "
+        "`default` (weight 1, no quota, unless `teams` lists it).")
+    share_half_life_minutes: int = Field(
+        default=60, ge=0, le=10080,
+        description="Half-life of the recent GPU use that fair shares compare: a team that has just held more than "
+        "its share pays it back (as AWS Batch's shareDecaySeconds); 0 counts only what each team holds now.")
 
     # Teardown: keep the job ledger when the stack is destroyed (prod), and take a kept one back on the
     # next `pulumi up` (an import, docs/runbook.md "Tearing down an environment").
@@ -440,6 +471,28 @@ class StackConfig(_Model):
         if problems:
             raise ValueError("\n  - ".join(problems))
         return self
+
+    @model_validator(mode="after")
+    def _teams_fit_the_fleets(self) -> StackConfig:
+        problems = []
+        if self.default_team is not None and self.default_team not in self.teams:
+            listed = ", ".join(sorted(self.teams)) or "none: set mlfleet:teams first"
+            close = difflib.get_close_matches(self.default_team, list(self.teams), n=1)
+            problems.append(f"mlfleet:defaultTeam: {self.default_team!r} is not one of mlfleet:teams ({listed})"
+                            + (f"; did you mean {close[0]}?" if close else ""))
+        capacity = self.fleet_gpus()
+        for name, team in sorted(self.teams.items()):
+            if team.max_gpus is not None and team.max_gpus > capacity:
+                problems.append(f"mlfleet:teams.{name}.maxGpus: {team.max_gpus} is more GPUs than the fleets hold at "
+                                f"their caps ({capacity}); lower it, or leave it unset for no quota")
+        if problems:
+            raise Problems(problems)
+        return self
+
+    def fleet_gpus(self) -> int:
+        """GPUs the fleets hold at their caps, every fleet in every region it runs in."""
+        return sum(fleet.max_instances * fleet.gpus_per_instance * len(self.fleet_regions(fleet))
+                   for fleet in self.fleets.values())
 
     def fleet_regions(self, fleet: FleetConfig) -> tuple[str, ...]:
         return fleet.regions or self.regions

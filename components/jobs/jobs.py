@@ -10,6 +10,7 @@
   reserved concurrency needs no Lambda concurrency quota. With ACCOUNT_ID it names each fleet region's
   checkpoint bucket (lambdas/jobs/checkpoints.py, as components/storage does) and gives every job its
   checkpoint location.
+- `/mlfleet/<env>/teams` (SSM): the teams' weights and quotas, read by the scheduler at every run.
 - `/mlfleet/<env>/job-service` (SSM): what the `mlfleet` command needs to find all of the above (queue,
   ledger, scheduler, fleets, log group), what each fleet region's machines can pull (internet egress, the
   ECR pull-through cache) and where notifications go, so data scientists need neither the repository nor
@@ -113,6 +114,19 @@ def job_service_document(cfg: StackConfig, *, account: str, queue_url: str, dead
                    "regionsWithoutEgress": [r for r in cfg.regions if not internet_egress(cfg, r)]},
         "notifications": notification_topics,
     }
+
+
+def teams_parameter_name(environment: str) -> str:
+    return f"/mlfleet/{environment}/teams"
+
+
+def teams_document(cfg: StackConfig) -> str:
+    """How the scheduler shares the GPUs between teams (its parameter, lambdas/scheduler/teams.py)."""
+    return json.dumps({
+        "teams": {name: {"weight": team.weight, "max_gpus": team.max_gpus} for name, team in sorted(cfg.teams.items())},
+        "default_team": cfg.default_team,
+        "share_half_life_minutes": cfg.share_half_life_minutes,
+    }, sort_keys=True, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -292,6 +306,15 @@ class JobService(pulumi.ComponentResource):
                 opts=child(self, depends_on=[permission]),
             )
 
+        aws.ssm.Parameter(
+            f"{name}-teams",
+            name=teams_parameter_name(env),
+            type="String",
+            description="How the scheduler shares the GPUs between teams: weights, quotas, the default team",
+            insecure_value=teams_document(cfg),
+            tags=tags,
+            opts=child(self),
+        )
         aws.ssm.Parameter(
             f"{name}-discovery",
             name=job_service_parameter_name(env),

@@ -26,6 +26,7 @@ overrides. A plain `environment` value that looks like a credential is refused.
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import json
 import re
@@ -59,14 +60,14 @@ CHECKPOINT_INTERVAL_LIMIT_MINUTES = 1440
 
 KEYS = ("image", "command", "environment", "secrets", "gpus", "vcpus", "memory_mib", "instance_type_pattern",
         "regions", "lifecycle", "max_attempts", "checkpoint_interval_minutes", "retry_on_exit_codes", "team",
-        "notify", "expected_runtime_s")
+        "priority", "notify", "expected_runtime_s")
 # A runtime estimate beyond this is a typo (minutes given as seconds twice over), not a plan.
 MAX_EXPECTED_RUNTIME_S = 90 * 86_400
 # Keys of a spec file that belong to the submission, not to each job: `sweep: {name: [values]}`.
 SUBMISSION_KEYS = ("sweep",)
 # Exit codes are what the container's main process returns: 0-255, and 0 is success.
 EXIT_CODES = range(1, 256)
-# A team is a short name for cost reports (and, later, fair shares between teams).
+# A team is a short name for cost reports and fair shares between teams (mlfleet:teams).
 TEAM_NAME = re.compile(r"[a-z][a-z0-9-]{0,29}")
 # Who hears about a submission's end: an e-mail address (subscribed once with `mlfleet notify subscribe`)
 # or the environment's Slack channel.
@@ -115,6 +116,7 @@ class JobSpec:
     # Non-zero exit codes that mean "run it again" (while attempts remain); any other fails the job at once.
     retry_on_exit_codes: tuple[int, ...] = ()
     team: str | None = None
+    priority: int = DEFAULT_PRIORITY
     # E-mail addresses and/or SLACK: told once when the whole submission has ended.
     notify: tuple[str, ...] = ()
     # region -> the reference that region pulls, where it is not `image` (ECR Public through the cache).
@@ -138,6 +140,8 @@ class JobSpec:
                     "notify": list(self.notify), "images": dict(self.images),
                     "expected_runtime_s": self.expected_runtime_s, "secrets": dict(self.secrets)}
         document.update({key: value for key, value in optional.items() if value})
+        if self.priority != DEFAULT_PRIORITY:
+            document["priority"] = self.priority
         return document
 
 
@@ -193,14 +197,16 @@ def _name_problem(key: str, name, taken: Mapping | None = None) -> str | None:
 def parse_spec(document: Mapping, *, fleet_regions: Sequence[str], catalog: Catalog,
                default_max_attempts: int, fleet_types: Mapping[str, Sequence[str]] | None = None,
                pulls: Mapping[str, RegionPulls] | None = None, notify_channels: Sequence[str] = (),
-               environment: str | None = None) -> JobSpec:
+               environment: str | None = None, teams: Sequence[str] = (),
+               default_team: str | None = None) -> JobSpec:
     """Validate a spec document, naming every bad key and value in one SpecError.
 
     `fleet_types` (region -> the instance types the stack's fleets launch there) judges size against what
     the stack can run; without it, against every catalog type priced in the fleet regions. `pulls`
     (region -> RegionPulls) checks that each region the job may run in can pull its image. `notify_channels`
     says which of "email" and SLACK the environment can deliver. `environment` (the stack)
-    scopes secret references; a spec with `secrets` needs it. SUBMISSION_KEYS are left to the caller.
+    scopes secret references; a spec with `secrets` needs it. `teams` (the stack's mlfleet:teams, if any):
+    the team must be one of them, `default_team` when none is given. SUBMISSION_KEYS are left to the caller.
     """
     problems: list[str] = []
     for key in sorted(set(document) - set(KEYS) - set(SUBMISSION_KEYS)):
@@ -275,6 +281,9 @@ def parse_spec(document: Mapping, *, fleet_regions: Sequence[str], catalog: Cata
     if team is not None and (not isinstance(team, str) or not TEAM_NAME.fullmatch(team)):
         problems.append(f"team={team!r}: must be a short name of lower-case letters, digits and '-' (1-30 "
                         "characters, starting with a letter), e.g. ml-platform")
+    team = _team_of_stack(problems, team if team is None or isinstance(team, str) else None, teams, default_team)
+    priority = _number(problems, "priority", document.get("priority", DEFAULT_PRIORITY), int, PRIORITIES.start,
+                       inclusive=True, maximum=PRIORITIES.stop - 1)
     notify = _notify(problems, document.get("notify") or [], notify_channels)
 
     wanted = tuple(regions or fleet_regions)
@@ -305,9 +314,25 @@ def parse_spec(document: Mapping, *, fleet_regions: Sequence[str], catalog: Cata
     return JobSpec(image=image, command=tuple(command), environment=dict(environment_values), gpus=gpus, vcpus=vcpus,
                    memory_mib=memory_mib, max_attempts=max_attempts, instance_type_pattern=pattern,
                    regions=tuple(regions), lifecycle=lifecycle, checkpoint_interval_minutes=interval,
-                   retry_on_exit_codes=retry, team=team,
+                   retry_on_exit_codes=retry, team=team, priority=priority,
                    notify=notify, images=images, expected_runtime_s=expected_runtime_s,
                    secrets=dict(secret_refs))
+
+
+def _team_of_stack(problems: list[str], team: str | None, teams: Sequence[str], default_team: str | None) -> str | None:
+    """The job's team: the one given, else the stack's default; one of the stack's teams when it has any."""
+    team = team or default_team
+    if not teams or (team is not None and team in teams) or (team is not None and not TEAM_NAME.fullmatch(team)):
+        return team
+    listed = ", ".join(sorted(teams))
+    if team is None:
+        problems.append(f"team: not given, and this environment shares its GPUs between teams ({listed}) with no "
+                        "default team: name yours with --team (or `team:` in the spec file)")
+    else:
+        close = difflib.get_close_matches(team, list(teams), n=1)
+        problems.append(f"team={team!r}: not a team of this environment ({listed})"
+                        + (f"; did you mean {close[0]}?" if close else ""))
+    return None
 
 
 def _exit_codes(problems: list[str], codes, max_attempts: int | None) -> tuple[int, ...]:
@@ -450,6 +475,7 @@ def spec_from_document(document: Mapping) -> JobSpec:
                    checkpoint_interval_minutes=_interval(document.get("checkpoint_interval_minutes")),
                    retry_on_exit_codes=_integers(document.get("retry_on_exit_codes") or [], "spec.retry_on_exit_codes"),
                    team=_optional_string(document.get("team"), "spec.team"),
+                   priority=_priority(document.get("priority", DEFAULT_PRIORITY)),
                    notify=_strings(document.get("notify") or [], "spec.notify"),
                    images=_string_map(document.get("images") or {}, "spec.images"),
                    expected_runtime_s=_optional_number(document.get("expected_runtime_s"), "spec.expected_runtime_s"),
@@ -464,6 +490,12 @@ def _integers(value, where: str) -> tuple[int, ...]:
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         raise TypeError(f"{where}={str(value)[:40]!r} is not a list of integers")
     return tuple(value)
+
+
+def _priority(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value not in PRIORITIES:
+        raise ValueError(f"spec.priority={str(value)[:40]!r} is not a priority (0-9)")
+    return value
 
 
 def _optional_number(value, where: str) -> float | None:

@@ -11,11 +11,12 @@ then placed by the next scheduled run, within a minute. A run:
      empty machines are still given back);
   4. reads every fleet region (live spot prices, machines, free GPUs from the tasks on them, groups and
      the instances they are still launching, failed launches);
-  5. plans with lambdas.scheduler.planning.plan (runtime beliefs from the specs' estimates and the
-     submissions' finished jobs, the pools' interruption rates, each job's checkpoint interval) and
-     acts: per placement a conditional claim QUEUED(n) -> STARTING(n+1) in the ledger BEFORE StartTask,
-     so a message delivered twice or a second run can never start the same attempt twice; then
-     STARTING -> RUNNING with the task ARN;
+  5. reads what each team's running and starting jobs hold and updates its decayed use (with teams);
+     plans with lambdas.scheduler.planning.plan (its shares stage first: quotas, fair shares,
+     priorities; runtime beliefs from the specs' estimates and the submissions' finished jobs, the
+     pools' interruption rates, each job's checkpoint interval) and acts: per placement a conditional
+     claim QUEUED(n) -> STARTING(n+1) in the ledger BEFORE StartTask, so a message delivered twice or a
+     second run can never start the same attempt twice; then STARTING -> RUNNING with the task ARN;
   6. raises the chosen groups' desired capacity within the fleet cap and the dollars-per-hour cap,
      except where the circuit breaker has stopped a fleet's scaling;
   7. hands the plan's releases (its release stage: empty machines past the release delay) to the removal
@@ -35,6 +36,7 @@ region it runs in), and a job that has run goes back to the region of its checkp
 Environment: ENVIRONMENT, JOBS_TABLE, JOBS_QUEUE_URL, JOBS_DLQ_URL, ADMISSION_PARAMETER, FLEETS,
 MAX_HOURLY_USD, ALERT_TOPIC_ARN, DEFAULT_MAX_ATTEMPTS, REBALANCE_TIMEOUT_MINUTES, ACCOUNT_ID, and optionally
 RELEASE_AFTER_EMPTY_MINUTES (unset: the measured boot time) and DISRUPTION_BUDGET_PERCENT (default 10).
+The teams' weights and quotas: the SSM parameter /mlfleet/<env>/teams (lambdas/scheduler/teams.py).
 """
 
 from __future__ import annotations
@@ -61,9 +63,10 @@ from lambdas.jobs import queue
 from lambdas.jobs.fleets import FleetConfig, parse_fleets, regions
 from lambdas.jobs.quarantine import Quarantine, alert_new
 from lambdas.removal.execute import LedgerSource
-from lambdas.scheduler import actions, releases, state
+from lambdas.scheduler import actions, releases, state, teams
 from lambdas.scheduler.planning import (
-    Fleet, JobRequest, Limits, Machine, ReleasePolicy, Reservation, RuntimeEstimate, ScaleOut, plan,
+    Fleet, JobRequest, Limits, Machine, ReleasePolicy, Reservation, RuntimeEstimate, ScaleOut, Shares, decayed_usage,
+    plan,
 )
 from lambdas.scheduler.planning.runtimes import FinishedRun, estimates, expected_end
 
@@ -79,11 +82,13 @@ PERMISSIONS = (
     *actions.PERMISSIONS,
     *lease.PERMISSIONS,
     *releases.PERMISSIONS,
+    *teams.PERMISSIONS,
 )
 
 MAX_MESSAGES = 100
-# Pending jobs read per run (oldest first); more wait for the next run.
-MAX_PENDING = 5_000
+# Queued jobs read per run (oldest first); more wait for the next run. Two whole submissions' worth, so
+# that one team's largest submission never hides another team's jobs, nor a later job of higher priority.
+MAX_PENDING = 20_000
 # Acting stops with this much Lambda time left, leaving the rest of the plan to the next run.
 ACT_RESERVE_MS = 20_000
 # A claim not confirmed by a started task within this long is looked up and released.
@@ -169,6 +174,7 @@ def run(settings: Settings, remaining_ms: Callable[[], int], now: datetime | Non
                                           remaining_ms=remaining_ms)
     to_delete = triage_messages(received, ledger, quarantine, stamp, summary)
     summary["recovered"] = recover_starting(ledger, settings, stamp, summary)
+    shares = team_shares(teams.read_teams(client("ssm"), settings.environment), ledger, stamp)
 
     flag = read_admission(settings, summary)
     pending: list[L.JobRecord] = []
@@ -179,7 +185,7 @@ def run(settings: Settings, remaining_ms: Callable[[], int], now: datetime | Non
     # Every run reads the fleets, pending jobs or not: the empty machines it bought are given back when
     # nothing waits (lambdas/scheduler/releases.py), and admission closed stops starts, not releases.
     place_and_scale(settings, fleets, catalog, ledger, quarantine, pending if flag.is_open else [], remaining_ms, now, summary,
-                    held)
+                    held, shares)
 
     summary["quarantined"].extend(quarantine.sweep(stamp, summary["errors"]))
     with per_item("quarantine-alert-failed", summary["errors"]):
@@ -302,6 +308,22 @@ def recover_one(ledger: L.Ledger, settings: Settings, record: L.JobRecord, now: 
     return outcome.applied
 
 
+def team_shares(settings: teams.TeamsSettings, ledger: L.Ledger, now: float) -> Shares:
+    """The shares stage's view of the teams. With teams configured: what each team's running and starting
+    jobs hold, and its use decayed up to now (kept in the ledger for the next run). Without teams, one
+    team holds everything: only priorities and age order its jobs."""
+    if not settings.teams:
+        return Shares({}, settings.default_team, now=now)
+    held = teams.held_gpus([*ledger.by_state(L.RUNNING), *ledger.by_state(L.STARTING)], settings)
+    previous, previous_at = teams.read_usage(ledger.dynamodb, ledger.table)
+    usage = decayed_usage(previous, previous_at, held, now, settings.half_life_s)
+    teams.write_usage(ledger.dynamodb, ledger.table, usage, now)
+    log_decision("team-shares", held_gpus=held, usage={t: round(u, 2) for t, u in usage.items()},
+                 weights={t: p.weight for t, p in settings.teams.items()},
+                 quotas={t: p.max_gpus for t, p in settings.teams.items() if p.max_gpus is not None})
+    return Shares(settings.teams, settings.default_team, held_gpus=held, usage=usage, now=now)
+
+
 def task_attempt(task: dict) -> int | None:
     for override in (task.get("overrides") or {}).get("containerOverrides", []):
         for variable in override.get("environment", []):
@@ -349,7 +371,8 @@ def job_request(record: L.JobRecord, fleet_regions: Collection[str],
                       reserved=Reservation(*record.reserved) if record.reserved else None,
                       checkpoint_region=checkpoint_region(record, fleet_regions), runtime=runtime,
                       checkpoint_interval_s=interval * 60.0 if interval is not None else None,
-                      attempts_left=max(1, spec.max_attempts - record.runs))
+                      attempts_left=max(1, spec.max_attempts - record.runs), team=spec.team,
+                      priority=spec.priority)
 
 
 def runtime_beliefs(ledger: L.Ledger, records: list[L.JobRecord], errors: list[dict] | None = None,
@@ -433,7 +456,7 @@ def breaker_stopped(fleet_views: dict, now: datetime, settings: Settings, summar
 
 def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog, ledger: L.Ledger,
                     quarantine: Quarantine, pending: list[L.JobRecord], remaining_ms: Callable[[], int], now: datetime,
-                    summary: dict, held: lease.Lease | None = None) -> None:
+                    summary: dict, held: lease.Lease | None = None, shares: Shares | None = None) -> None:
     views, prices = read_regions(fleets, catalog, bool(pending), now, summary)
     with per_item("empty-since-failed", summary["errors"], action="empty times left as they were this run"):
         releases.record_empty(views, now)
@@ -475,6 +498,7 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
         release=ReleasePolicy(after_empty_s=releases.release_delay_s(settings.release_after_empty_minutes, in_view),
                               budget_percent=settings.disruption_budget_percent),
         interruption_rate=load_interruption_rates().per_hour, boot_s=boot_s,
+        shares=shares,
     )
     records = {r.job_id: r for r in pending}
     definitions: dict[str, actions.TaskDefinitions] = {}

@@ -82,6 +82,7 @@ def linear(aws):
 def home(aws):
     create_table()
     queue, dlq = create_queues()
+    set_teams(teams_json())
     return {"table": TABLE, "queue": queue, "dlq": dlq}
 
 
@@ -144,6 +145,18 @@ def open_admission(region: str = HOME, state: str = "open") -> None:
     aws_client("ssm", region).put_parameter(
         Name=f"/mlfleet/{ENV}/admission", Type="String", Overwrite=True,
         Value=json.dumps({"state": state, "reason": "test", "changedAt": "2026-11-22T00:00:00+00:00"}))
+
+
+def teams_json(teams: dict | None = None, default_team: str | None = None, half_life_minutes: int = 60) -> str:
+    """The teams parameter's value as components/jobs teams_document writes it, from {name: (weight, max_gpus)}."""
+    return json.dumps({"teams": {name: {"weight": weight, "max_gpus": quota}
+                                 for name, (weight, quota) in (teams or {}).items()},
+                       "default_team": default_team, "share_half_life_minutes": half_life_minutes})
+
+
+def set_teams(text: str, region: str = HOME) -> None:
+    """The teams parameter as the job service component writes it."""
+    boto3.client("ssm", region).put_parameter(Name=f"/mlfleet/{ENV}/teams", Type="String", Overwrite=True, Value=text)
 
 
 def scheduler_settings(home: dict, max_instances: int = 4, max_hourly_usd: float = 100.0, fleets: str | None = None):

@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lambdas.common.catalog import load_catalog
-from lambdas.jobs.spec import (BATCH_END_ENV, BATCH_START_ENV, RegionPulls, SpecError, assign_ids, closest_types,
-                               expand, expand_batches, expand_sweep, is_job_id, new_submission_id, parse_batches,
-                               parse_memory, parse_spec, parse_sweep, spec_from_document)
+from lambdas.jobs.spec import (BATCH_END_ENV, BATCH_START_ENV, DEFAULT_PRIORITY, RegionPulls, SpecError, assign_ids,
+                               closest_types, expand, expand_batches, expand_sweep, is_job_id, new_submission_id,
+                               parse_batches, parse_memory, parse_spec, parse_sweep, spec_from_document)
 
 REGIONS = ("us-east-1", "us-west-2")
 GOOD = {"image": "ghcr.io/team/train:1.0", "command": ["python", "train.py"], "gpus": 1, "vcpus": 4,
@@ -49,12 +49,55 @@ def test_good_spec_gets_defaults():
     ({"max_attempts": 11}, "max_attempts=11: must be <= 10"),
     ({"max_attempts": 0}, "max_attempts=0"),
     ({"environment": {"MLFLEET_JOB_ID": "x"}}, "set by mlfleet"),
+    ({"priority": 10}, "priority=10: must be <= 9"),
+    ({"priority": -1}, "priority=-1: must be >= 0"),
+    ({"priority": "high"}, "priority='high': must be an integer"),
+    ({"priority": True}, "priority=True: must be an integer"),
+    ({"team": "ML Platform"}, "team='ML Platform': must be a short name"),
     ({"environment": {"A": 1}}, "environment A=1"),
     ({"gpu": 1}, "gpu=1: unknown key"),
 ])
 def test_bad_spec_names_key_and_value(changes, fragment):
     with pytest.raises(SpecError) as error:
         parse(**changes)
+    assert fragment in str(error.value)
+
+
+def test_priority_and_team_are_kept_through_the_ledger_and_default_for_old_records():
+    spec = parse(priority=9, team="vision")
+    assert (spec.priority, spec.team) == (9, "vision")
+    assert spec_from_document(spec.to_document()) == spec
+    old = {k: v for k, v in parse().to_document().items() if k not in ("priority", "team")}
+    assert (spec_from_document(old).priority, spec_from_document(old).team) == (DEFAULT_PRIORITY, None)
+    assert parse().priority == DEFAULT_PRIORITY == 5
+
+
+def parse_for_teams(teams, default_team=None, **changes):
+    return parse_spec({**GOOD, **changes}, fleet_regions=REGIONS, catalog=load_catalog(), default_max_attempts=3,
+                      teams=teams, default_team=default_team)
+
+
+@pytest.mark.parametrize("teams, default_team, given, expected", [
+    ((), None, None, None),  # no teams configured: any team name, or none
+    ((), None, "anything", "anything"),
+    (("nlp", "vision"), None, "vision", "vision"),
+    (("nlp", "vision"), "nlp", None, "nlp"),  # the stack's default team is recorded on the job
+    (("nlp", "vision"), "nlp", "vision", "vision"),
+])
+def test_the_team_is_one_of_the_stacks(teams, default_team, given, expected):
+    changes = {} if given is None else {"team": given}
+    assert parse_for_teams(teams, default_team, **changes).team == expected
+
+
+@pytest.mark.parametrize("default_team, changes, fragment", [
+    (None, {"team": "visoin"}, "team='visoin': not a team of this environment (nlp, vision); did you mean vision?"),
+    (None, {"team": "audio"}, "team='audio': not a team of this environment (nlp, vision)"),
+    (None, {}, "team: not given, and this environment shares its GPUs between teams (nlp, vision) with no default "
+               "team: name yours with --team"),
+])
+def test_an_unknown_or_missing_team_is_refused_with_the_teams(default_team, changes, fragment):
+    with pytest.raises(SpecError) as error:
+        parse_for_teams(("nlp", "vision"), default_team, **changes)
     assert fragment in str(error.value)
 
 

@@ -137,6 +137,26 @@ BAD_CASES = [
     pytest.param({"disruptionBudgetPercent": "150"}, ["mlfleet:disruptionBudgetPercent", "less than or equal to 100 (got '150')"],
                  id="disruption-budget-over-100"),
     pytest.param({"natGateway": "maybe"}, ["mlfleet:natGateway", "'maybe'"], id="not-a-boolean"),
+    pytest.param({"teams": {"nlp": {"weight": 1, "maxGPUs": 2}}},
+                 ["1 configuration error", "mlfleet:teams.nlp.maxGPUs: unknown key (did you mean maxGpus?)"],
+                 id="misspelt-team-key"),
+    pytest.param({"teams": {"nlp": {"weight": 0}}}, ["mlfleet:teams.nlp.weight", "greater than 0", "got 0"],
+                 id="zero-weight"),
+    pytest.param({"teams": {"nlp": {"weight": -2}}}, ["mlfleet:teams.nlp.weight", "got -2"], id="negative-weight"),
+    pytest.param({"teams": {"nlp": {"maxGpus": 0}}}, ["mlfleet:teams.nlp.maxGpus", "greater than or equal to 1"],
+                 id="zero-quota"),
+    pytest.param({"teams": {"nlp": {"maxGpus": 3}}},
+                 ["mlfleet:teams.nlp.maxGpus: 3 is more GPUs than the fleets hold at their caps (2)"],
+                 id="quota-above-the-fleets"),
+    pytest.param({"teams": {"NLP": {}}}, ["mlfleet:teams.NLP", "pattern"], id="bad-team-name"),
+    pytest.param({"teams": {f"t{i}": {} for i in range(11)}}, ["mlfleet:teams", "at most 10"], id="too-many-teams"),
+    pytest.param({"teams": {"vision": {}, "nlp": {}}, "defaultTeam": "visoin"},
+                 ["mlfleet:defaultTeam: 'visoin' is not one of mlfleet:teams (nlp, vision); did you mean vision?"],
+                 id="misspelt-default-team"),
+    pytest.param({"defaultTeam": "nlp"}, ["mlfleet:defaultTeam: 'nlp' is not one of mlfleet:teams (none: set "
+                                          "mlfleet:teams first)"], id="default-team-without-teams"),
+    pytest.param({"shareHalfLifeMinutes": "-1"}, ["mlfleet:shareHalfLifeMinutes", "greater than or equal to 0"],
+                 id="negative-half-life"),
     pytest.param({"aws:region": None}, ["aws:region: required key is not set"], id="no-home-region"),
     pytest.param({"aws:region": "mars-1"}, ["aws:region", "'mars-1' is not an AWS region"], id="bad-home-region"),
 ]
@@ -149,6 +169,31 @@ def test_bad_values_fail_with_one_message_naming_key_and_value(changes, expected
     message = str(error.value)
     for fragment in expected:
         assert fragment in message, f"{fragment!r} missing from:\n{message}"
+
+
+def test_teams_parse_with_their_defaults_and_quotas_count_every_fleet_region():
+    cfg = parse_stack_config(with_values(
+        regions=["us-east-1", "us-west-2"], fleets={"gpu4": {"maxInstances": 2, "instanceTypes": ["g6.12xlarge"]}},
+        teams={"vision": {"weight": 3, "maxGpus": 16}, "nlp": {}}, defaultTeam="nlp"), "dev")
+    assert cfg.fleet_gpus() == 16  # 2 instances x 4 GPUs in each of two regions
+    assert cfg.teams["vision"].weight == 3.0 and cfg.teams["vision"].max_gpus == 16
+    assert cfg.teams["nlp"].weight == 1.0 and cfg.teams["nlp"].max_gpus is None
+    assert cfg.default_team == "nlp" and cfg.share_half_life_minutes == 60
+    assert parse_stack_config(with_values(), "dev").teams == {}
+
+
+def test_the_teams_parameter_is_what_the_scheduler_reads():
+    from components.jobs.jobs import teams_document
+    from lambdas.scheduler.planning import Team
+    from lambdas.scheduler.teams import parse_teams
+
+    cfg = parse_stack_config(with_values(
+        fleets={"gpu4": {"maxInstances": 4, "instanceTypes": ["g6.12xlarge"]}},
+        teams={"vision": {"weight": 3, "maxGpus": 16}, "nlp": {}}, defaultTeam="nlp", shareHalfLifeMinutes=30), "dev")
+    settings = parse_teams(teams_document(cfg))
+    assert settings.teams == {"vision": Team(3.0, 16), "nlp": Team(1.0, None)}
+    assert (settings.default_team, settings.half_life_s) == ("nlp", 1800.0)
+    assert parse_teams(teams_document(parse_stack_config(with_values(), "dev"))).teams == {}
 
 
 def test_bad_stack_name_is_reported():
@@ -290,7 +335,8 @@ def test_pulumi_yaml_declares_each_key_with_the_models_type_and_default():
     declared = project["config"]
     fields = {f.alias: f for f in StackConfig.model_fields.values() if f.alias in stack_keys()}
     unset_by_default = {key for key, f in fields.items() if not f.is_required() and f.get_default() is None}
-    assert unset_by_default == {"monthlyBudgetUsd", "slackWorkspaceId", "slackChannelId", "releaseAfterEmptyMinutes"}
+    assert unset_by_default == {"monthlyBudgetUsd", "slackWorkspaceId", "slackChannelId", "releaseAfterEmptyMinutes",
+                                "defaultTeam"}
     assert set(declared) == set(fields) - unset_by_default, "Pulumi.yaml and components/config/model.py disagree"
     for key, declaration in declared.items():
         field = fields[key]

@@ -35,6 +35,7 @@ def _longest(pattern: re.Pattern, stem: str, filler: str) -> str:
 
 
 ENVIRONMENT = _longest(model.ENVIRONMENT_NAME, "longest-env", "x")
+TEAM_NAME_LENGTH = len(_longest(model.TEAM_NAME, "team", "x"))
 FLEET_NAME_LENGTH = len(_longest(model.FLEET_NAME, "gpu", "a"))
 
 
@@ -58,6 +59,13 @@ def _longest_types(per_fleet: int) -> list[str]:
         by_count.setdefault(catalog.get(name).gpus, []).append(name)
     largest = max(by_count.values(), key=len)
     return sorted(largest, key=lambda n: (-len(n), n))[:per_fleet]
+
+
+def team_names(count: int) -> list[str]:
+    """`count` distinct team names of the longest allowed length."""
+    names = [f"team-{letter * (TEAM_NAME_LENGTH - 5)}" for letter in string.ascii_lowercase[:count]]
+    assert all(model.TEAM_NAME.fullmatch(n) for n in names) and len(set(names)) == count
+    return names
 
 
 def longest_config(*, regions: int, fleets: int, types_per_fleet: int, tags: int) -> tuple[str, dict[str, Any]]:
@@ -92,6 +100,12 @@ def longest_config(*, regions: int, fleets: int, types_per_fleet: int, tags: int
         "reaperMaxActionsPerRun": _upper(fields["reaper_max_actions_per_run"]),
         "jobMaxAttempts": model.MAX_ATTEMPTS_LIMIT,
         "rebalanceTimeoutMinutes": _upper(fields["rebalance_timeout_minutes"]),
+        # The most teams, each with a weight whose decimal form is as long as a float's gets (17 digits)
+        # and a four-digit quota (the fleets hold 8,000 GPUs at their caps).
+        "teams": {name: {"weight": 1000 / 3 - 1e-13 * i, "maxGpus": 8_000 - i}
+                  for i, name in enumerate(team_names(model.MAX_TEAMS))},
+        "defaultTeam": team_names(1)[0],
+        "shareHalfLifeMinutes": _upper(fields["share_half_life_minutes"]),
         "budgetAlertPercents": [10, 20, 30, 40, 50, 60, 70, 80, 100],
         "budgetForecastPercent": 1000,
         "retainJobLedger": True,
