@@ -15,12 +15,13 @@ from benchmarks.fair_share.trace import TeamJob
 from benchmarks.scheduler.simulate import Simulation
 
 
-def measure(sim: Simulation, trace: Sequence[TeamJob], capacity_gpus: int, window_s: float) -> dict:
+def measure(sim: Simulation, trace: Sequence[TeamJob], capacity_gpus: int, window_s: float,
+            teams: Sequence[str] | None = None) -> dict:
     """Sweeps the jobs' submit, start and end times: while both teams had jobs waiting, the GPU-seconds
     each team ran (overall and per window), and how busy the GPUs were then and while one team alone
     waited."""
     team_of = {j.job.job_id: j.team for j in trace}
-    teams = tuple(dict.fromkeys(j.team for j in trace))
+    teams = tuple(teams or dict.fromkeys(j.team for j in trace))
     events = []  # (time, order, team, waiting change, GPUs running change); ends before starts at a tie
     for state in sim.jobs.values():
         job, team = state.job, team_of[state.job.job_id]
