@@ -2,6 +2,7 @@
 
     python -m benchmarks.fair_share [--weights 1:1 --weights 3:1 ...] [--seed N] [--half-life-minutes M]
                                     [--quota TEAM=GPUS] [--instances N] [--hours H] --json
+    python -m benchmarks.fair_share --convergence CASES [--case-hours H] [--half-life-minutes M] --json
 
 Runs the scheduler's own plan (with its shares stage) on the benchmark's discrete-event simulation
 (benchmarks/scheduler/simulate.py) over a seeded two-team trace (benchmarks/fair_share/trace.py): team
@@ -11,7 +12,8 @@ capped at --instances. Weights are given as sweeps:training. For each, and for t
 team's share of the GPU-hours run, against its share of the weights, per --window-hours and over all;
 how busy the GPUs were then, and while one team alone had work waiting; the most GPUs each team held
 (running, or reserved on an instance still booting); and each team's median wait by priority.
-docs/scheduler-benchmark.md ("Fair shares") has the measured figures.
+With --convergence, it runs that many random backlogged two-team cases instead (convergence.py) and
+reports how far shares come from weights. docs/scheduler-benchmark.md ("Fair shares") has the figures.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT)]
 
+from benchmarks.fair_share.convergence import convergence  # noqa: E402
 from benchmarks.fair_share.measure import measure, waits_by_priority  # noqa: E402
 from benchmarks.fair_share.strategy import INSTANCE_TYPE, simulate  # noqa: E402
 from benchmarks.fair_share.trace import HORIZON_S, SWEEPS, TEAMS, TRAINING, two_team_trace  # noqa: E402
@@ -93,11 +96,26 @@ def main(argv=None) -> int:
     parser.add_argument("--region", default="us-east-1")
     parser.add_argument("--boot-seconds", type=float, default=180.0)
     parser.add_argument("--window-hours", type=float, default=4.0, help="the windows shares are reported over")
+    parser.add_argument("--convergence", type=int, metavar="CASES",
+                        help="run this many random backlogged two-team cases instead of the trace")
+    parser.add_argument("--case-hours", type=float, default=8.0,
+                        help="--convergence: each team's backlog would keep the whole fleet busy this long")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     args.weights = args.weights or [(1.0, 1.0), (3.0, 1.0)]
     if args.half_life_minutes < 0 or args.instances < 1 or args.window_hours <= 0 or args.hours <= 0:
         parser.error("--half-life-minutes must be >= 0, --instances >= 1, --window-hours and --hours > 0")
+    if args.convergence is not None:
+        if args.convergence < 1 or args.case_hours <= 0:
+            parser.error("--convergence must be >= 1 and --case-hours > 0")
+        figures = convergence(args.convergence, first_seed=args.seed, instances=args.instances,
+                              gpus_per_instance=load_catalog().get(INSTANCE_TYPE).gpus, hours=args.case_hours,
+                              half_life_s=args.half_life_minutes * 60)
+        print(json.dumps({"convergence": figures}, indent=1) if args.json else
+              f"{figures['cases']} cases on {figures['fleet_gpus']} GPUs, half-life {figures['half_life_minutes']:g} "
+              f"min: gap between share and weight mean {figures['mean_gap']:.2%}, p90 {figures['p90_gap']:.2%}, "
+              f"max {figures['max_gap']:.2%}; GPUs busy {figures['mean_gpu_utilization']:.1%}")
+        return 0
     result = run(args)
     if args.json:
         print(json.dumps(result, indent=1))

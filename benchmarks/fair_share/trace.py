@@ -12,6 +12,9 @@ weights (1:3 to 3:1):
 
 Submissions stop at the horizon (24 hours unless asked otherwise); the simulation then runs until every
 job has ended. The same seed gives the same trace.
+
+`backlog` makes the random cases of the convergence check: one team's jobs of one size, all submitted at
+once, enough to keep a whole fleet busy for a given time.
 """
 
 from __future__ import annotations
@@ -58,3 +61,17 @@ def two_team_trace(seed: int, horizon_s: float = HORIZON_S) -> list[TeamJob]:
         jobs.append(TeamJob(TraceJob(f"train-{n:03d}", float(start), round(rng.uniform(*TRAINING_RANGE_S)),
                                      *TRAINING_SHAPE), TRAINING, NORMAL_PRIORITY, f"train-{n:03d}"))
     return sorted(jobs, key=lambda j: (j.job.submit_s, j.job.job_id))
+
+
+def backlog(seed: int, team: str, gpus: int, fleet_gpus: int, hours: float) -> list[TeamJob]:
+    """Jobs of `gpus` GPUs (8 vCPUs and 32 GiB per GPU), all submitted at time 0, enough to keep `fleet_gpus`
+    busy for `hours`: 1-GPU jobs run 10 to 90 minutes, larger ones 30 minutes to 3 hours (uniform)."""
+    rng = random.Random(f"{seed}-{team}")
+    jobs: list[TeamJob] = []
+    gpu_hours = 0.0
+    while gpu_hours < fleet_gpus * hours:
+        duration = rng.uniform(600, 5400) if gpus == 1 else rng.uniform(1800, 3 * 3600)
+        jobs.append(TeamJob(TraceJob(f"{team}-{len(jobs):05d}", 0.0, round(duration), gpus, 8.0 * gpus,
+                                     32768 * gpus), team, NORMAL_PRIORITY, f"{team}-backlog"))
+        gpu_hours += gpus * duration / 3600
+    return jobs

@@ -10,7 +10,8 @@
   reserved concurrency needs no Lambda concurrency quota. With ACCOUNT_ID it names each fleet region's
   checkpoint bucket (lambdas/jobs/checkpoints.py, as components/storage does) and gives every job its
   checkpoint location.
-- `/mlfleet/<env>/teams` (SSM): the teams' weights and quotas, read by the scheduler at every run.
+- `/mlfleet/<env>/teams` (SSM): the teams' weights and quotas, read by the scheduler at every run and by
+  `mlfleet submit` (lambdas/jobs/teams.py).
 - `/mlfleet/<env>/job-service` (SSM): what the `mlfleet` command needs to find all of the above (queue,
   ledger, scheduler, fleets, log group), what each fleet region's machines can pull (internet egress, the
   ECR pull-through cache) and where notifications go, so data scientists need neither the repository nor
@@ -121,7 +122,7 @@ def teams_parameter_name(environment: str) -> str:
 
 
 def teams_document(cfg: StackConfig) -> str:
-    """How the scheduler shares the GPUs between teams (its parameter, lambdas/scheduler/teams.py)."""
+    """How the scheduler shares the GPUs between teams (the teams parameter, lambdas/jobs/teams.py)."""
     return json.dumps({
         "teams": {name: {"weight": team.weight, "max_gpus": team.max_gpus} for name, team in sorted(cfg.teams.items())},
         "default_team": cfg.default_team,

@@ -36,7 +36,7 @@ region it runs in), and a job that has run goes back to the region of its checkp
 Environment: ENVIRONMENT, JOBS_TABLE, JOBS_QUEUE_URL, JOBS_DLQ_URL, ADMISSION_PARAMETER, FLEETS,
 MAX_HOURLY_USD, ALERT_TOPIC_ARN, DEFAULT_MAX_ATTEMPTS, REBALANCE_TIMEOUT_MINUTES, ACCOUNT_ID, and optionally
 RELEASE_AFTER_EMPTY_MINUTES (unset: the measured boot time) and DISRUPTION_BUDGET_PERCENT (default 10).
-The teams' weights and quotas: the SSM parameter /mlfleet/<env>/teams (lambdas/scheduler/teams.py).
+The teams' weights and quotas: the SSM parameter /mlfleet/<env>/teams (lambdas/jobs/teams.py).
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ from lambdas.jobs import ledger as L
 from lambdas.jobs import queue
 from lambdas.jobs.fleets import FleetConfig, parse_fleets, regions
 from lambdas.jobs.quarantine import Quarantine, alert_new
+from lambdas.jobs.teams import TeamsSettings, read_teams
 from lambdas.removal.execute import LedgerSource
 from lambdas.scheduler import actions, releases, state, teams
 from lambdas.scheduler.planning import (
@@ -161,6 +162,9 @@ def run(settings: Settings, remaining_ms: Callable[[], int], now: datetime | Non
     now = now or datetime.now(timezone.utc)
     stamp = now.timestamp()
     fleets = parse_fleets(settings.fleets)
+    # Before any message is received: a run stopped by a missing or malformed teams parameter leaves the
+    # queue untouched (no receive counts toward the dead-letter queue).
+    team_settings = read_teams(client("ssm"), settings.environment)
     catalog = load_catalog()
     ledger = L.Ledger(client("dynamodb"), settings.jobs_table)
     sqs = client("sqs")
@@ -174,7 +178,7 @@ def run(settings: Settings, remaining_ms: Callable[[], int], now: datetime | Non
                                           remaining_ms=remaining_ms)
     to_delete = triage_messages(received, ledger, quarantine, stamp, summary)
     summary["recovered"] = recover_starting(ledger, settings, stamp, summary)
-    shares = team_shares(teams.read_teams(client("ssm"), settings.environment), ledger, stamp)
+    shares = team_shares(team_settings, ledger, stamp)
 
     flag = read_admission(settings, summary)
     pending: list[L.JobRecord] = []
@@ -308,12 +312,12 @@ def recover_one(ledger: L.Ledger, settings: Settings, record: L.JobRecord, now: 
     return outcome.applied
 
 
-def team_shares(settings: teams.TeamsSettings, ledger: L.Ledger, now: float) -> Shares:
+def team_shares(settings: TeamsSettings, ledger: L.Ledger, now: float) -> Shares:
     """The shares stage's view of the teams. With teams configured: what each team's running and starting
     jobs hold, and its use decayed up to now (kept in the ledger for the next run). Without teams, one
     team holds everything: only priorities and age order its jobs."""
     if not settings.teams:
-        return Shares({}, settings.default_team, now=now)
+        return Shares({}, settings.fallback_team, now=now)
     held = teams.held_gpus([*ledger.by_state(L.RUNNING), *ledger.by_state(L.STARTING)], settings)
     previous, previous_at = teams.read_usage(ledger.dynamodb, ledger.table)
     usage = decayed_usage(previous, previous_at, held, now, settings.half_life_s)
@@ -321,7 +325,7 @@ def team_shares(settings: teams.TeamsSettings, ledger: L.Ledger, now: float) -> 
     log_decision("team-shares", held_gpus=held, usage={t: round(u, 2) for t, u in usage.items()},
                  weights={t: p.weight for t, p in settings.teams.items()},
                  quotas={t: p.max_gpus for t, p in settings.teams.items() if p.max_gpus is not None})
-    return Shares(settings.teams, settings.default_team, held_gpus=held, usage=usage, now=now)
+    return Shares(settings.teams, settings.fallback_team, held_gpus=held, usage=usage, now=now)
 
 
 def task_attempt(task: dict) -> int | None:

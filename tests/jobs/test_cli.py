@@ -16,7 +16,7 @@ from pathlib import Path
 import boto3
 import pytest
 from botocore.stub import ANY, Stubber
-from conftest import CLUSTER, ENV, FAMILY, HOME, build_fleet, open_admission
+from conftest import CLUSTER, ENV, FAMILY, HOME, build_fleet, open_admission, set_teams, teams_json
 
 from lambdas.jobs import cli
 from lambdas.jobs import ledger as L
@@ -124,8 +124,8 @@ def test_list_status_and_json(service):
                        "--", "run", "{a}")
     submission = submitted(lines)
     code, table = mlfleet("list", "--submission", submission)
-    assert code == 0 and table[0].split()[:5] == ["JOB", "STATE", "ATTEMPT", "RUNS", "OWNER"] and len(table) == 3
-    assert all(" QUEUED " in row and " moto " in row for row in table[1:])
+    assert code == 0 and table[0].split()[:7] == ["JOB", "STATE", "TEAM", "PRI", "ATTEMPT", "RUNS", "OWNER"]
+    assert len(table) == 3 and all(" QUEUED " in row and " moto " in row for row in table[1:])
     _, listed = mlfleet("list", "--json")
     jobs = json.loads("\n".join(listed))
     assert {j["submission_id"] for j in jobs} == {submission}
@@ -139,6 +139,42 @@ def test_list_status_and_json(service):
     assert sum(f"new gpu4 instance {HOME}" in row for row in table) == 1
     _, status = mlfleet("status", jobs[0]["job_id"])
     assert json.loads("\n".join(status))["reserved"]["fleet"] == "gpu4"
+
+
+SMALL = ("--image", IMAGE, "--gpus", "1", "--vcpus", "1", "--memory", "1GiB")
+
+
+@pytest.mark.parametrize("default_team, argv, fragment", [
+    (None, ["--team", "visoin"], "team='visoin': not a team of this environment (nlp, vision); did you mean vision?"),
+    (None, [], "team: not given, and this environment shares its GPUs between teams (nlp, vision)"),
+    ("nlp", ["--team", "audio"], "team='audio': not a team of this environment (nlp, vision)"),
+    (None, ["--team", "nlp", "--priority", "12"], "priority=12: must be <= 9"),
+])
+def test_a_team_the_stack_does_not_list_or_a_bad_priority_is_refused(service, capsys, default_team, argv, fragment):
+    set_teams(teams_json({"nlp": (1, None), "vision": (3, 8)}, default_team=default_team))
+    code, _ = mlfleet("submit", *SMALL, *argv)
+    assert code == 2 and fragment in capsys.readouterr().err
+    assert ledger().by_state(L.QUEUED) == [] and queued_messages(service["queue"]) == []
+
+
+def test_team_and_priority_are_recorded_and_listed(service):
+    set_teams(teams_json({"nlp": (1, None), "vision": (3, 8)}, default_team="nlp"))
+    _, lines = mlfleet("submit", *SMALL, "--team", "vision", "--priority", "8")
+    _, defaulted = mlfleet("submit", *SMALL)
+    urgent, routine = ledger().by_submission(submitted(lines))[0], ledger().by_submission(submitted(defaulted))[0]
+    assert (urgent.spec.team, urgent.spec.priority) == ("vision", 8)
+    assert (routine.spec.team, routine.spec.priority) == ("nlp", 5)  # the stack's default team, the default priority
+    _, table = mlfleet("list")
+    rows = {row.split()[0]: row.split() for row in table[1:]}
+    assert rows[urgent.job_id][2:4] == ["vision", "8"] and rows[routine.job_id][2:4] == ["nlp", "5"]
+    _, status = mlfleet("status", urgent.job_id)
+    assert json.loads("\n".join(status))["spec"]["priority"] == 8
+
+
+def test_a_stack_without_its_teams_parameter_is_named(service, capsys):
+    boto3.client("ssm", HOME).delete_parameter(Name=f"/mlfleet/{ENV}/teams")
+    assert mlfleet("submit", *SMALL, "--", "run")[0] == 2
+    assert f"parameter /mlfleet/{ENV}/teams does not exist; run `pulumi up`" in capsys.readouterr().err
 
 
 def test_cancel_a_queued_and_a_running_job_and_cancel_again(service):

@@ -47,7 +47,8 @@ def test_list_shows_the_owner_and_mine_shows_only_mine(service):
     (theirs,) = assign_ids("sub-20261122191103-0b0b0b", [mine.spec])
     assert ledger().put_new(L.new_record(theirs, now=mine.submitted_at, owner="bo@example.com"))
     _, everyone = mlfleet("list")
-    assert {row.split()[4] for row in everyone[1:]} == {"moto", "bo@example.com"}
+    owner = everyone[0].split().index("OWNER")
+    assert {row.split()[owner] for row in everyone[1:]} == {"moto", "bo@example.com"}
     _, only_mine = mlfleet("list", "--mine")
     assert [row.split()[0] for row in only_mine[1:]] == [mine.job_id]
     _, status = mlfleet("status", mine.job_id)

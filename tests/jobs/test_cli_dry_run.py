@@ -114,3 +114,17 @@ def test_the_team_comes_from_the_environment_and_notify_from_what_the_stack_offe
 def test_stack_misuse_is_one_message(argv, message):
     err: list[str] = []
     assert cli.main(argv, out=lambda _: None, err=err.append) == 2 and message in err[0] and len(err) == 1
+
+
+def test_a_dry_run_checks_the_team_against_the_stack_files_teams(monkeypatch, tmp_path):
+    """The stack file's mlfleet:teams as the deployed teams parameter would carry them (teams_document)."""
+    import components.config.stack_file as stack_file
+
+    with_teams = stack_file.stack_path("dev").read_text() + (
+        "  mlfleet:teams:\n    vision: {weight: 3, maxGpus: 4}\n    nlp: {}\n  mlfleet:defaultTeam: nlp\n")
+    (tmp_path / "Pulumi.dev.yaml").write_text(with_teams)
+    monkeypatch.setattr(stack_file, "STACKS_DIR", tmp_path)
+    code, _, err = dry_run("dev", "--image", IMAGE, "--gpus", "1", "--vcpus", "1", "--memory", "1GiB", "--team", "visoin")
+    assert code == 2 and "team='visoin': not a team of this environment (nlp, vision); did you mean vision?" in err[1]
+    code, out, _ = dry_run("dev", "--image", IMAGE, "--gpus", "1", "--vcpus", "1", "--memory", "1GiB", "--priority", "7")
+    assert code == 0 and "; team nlp; priority 7" in out[2]  # the stack's default team

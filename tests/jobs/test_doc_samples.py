@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(Path(__file__).parent)]
 
 from conftest import (ENV, HOME, create_notification_topics, create_queues, create_table,  # noqa: E402
-                      job_service_value, open_admission, publish_job_service)
+                      job_service_value, open_admission, publish_job_service, set_teams, teams_json)
 
 from lambdas.common.aws import reset_clients  # noqa: E402
 from lambdas.jobs import cli  # noqa: E402
@@ -75,6 +75,7 @@ def moto_samples() -> list[str]:
             topics = create_notification_topics()
             publish_job_service(job_service_value(queueUrl=queue, deadLetterQueueUrl=dlq, notifications=topics))
             open_admission()
+            set_teams(teams_json())
             base = ["-e", ENV, "--region", HOME]
             shown = [command([*base, "notify", "subscribe", "ana@example.com"]),
                      command([*base, "submit", "--image", IMAGE, "--gpus", "1", "--vcpus", "4", "--memory", "14GiB",

@@ -23,6 +23,7 @@ from lambdas.job_events.handler import Settings as EventSettings
 from lambdas.job_events.handler import handle as job_event
 from lambdas.jobs import cli
 from lambdas.jobs import ledger as L
+from lambdas.jobs import teams as team_policies
 from lambdas.scheduler import teams
 from lambdas.scheduler.handler import run as run_scheduler
 
@@ -75,7 +76,8 @@ def finish(home, job_id: str, minutes: int) -> None:
                         "stoppedReason": "exited", "containers": [{"name": "job", "exitCode": 0}],
                         "overrides": task["overrides"]}}
     settings = EventSettings(environment=ENV, jobs_table=home["table"], jobs_queue_url=home["queue"],
-                             jobs_dlq_url=home["dlq"], fleets=fleets_json(max_instances=2), rebalance_timeout_minutes=30,
+                             jobs_dlq_url=home["dlq"], fleets=fleets_json(max_instances=2),
+                             rebalance_timeout_minutes=30,
                              notify_email_topic_arn=f"arn:aws:sns:{HOME}:123456789012:mlfleet-{ENV}-job-notifications")
     job_event(event, settings, now=NOW + timedelta(minutes=minutes))
     assert ledger().get(job_id).state == L.SUCCEEDED
@@ -141,23 +143,38 @@ def test_each_teams_decayed_use_is_kept_in_the_ledger_and_never_listed_as_a_job(
     (teams_json({"a": (1, None)}, default_team="b"), "/mlfleet/dev/teams: default_team='b': not one of the teams"),
     (teams_json(half_life_minutes=-1), "share_half_life_minutes=-1: must be a number >= 0"),
 ])
-def test_a_bad_teams_parameter_stops_the_run_naming_the_entry(home, text, fragment):
-    set_teams(text)
-    with pytest.raises(teams.SettingsError) as error:
-        scheduler(home, 0)
+def test_a_bad_teams_parameter_is_one_error_naming_the_entry(text, fragment):
+    with pytest.raises(team_policies.SettingsError) as error:
+        team_policies.parse_teams(text, team_policies.parameter_name(ENV))
     assert fragment in str(error.value)
+
+
+def queued_messages(home) -> int:
+    return int(boto3.client("sqs", HOME).get_queue_attributes(QueueUrl=home["queue"], AttributeNames=[
+        "ApproximateNumberOfMessages"])["Attributes"]["ApproximateNumberOfMessages"])
+
+
+def test_a_malformed_teams_parameter_stops_the_run_before_anything_starts(world):
+    home, service = world
+    job_ids = submit(service, "vision", 2)
+    set_teams(teams_json({"vision": (0, None)}))
+    with pytest.raises(team_policies.SettingsError, match="teams.vision.weight=0"):
+        scheduler(home, 0)
+    assert {ledger().get(j).state for j in job_ids} == {L.QUEUED}
+    assert queued_messages(home) == 2  # not received: no receive counts toward the dead-letter queue
 
 
 def test_a_missing_teams_parameter_stops_the_run_before_anything_starts(world):
     home, service = world
     job_ids = submit(service, "vision", 2)
-    boto3.client("ssm", HOME).delete_parameter(Name=teams.parameter_name(ENV))
-    with pytest.raises(teams.SettingsError, match="parameter /mlfleet/dev/teams does not exist"):
+    boto3.client("ssm", HOME).delete_parameter(Name=team_policies.parameter_name(ENV))
+    with pytest.raises(team_policies.SettingsError, match="parameter /mlfleet/dev/teams does not exist"):
         scheduler(home, 0)
     assert {ledger().get(j).state for j in job_ids} == {L.QUEUED}
 
 
 def test_jobs_of_a_team_the_config_no_longer_lists_count_for_the_default_team():
-    settings = teams.parse_teams(teams_json({"vision": (1, 4), "nlp": (1, None)}, default_team="nlp"))
+    settings = team_policies.parse_teams(teams_json({"vision": (1, 4), "nlp": (1, None)}, default_team="nlp"))
     assert (settings.team_of("vision"), settings.team_of("gone"), settings.team_of(None)) == ("vision", "nlp", "nlp")
-    assert teams.parse_teams(teams_json()).default_team == "default"
+    unlisted = team_policies.parse_teams(teams_json({"vision": (1, 4)}))
+    assert (unlisted.default_team, unlisted.team_of("gone")) == (None, "default")

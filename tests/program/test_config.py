@@ -185,7 +185,7 @@ def test_teams_parse_with_their_defaults_and_quotas_count_every_fleet_region():
 def test_the_teams_parameter_is_what_the_scheduler_reads():
     from components.jobs.jobs import teams_document
     from lambdas.scheduler.planning import Team
-    from lambdas.scheduler.teams import parse_teams
+    from lambdas.jobs.teams import parse_teams
 
     cfg = parse_stack_config(with_values(
         fleets={"gpu4": {"maxInstances": 4, "instanceTypes": ["g6.12xlarge"]}},

@@ -19,7 +19,7 @@ from lambdas.jobs.cli.errors import (
     AWS_FAILED, BROKEN_PIPE, INTERRUPTED, USAGE, CliError, Stopped, aws_message,
 )
 from lambdas.jobs.cli.permissions import ACTIONS, policy
-from lambdas.jobs.cli.service import JobService, discover, from_stack_file
+from lambdas.jobs.cli.service import JobService, discover, from_stack_file, with_teams
 from lambdas.jobs.spec import SpecError, is_job_id
 
 
@@ -49,7 +49,11 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--retry-on-exit-codes", metavar="CODES",
                      help="exit codes that run the job again while attempts remain, e.g. 137,143 (any other non-zero "
                           "exit fails it at once; spot interruptions and host failures are always retried)")
-    sub.add_argument("--team", help="the team the work is for, in cost reports (default $MLFLEET_TEAM)")
+    sub.add_argument("--team", help="the team the work is for: its share of the GPUs and its cost reports; one of the "
+                                    "stack's mlfleet:teams if it lists any (default $MLFLEET_TEAM, then the stack's "
+                                    "default team)")
+    sub.add_argument("--priority", type=int, metavar="0-9",
+                     help="order within the team's queue, higher first (default 5; waiting adds one per hour)")
     sub.add_argument("--notify", action="append", metavar="ADDRESS|slack",
                      help="tell an e-mail address (subscribed once with `mlfleet notify subscribe`) or the "
                           "environment's Slack channel when the whole submission has ended (repeatable)")
@@ -213,7 +217,7 @@ def _service_for_submit(args) -> JobService:
             raise CliError(f"-e {args.environment} and --stack {args.stack} name different environments")
         return from_stack_file(args.stack)
     _required(args, "environment", "region")
-    return discover(args.environment, args.region)
+    return with_teams(discover(args.environment, args.region))
 
 
 def _submit(args, out, err) -> int:

@@ -6,11 +6,13 @@ from lambdas.common.permissions import needs, statements
 from lambdas.jobs import ledger as L
 from lambdas.jobs import queue
 from lambdas.jobs.cli.service import EMAIL_TOPIC_NAME, SCHEDULER_NAME
+from lambdas.jobs.teams import READ_PERMISSIONS as TEAMS_PERMISSIONS
 
 PERMISSIONS = (
     needs("ssm:GetParameter", resources=("arn:{partition}:ssm:{region}:{account}:parameter/mlfleet/{environment}/job-service",
                                          "arn:{partition}:ssm:{region}:{account}:parameter/mlfleet/{environment}/admission"),
           why="find the job service; tell whether jobs are admitted"),
+    *TEAMS_PERMISSIONS,
     *L.USER_PERMISSIONS,
     *queue.SEND_PERMISSIONS,
     needs("lambda:InvokeFunction", resources=("arn:{partition}:lambda:{region}:{account}:function:" + SCHEDULER_NAME,),

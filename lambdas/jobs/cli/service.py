@@ -11,16 +11,18 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from lambdas.common.aws import client
 from lambdas.common.registries import private_registry
+from lambdas.common.settings import SettingsError
 from lambdas.jobs import ledger as L
 from lambdas.jobs import queue
 from lambdas.jobs.cli.errors import CliError
 from lambdas.jobs.fleets import FleetConfig, parse_fleets
 from lambdas.jobs.spec import SLACK, RegionPulls
+from lambdas.jobs.teams import TeamsSettings, parse_teams, read_teams
 
 # What the job-service parameter must name for environment {environment}: the resources the command's
 # policy grants (components/jobs and components/compute name them).
@@ -48,6 +50,10 @@ class JobService:
     notification_topics: Mapping[str, str] = field(default_factory=dict)
     # Where the description came from, when not the deployed stack's parameter (a dry run's stack file).
     source: str | None = None
+    # The stack's teams (mlfleet:teams) and the team of a job that names none; only `submit` reads them
+    # (with_teams): a job names one of the teams when the stack lists any.
+    teams: tuple[str, ...] = ()
+    default_team: str | None = None
 
     @property
     def ledger(self) -> L.Ledger:
@@ -87,6 +93,19 @@ def discover(environment: str, region: str) -> JobService:
                        f"{'; '.join(mismatches)}. Nothing was written; check the parameter (was it "
                        "copied from another stack?) and run `pulumi up` for the stack again")
     return service
+
+
+def with_teams(service: JobService) -> JobService:
+    """The deployed stack's teams, from the parameter the scheduler shares GPUs by (/mlfleet/<env>/teams,
+    lambdas/jobs/teams.py), so that `submit` refuses a team the scheduler would not know."""
+    try:
+        return _teams(service, read_teams(client("ssm", service.region), service.environment))
+    except SettingsError as error:
+        raise CliError(f"{error}") from None
+
+
+def _teams(service: JobService, settings: TeamsSettings) -> JobService:
+    return replace(service, teams=tuple(sorted(settings.teams)), default_team=settings.default_team)
 
 
 def describe(environment: str, value: Mapping, source: str | None = None) -> JobService:
@@ -135,7 +154,7 @@ def from_stack_file(stack: str) -> JobService:
         sys.path.append(str(root))
     try:
         from components.config import ConfigError, StackFileError, parse_stack_config, read_stack_file, stack_path
-        from components.jobs.jobs import job_service_document
+        from components.jobs.jobs import job_service_document, teams_document
     except ImportError as error:
         raise CliError(f"--stack needs the Pulumi program's own packages ({error.name} is missing): in {root}, "
                        "run `make venv` and use venv/bin/mlfleet") from None
@@ -148,7 +167,8 @@ def from_stack_file(stack: str) -> JobService:
                                     dead_letter_queue_url="", ledger_table=L.TABLE_NAME.format(environment=stack),
                                     scheduler_function=SCHEDULER_NAME.format(environment=stack),
                                     admission_parameter=f"/mlfleet/{stack}/admission")
-    return describe(stack, document, source=f"stacks/{path.name}")
+    return _teams(describe(stack, document, source=f"stacks/{path.name}"),
+                  parse_teams(teams_document(cfg), f"stacks/{path.name}"))
 
 
 def checkout_root() -> Path | None:

@@ -27,8 +27,8 @@ from lambdas.jobs import queue
 from lambdas.jobs.cli.errors import CliError, Stopped
 from lambdas.jobs.cli.service import JobService
 from lambdas.jobs.spec import (
-    KEYS, SLACK, SUBMISSION_KEYS, Job, JobSpec, assign_ids, check_overrides, expand, new_submission_id, parse_memory,
-    parse_spec, parse_sweep,
+    DEFAULT_PRIORITY, KEYS, SLACK, SUBMISSION_KEYS, Job, JobSpec, assign_ids, check_overrides, expand,
+    new_submission_id, parse_memory, parse_spec, parse_sweep,
 )
 
 PROGRESS_FROM = 1_000
@@ -105,7 +105,8 @@ def spec_document(args, environment: Mapping[str, str] = os.environ) -> dict:
     $MLFLEET_TEAM."""
     document: dict = read_spec_file(args.file) if args.file else {}
     flags = {"image": args.image, "gpus": args.gpus, "vcpus": args.vcpus, "instance_type_pattern": args.instance_type_pattern,
-             "lifecycle": args.lifecycle, "max_attempts": args.max_attempts, "team": args.team}
+             "lifecycle": args.lifecycle, "max_attempts": args.max_attempts, "team": args.team,
+             "priority": args.priority}
     document.update({k: v for k, v in flags.items() if v is not None})
     if args.memory is not None:
         document["memory_mib"] = parse_memory(args.memory)
@@ -158,7 +159,8 @@ def prepare(service: JobService, document: Mapping, *, sweep: Mapping[str, Seque
     spec = parse_spec(document, fleet_regions=service.fleet_regions(), catalog=load_catalog(),
                       default_max_attempts=service.default_max_attempts, fleet_types=service.fleet_types(),
                       pulls=service.regions, notify_channels=tuple(service.notification_topics),
-                      environment=service.environment)
+                      environment=service.environment, teams=service.teams,
+                      default_team=service.default_team)
     jobs = assign_ids(new_submission_id(now), expand(spec, sweep=sweep, batches=batches))
     check_overrides(jobs)  # ECS's 8,192 characters: refused here, not five failed starts later
     return jobs
@@ -186,6 +188,8 @@ def _size(spec: JobSpec, fleet_regions: Sequence[str]) -> str:
         parts.append(f"types matching {spec.instance_type_pattern!r}")
     if spec.team:
         parts.append(f"team {spec.team}")
+    if spec.priority != DEFAULT_PRIORITY:
+        parts.append(f"priority {spec.priority}")
     if spec.notify:
         parts.append(f"notify {', '.join(spec.notify)} when the submission ends")
     return "; ".join(parts)

@@ -60,9 +60,9 @@ def _where(record: L.JobRecord) -> str:
 
 
 def table(records: Sequence[L.JobRecord]) -> str:
-    rows = [("JOB", "STATE", "ATTEMPT", "RUNS", "OWNER", "WHERE", "LAST REASON")]
-    rows += [(r.job_id, r.state, str(r.attempt), f"{r.runs}/{r.spec.max_attempts}", r.owner or "-", _where(r),
-              r.last_reason[:80]) for r in records]
+    rows = [("JOB", "STATE", "TEAM", "PRI", "ATTEMPT", "RUNS", "OWNER", "WHERE", "LAST REASON")]
+    rows += [(r.job_id, r.state, r.spec.team or "-", str(r.spec.priority), str(r.attempt),
+              f"{r.runs}/{r.spec.max_attempts}", r.owner or "-", _where(r), r.last_reason[:80]) for r in records]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join("  ".join([c.ljust(w) for c, w in zip(row, widths)] + [row[-1]]).rstrip() for row in rows)
 
