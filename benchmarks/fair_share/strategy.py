@@ -19,7 +19,9 @@ from collections.abc import Mapping, Sequence
 from benchmarks.fair_share.trace import TeamJob
 from benchmarks.scheduler.simulate import Box, InstanceType, JobState, Simulation
 from lambdas.common.catalog import load_catalog
-from lambdas.scheduler.planning import Fleet, JobRequest, Limits, Machine, Reservation, Shares, Team, decayed_usage, plan
+from lambdas.scheduler.planning import (
+    Fleet, JobRequest, Limits, Machine, Reservation, Shares, Team, decayed_usage, plan,
+)
 
 FLEET = "gpu4"
 INSTANCE_TYPE = "g6.12xlarge"

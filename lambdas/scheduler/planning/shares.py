@@ -167,7 +167,8 @@ class _Room:
             spent = self.limits.max_hourly_usd - self.budget
             return (f"no room, and buying an instance for it would pass the cap of "
                     f"${self.limits.max_hourly_usd:g}/h (now ${spent:.2f}/h)")
-        i = min(affordable, key=lambda i: (self.options[i].price, self.options[i].fleet.region, self.options[i].fleet.fleet))
+        i = min(affordable, key=lambda n: (self.options[n].price, self.options[n].fleet.region,
+                                           self.options[n].fleet.fleet))
         option = self.options[i]
         key = f"new:{option.fleet.asg_name}:{self.bought}"
         self.bought += 1
