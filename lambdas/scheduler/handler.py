@@ -87,9 +87,8 @@ PERMISSIONS = (
 )
 
 MAX_MESSAGES = 100
-# Queued jobs read per run (oldest first); more wait for the next run. Two whole submissions' worth, so
-# that one team's largest submission never hides another team's jobs, nor a later job of higher priority.
-MAX_PENDING = 20_000
+# Pending jobs read per run (oldest first); more wait for the next run.
+MAX_PENDING = 5_000
 # Acting stops with this much Lambda time left, leaving the rest of the plan to the next run.
 ACT_RESERVE_MS = 20_000
 # A claim not confirmed by a started task within this long is looked up and released.

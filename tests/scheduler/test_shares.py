@@ -223,7 +223,7 @@ def worlds(draw, teams=TEAMS):
     return jobs, machines, fleets, limits, configured
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(worlds())
 def test_no_team_ever_holds_more_than_its_quota(world):
     jobs, machines, fleets, limits, configured = world
@@ -245,7 +245,7 @@ def test_no_team_ever_holds_more_than_its_quota(world):
     assert sorted([p.job_id for p in result.placements] + waiting) == sorted(j.job_id for j in jobs)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(worlds())
 def test_kept_machines_get_nothing_and_are_the_closest_to_fitting(world):
     jobs, machines, fleets, limits, configured = world
@@ -258,7 +258,7 @@ def test_kept_machines_get_nothing_and_are_the_closest_to_fitting(world):
         assert 1 <= kept.free_gpus < FOUR.gpus and not kept.rebalance_recommended
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.integers(0, 40), st.lists(st.integers(0, 4), max_size=8), st.sampled_from([1, 2, 4]))
 def test_a_single_team_without_a_quota_uses_every_slot(count, free, gpus):
     """Jobs alike and no fleet to buy: every slot of every machine runs one, as without the stage."""
