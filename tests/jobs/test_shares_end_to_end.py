@@ -16,10 +16,10 @@ from datetime import datetime, timedelta, timezone
 import boto3
 import pytest
 from conftest import (
-    CLUSTER, ENV, FAMILY, HOME, build_fleet, fleets_json, open_admission, scheduler_settings, set_teams, teams_json,
+    CLUSTER, ENV, FAMILY, HOME, build_fleet, event_settings, fleets_json, open_admission, scheduler_settings, set_teams,
+    teams_json,
 )
 
-from lambdas.job_events.handler import Settings as EventSettings
 from lambdas.job_events.handler import handle as job_event
 from lambdas.jobs import cli
 from lambdas.jobs import ledger as L
@@ -75,11 +75,7 @@ def finish(home, job_id: str, minutes: int) -> None:
                         "lastStatus": "STOPPED", "desiredStatus": "STOPPED", "stopCode": "EssentialContainerExited",
                         "stoppedReason": "exited", "containers": [{"name": "job", "exitCode": 0}],
                         "overrides": task["overrides"]}}
-    settings = EventSettings(environment=ENV, jobs_table=home["table"], jobs_queue_url=home["queue"],
-                             jobs_dlq_url=home["dlq"], fleets=fleets_json(max_instances=2),
-                             rebalance_timeout_minutes=30,
-                             notify_email_topic_arn=f"arn:aws:sns:{HOME}:123456789012:mlfleet-{ENV}-job-notifications")
-    job_event(event, settings, now=NOW + timedelta(minutes=minutes))
+    job_event(event, event_settings(home, fleets_json(max_instances=2)), now=NOW + timedelta(minutes=minutes))
     assert ledger().get(job_id).state == L.SUCCEEDED
 
 
