@@ -14,7 +14,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 import boto3
-from jobs.conftest import ASG, CLUSTER, FAMILY, HOME, build_fleet, create_queues, create_table, open_admission, scheduler_settings
+from jobs.conftest import (
+    ASG, CLUSTER, FAMILY, HOME, build_fleet, create_queues, create_table, open_admission, scheduler_settings, set_teams,
+    teams_json,
+)
 from removal.world import aws, record_calls
 
 from lambdas.common.catalog import load_catalog
@@ -44,6 +47,7 @@ def home_world() -> dict:
     create_table(HOME)
     queue, dlq = create_queues(HOME)
     open_admission()
+    set_teams(teams_json())  # the stack always writes its teams parameter; none listed
     return {"table": "mlfleet-dev-jobs", "queue": queue, "dlq": dlq}
 
 
