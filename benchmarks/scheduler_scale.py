@@ -248,8 +248,10 @@ class Account:
         return {"MessageId": "dead-letter", "MD5OfMessageBody": "0" * 32}
 
     def ssm_GetParameter(self, region, p):
-        return {"Parameter": {"Name": p["Name"], "Type": "String", "Version": 1,
-                              "Value": json.dumps({"state": "open", "reason": "bench", "changedAt": "2026-11-01"})}}
+        # The teams parameter as a stack without teams writes it (components/jobs teams_document); else admission.
+        value = ({"teams": {}, "default_team": None, "share_half_life_minutes": 60} if p["Name"].endswith("/teams")
+                 else {"state": "open", "reason": "bench", "changedAt": "2026-11-01"})
+        return {"Parameter": {"Name": p["Name"], "Type": "String", "Version": 1, "Value": json.dumps(value)}}
 
     def sns_Publish(self, region, p):
         return {"MessageId": "alert"}

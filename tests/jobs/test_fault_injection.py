@@ -39,7 +39,7 @@ from types import SimpleNamespace
 import pytest
 from conftest import (
     ASG, CLUSTER, ENV, FAMILY, HOME, aws_client, build_fleet, create_queues, create_table, fleets_json,
-    open_admission, scheduler_settings,
+    open_admission, scheduler_settings, set_teams, teams_json,
 )
 from faults import KINDS, Faults
 from moto import mock_aws
@@ -140,6 +140,7 @@ def scheduler_world(home, variant: str = "main") -> dict:
     ec2.create_tags(Resources=[a_id], Tags=[{"Key": tag_keys.EMPTY_SINCE,
                                              "Value": (NOW - timedelta(hours=1)).isoformat(timespec="seconds")}])
     open_admission()
+    set_teams(teams_json())  # the stack always writes its teams parameter; none listed
     alert_topic()
     jobs = [put_job(0, spec()), put_job(1, spec(secrets={"WANDB_API_KEY": SECRET})), put_job(2, spec(gpus=4)),
             put_job(3, spec(gpus=4))]  # the last has no room: an instance is bought for it
