@@ -49,8 +49,8 @@ def parameter_name(environment: str) -> str:
 
 
 def read_teams(ssm, environment: str) -> TeamsSettings:
-    """The stack's teams; SettingsError when the parameter is missing or malformed (the scheduler stops:
-    placing jobs without the quotas would break them)."""
+    """The stack's teams; SettingsError when the parameter is missing or malformed (the scheduler then
+    starts and buys nothing that run: placing jobs without the quotas would break them)."""
     name = parameter_name(environment)
     try:
         value = ssm.get_parameter(Name=name)["Parameter"]["Value"]

@@ -63,6 +63,7 @@ from lambdas.jobs import queue
 from lambdas.jobs.fleets import FleetConfig, parse_fleets, regions
 from lambdas.jobs.quarantine import Quarantine, alert_new
 from lambdas.jobs.teams import TeamsSettings, read_teams
+from lambdas.jobs.teams import parameter_name as teams_parameter_name
 from lambdas.removal.execute import LedgerSource
 from lambdas.scheduler import actions, releases, state, teams
 from lambdas.scheduler.planning import (
@@ -161,9 +162,6 @@ def run(settings: Settings, remaining_ms: Callable[[], int], now: datetime | Non
     now = now or datetime.now(timezone.utc)
     stamp = now.timestamp()
     fleets = parse_fleets(settings.fleets)
-    # Before any message is received: a run stopped by a missing or malformed teams parameter leaves the
-    # queue untouched (no receive counts toward the dead-letter queue).
-    team_settings = read_teams(client("ssm"), settings.environment)
     catalog = load_catalog()
     ledger = L.Ledger(client("dynamodb"), settings.jobs_table)
     sqs = client("sqs")
@@ -177,7 +175,7 @@ def run(settings: Settings, remaining_ms: Callable[[], int], now: datetime | Non
                                           remaining_ms=remaining_ms)
     to_delete = triage_messages(received, ledger, quarantine, stamp, summary)
     summary["recovered"] = recover_starting(ledger, settings, stamp, summary)
-    shares = team_shares(team_settings, ledger, stamp)
+    shares = read_team_shares(settings, ledger, stamp, summary)
 
     flag = read_admission(settings, summary)
     pending: list[L.JobRecord] = []
@@ -185,9 +183,10 @@ def run(settings: Settings, remaining_ms: Callable[[], int], now: datetime | Non
         pending = ledger.by_state(L.QUEUED, limit=MAX_PENDING)
     if not flag.is_open:
         log_decision("admission-closed", pending=len(pending), reason=flag.reason)
+    starts_allowed = flag.is_open and shares is not None
     # Every run reads the fleets, pending jobs or not: the empty machines it bought are given back when
     # nothing waits (lambdas/scheduler/releases.py), and admission closed stops starts, not releases.
-    place_and_scale(settings, fleets, catalog, ledger, quarantine, pending if flag.is_open else [], remaining_ms, now, summary,
+    place_and_scale(settings, fleets, catalog, ledger, quarantine, pending if starts_allowed else [], remaining_ms, now, summary,
                     held, shares)
 
     summary["quarantined"].extend(quarantine.sweep(stamp, summary["errors"]))
@@ -309,6 +308,17 @@ def recover_one(ledger: L.Ledger, settings: Settings, record: L.JobRecord, now: 
     log_decision("recover-starting", job_id=record.job_id, attempt=record.attempt, task_found=bool(mine),
                  tasks=len(mine), applied=outcome.applied, to_state=outcome.record.state if outcome.record else None)
     return outcome.applied
+
+
+def read_team_shares(settings: Settings, ledger: L.Ledger, now: float, summary: dict) -> Shares | None:
+    """The teams' shares, or None when this run cannot know them (the teams parameter missing, malformed
+    or unreadable, or the ledger's use item unreadable): then nothing is started or bought this run, since
+    placing without the quotas would break them, and everything else the run does goes on (messages,
+    recovery, releases, quarantine). The error is in the run's summary and log."""
+    with per_item("read-teams-failed", summary["errors"], parameter=teams_parameter_name(settings.environment)):
+        return team_shares(read_teams(client("ssm"), settings.environment), ledger, now)
+    log_decision("starts-held", reason="the teams and their shares are unknown this run")
+    return None
 
 
 def team_shares(settings: TeamsSettings, ledger: L.Ledger, now: float) -> Shares:

@@ -138,6 +138,18 @@ def test_a_large_job_keeps_the_machine_closest_to_fitting_it_from_small_ones():
     assert "i-m1 (g6.12xlarge, us-east-1) is kept for it" in dict(result.waiting)["b1"]
 
 
+@pytest.mark.parametrize("state", ["draining", "removing"])
+def test_a_machine_on_its_way_out_is_never_kept_for_a_job(state):
+    """Draining (AWS) and being removed (docs/removal.md) machines take no job, so none is kept for one:
+    the next closest machine is."""
+    jobs = [job("b1", "b", gpus=4), job("a1", "a")]
+    machines = [machine("m1", free_gpus=3, **{state: True}), machine("m2", free_gpus=2)]
+    result = plan(jobs, machines, [fleet()], CATALOG, LIMITS,
+                  shares=shares({"a": (), "b": ()}, held_gpus={"a": 6, "b": 0}))
+    assert "i-m2 (g6.12xlarge, us-east-1) is kept for it" in dict(result.waiting)["b1"]
+    assert all(p.machine_key != "m1" for p in result.placements)
+
+
 def test_a_single_team_keeps_one_machine_for_its_first_waiting_job_and_fills_the_rest():
     jobs = [job("big1", "a", gpus=4, priority=9), job("big2", "a", gpus=4, priority=9, at=1),
             *(job(f"small{n}", "a", at=n) for n in range(8))]
