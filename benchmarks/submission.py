@@ -168,6 +168,9 @@ def run(jobs: int, stock_moto: bool) -> dict:
                         "instance_types": ["g6.2xlarge", "g5.2xlarge"]}],
             "images": {"account": ACCOUNT, "cachePrefix": f"mlfleet/{ENV}", "regionsWithoutEgress": []},
             "notifications": {"email": topic, "slack": None}}))
+        # The teams parameter as a stack without teams writes it (components/jobs/jobs.py teams_document).
+        boto3.client("ssm", HOME).put_parameter(Name=f"/mlfleet/{ENV}/teams", Type="String", Value=json.dumps(
+            {"teams": {}, "default_team": None, "share_half_life_minutes": 60}))
         calls: dict[str, int] = {}
         marks: dict[str, float] = {}
         start, cpu_start = time.perf_counter(), time.process_time()
@@ -181,10 +184,13 @@ def run(jobs: int, stock_moto: bool) -> dict:
         for service in ("dynamodb", "sqs", "lambda", "ssm", "sts"):
             client(service, HOME).meta.events.register("before-call", count)
         out: list[str] = []
+        errors: list[str] = []
         code = cli.main(["-e", ENV, "--region", HOME, "submit", "--image", "ghcr.io/team/infer:7", "--gpus", "1",
                          "--vcpus", "4", "--memory", "16GiB", "--batches", f"0:{jobs}:1", "--",
-                         "python", "infer.py", "--shard", "{start}"], out=out.append, err=lambda _: None)
+                         "python", "infer.py", "--shard", "{start}"], out=out.append, err=errors.append)
         total, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+        if code != 0 or not out:
+            raise SystemExit(f"mlfleet submit failed (exit {code}): {' '.join(errors)[-600:]}")
         written = len(cli.discover(ENV, HOME).ledger.by_submission(out[0].split(":")[0]))
     return {"jobs": jobs, "exit_code": code, "jobs_in_ledger": written, "seconds_total": round(total, 2),
             "cpu_seconds_total": round(cpu, 2),
