@@ -20,6 +20,20 @@ from pathlib import Path
 
 CATALOG_PATH = Path(__file__).with_name("data") / "instance_catalog.json"
 
+# GPU memory a job sharing a GPU (ECS's `nvidiaMps` sharing strategy) may be planned onto, per GPU: the
+# smaller of the stated and the API figure, less what the GPU and its driver keep. ECC on GDDR memory
+# takes 6.25% of it (CUDA C++ Best Practices Guide, "Device Memory Spaces": "On GPUs with GDDR memory with
+# ECC enabled the available DRAM is reduced by 6.25%"), and the driver keeps a little more: a g4dn's T4
+# (16,384 MiB) reports 15,079 MiB in nvidia-smi (forums.developer.nvidia.com/t/173099), 92.0% of it. ECS
+# places `nvidiaMps` containers by the total its agent reports, which "can be less than the nominal memory
+# of the GPU" (ECS API reference, GpuDevice.totalMemoryInMiB): planning at 92% keeps a purchase within it.
+# A live machine's own report, when ECS gives one, bounds it further (lambdas/scheduler/state.py).
+SHAREABLE_GPU_MEMORY_SHARE = 0.92
+# GPUs ECS cannot share with MPS: fractional vGPU slices ("GPU sharing does not work on ... G6f fractional
+# GPU instances": the ECS developer guide's GPU sharing page; the ECS agent refuses to advertise
+# ecs.capability.gpu-sharing-mps on an instance with an NVIDIA vGPU slice, agent/gpu/nvidia_gpu_manager.go).
+VGPU_FAMILIES = ("g6f", "gr6f")
+
 # Memory the ECS agent, the Docker daemon and the OS keep for themselves; a task can never use it.
 # Matches ECS_RESERVED_MEMORY in the fleet's user data plus the kernel's share (~4% on these types).
 ECS_RESERVED_MEMORY_MIB = 1024
@@ -77,6 +91,15 @@ class InstanceType:
     @property
     def schedulable_vcpus(self) -> int:
         return self.vcpus
+
+    @property
+    def shareable_gpu_memory_mib(self) -> int:
+        """GPU memory per GPU that jobs sharing it may be planned onto (0: its GPUs cannot be shared)."""
+        if self.family in VGPU_FAMILIES:
+            return 0
+        stated = self.gpu_memory_gib * 1024
+        nominal = min(stated, self.gpu_memory_mib) if self.gpu_memory_mib else stated
+        return int(nominal * SHAREABLE_GPU_MEMORY_SHARE)
 
     def regions(self) -> tuple[str, ...]:
         return tuple(region for region, _, _ in self.prices)

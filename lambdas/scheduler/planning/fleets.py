@@ -1,7 +1,7 @@
 """Fleets as things to buy: a box of the capacity every type of the fleet guarantees, at its worst price.
 
 The group may launch any of its types, so a new instance is planned as the component-wise minimum of
-their capacities, priced at the dearest (spot price for a spot fleet, on-demand for an on-demand or a
+their capacities (and of their GPUs' shareable memory), priced at the dearest (spot price for a spot fleet, on-demand for an on-demand or a
 mixed one). A job may use a fleet only if every type of the fleet matches its pattern, the region is
 one it accepts, and the fleet's lifecycle is the one it insists on (a mixed fleet promises none).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from lambdas.scheduler.planning.constraints import Patterns, capacity_of
+from lambdas.scheduler.planning.constraints import Patterns, capacity_of, holds, shareable_memory
 from lambdas.scheduler.planning.model import Fleet, JobRequest, Machine, Resources
 
 
@@ -22,6 +22,11 @@ class Option:
     capacity: Resources
     price: float
     room: int  # instances the cap still allows
+    gpu_memory: int = 0  # shareable memory per GPU of any instance it launches (0: cannot share)
+
+    def holds(self, job: JobRequest) -> bool:
+        """Does one instance of the fleet, empty, hold the job (size, and a GPU it may share)?"""
+        return holds(self.capacity, self.gpu_memory, job)
 
 
 def fleet_lifecycle(fleet: Fleet) -> str | None:
@@ -46,13 +51,21 @@ def guaranteed_capacity(catalog, fleet: Fleet) -> Resources:
     return (min(c[0] for c in capacities), min(c[1] for c in capacities), min(c[2] for c in capacities))
 
 
+def guaranteed_gpu_memory(catalog, fleet: Fleet) -> int:
+    """Shareable memory per GPU any instance of the fleet has (0 when one of its types, or its AMI, cannot share)."""
+    if not fleet.gpu_sharing:
+        return 0
+    return min(shareable_memory(catalog, t) for t in fleet.instance_types)
+
+
 def purchase_options(fleets: Sequence[Fleet], catalog, prices) -> list[Option]:
     options = []
     for fleet in sorted(fleets, key=lambda f: (f.region, f.fleet)):
         lifecycle = fleet_lifecycle(fleet)
         price = max(worst_price(catalog, prices, fleet.region, t, lifecycle) for t in fleet.instance_types)
         room = max(0, fleet.max_instances - fleet.current_instances - fleet.pending_instances)
-        options.append(Option(fleet, guaranteed_capacity(catalog, fleet), price, room))
+        options.append(Option(fleet, guaranteed_capacity(catalog, fleet), price, room,
+                              guaranteed_gpu_memory(catalog, fleet)))
     return options
 
 
@@ -70,4 +83,4 @@ def box_machine(catalog, option: Option, key: str) -> Machine:
     fleet = option.fleet
     smallest = min(fleet.instance_types, key=lambda t: capacity_of(catalog, t))
     return Machine(key, "", fleet.region, fleet.fleet, smallest, "", fleet_lifecycle(fleet) or "mixed",
-                   *option.capacity, option.price)
+                   *option.capacity, option.price, gpu_memory_mib=option.gpu_memory)

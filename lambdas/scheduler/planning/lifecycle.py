@@ -24,7 +24,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
-from lambdas.scheduler.planning.constraints import Patterns, demand_of, fits
+from lambdas.scheduler.planning.constraints import Patterns, demand_of, fits, gpu_room, gpu_share
 from lambdas.scheduler.planning.fleets import Option, fleet_lifecycle, may_run
 from lambdas.scheduler.planning.model import JobRequest, Machine
 
@@ -88,19 +88,22 @@ def choose_lifecycles(jobs: Iterable[JobRequest], options: Sequence[Option], mac
             chosen.append(job)
             continue
         need = demand_of(job)
-        spot = [o for o in spot_options if may_run(job, o, patterns) and fits(o.capacity, need)]
-        demand_side = [o for o in on_demand_room if may_run(job, o, patterns) and fits(o.capacity, need)]
+        spot = [o for o in spot_options if may_run(job, o, patterns) and o.holds(job)]
+        demand_side = [o for o in on_demand_room if may_run(job, o, patterns) and o.holds(job)]
         live = [m for m in on_demand_live if patterns.accepts(job, m.instance_type, m.region, m.lifecycle)
-                and fits((m.free_gpus, m.free_vcpus, m.free_memory_mib), need)]
+                and fits((m.free_gpus, m.free_vcpus, m.free_memory_mib), need)
+                and gpu_room(m.free_gpus, m.shared_gpus, m.gpu_memory_mib, job)]
         if not spot or not (demand_side or live):
             chosen.append(job)
             continue
-        # Per GPU-hour of the cheapest box of each kind: what the job pays is its share of a box.
-        cheapest_spot = min(spot, key=lambda o: o.price / max(1, o.capacity[0]))
+        # Per GPU-hour of the cheapest box of each kind: what the job pays is its share of a box (the part
+        # of a GPU its memory is, for a job sharing one).
+        cheapest_spot = min(spot, key=lambda o: o.price * gpu_share(job, o.gpu_memory) / max(1, o.capacity[0]))
         rate = max(rate_of(cheapest_spot.fleet.region, t) for t in cheapest_spot.fleet.instance_types)
-        spot_share = cheapest_spot.price * job.gpus / max(1, cheapest_spot.capacity[0])
-        od_prices = [o.price * job.gpus / max(1, o.capacity[0]) for o in demand_side] + \
-                    [m.price_per_hour * job.gpus / max(1, catalog.get(m.instance_type).gpus) for m in live]
+        spot_share = cheapest_spot.price * gpu_share(job, cheapest_spot.gpu_memory) / max(1, cheapest_spot.capacity[0])
+        od_prices = [o.price * gpu_share(job, o.gpu_memory) / max(1, o.capacity[0]) for o in demand_side] + \
+                    [m.price_per_hour * gpu_share(job, m.gpu_memory_mib) / max(1, catalog.get(m.instance_type).gpus)
+                     for m in live]
         runtime = job.runtime.seconds
         if on_demand_cost(min(od_prices), runtime, boot_s) < spot_cost_to_finish(
                 spot_share, runtime, rate, job.checkpoint_interval_s, max(1, job.attempts_left), boot_s):

@@ -55,6 +55,13 @@ class JobRequest:
     attempts_left: int = 1  # runs it may still start, counting the next one
     team: str | None = None  # None, or a team the config no longer lists: the default team (shares.py)
     priority: int = 5  # 0-9, higher first within its team (lambdas/jobs/spec.py DEFAULT_PRIORITY)
+    # With `gpus` 0: the job shares one GPU with others (ECS `nvidiaMps`), asking this much of its memory.
+    # With `gpus` 1: a purchase bundle of such jobs (purchase.py), needing a GPU that can share this much.
+    gpu_memory_mib: int = 0
+
+    @property
+    def shares_gpu(self) -> bool:
+        return self.gpus == 0 and self.gpu_memory_mib > 0
 
 
 @dataclass(frozen=True)
@@ -82,6 +89,11 @@ class Machine:
     protected: bool = False  # `mlfleet:keep-alive` protects it
     # When its running jobs are expected to have ended (epoch seconds); None when any is unknown.
     busy_until: float | None = None
+    # GPU sharing (ECS `nvidiaMps`): the memory of each GPU jobs sharing it may use (0: the machine cannot
+    # share: its type, or no `ecs.capability.gpu-sharing-mps`), and what is left on each GPU that already
+    # runs sharing jobs. Those GPUs are not in `free_gpus`, and take only sharing jobs.
+    gpu_memory_mib: int = 0
+    shared_gpus: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -101,6 +113,9 @@ class Fleet:
     # Instances of the group a removal is draining (tagged `mlfleet:removing`): neither usable nor
     # launching; they count against the disruption budget until terminated.
     removing_instances: int = 0
+    # False when the group's machines cannot share GPUs whatever their types (its AMI does not advertise
+    # `ecs.capability.gpu-sharing-mps`): nothing is bought from it for jobs that share a GPU.
+    gpu_sharing: bool = True
 
 
 @dataclass(frozen=True)

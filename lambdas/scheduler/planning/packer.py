@@ -22,7 +22,9 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from lambdas.scheduler.planning.constraints import capacity_of, constraint_key, demand_of, fits, weighted_share
+from lambdas.scheduler.planning.constraints import (
+    capacity_of, constraint_key, demand_of, fits, gpu_room, gpu_share, take_gpu, weighted_share,
+)
 from lambdas.scheduler.planning.model import JobRequest, Machine, Resources
 
 REBALANCE_PENALTY = 0.5  # below any healthy machine: used only when nothing else fits
@@ -53,13 +55,22 @@ def time_bucket(busy_until: float | None, now: float) -> int | None:
 class Bin:
     """A machine's remaining room while planning."""
     machine: Machine
-    free: list  # [GPUs, vCPUs, MiB]
+    free: list  # [whole GPUs, vCPUs, MiB]
     capacity: Resources
     price_per_gpu: float
     busy_until: float | None = None  # when its jobs are expected to end; None when unknown
+    shared: list = field(default_factory=list)  # MiB left on each GPU shared by jobs (ECS nvidiaMps)
+    gpu_memory: int = 0  # shareable memory per GPU (0: cannot share)
 
     def fullness(self) -> float:
-        return 1.0 - weighted_share(self.capacity, self.free)
+        gpus_free = self.free[0] + (sum(self.shared) / self.gpu_memory if self.gpu_memory else 0.0)
+        return 1.0 - weighted_share(self.capacity, (gpus_free, self.free[1], self.free[2]))
+
+    def fits(self, job: JobRequest, need: Resources) -> bool:
+        return fits(self.free, need) and gpu_room(self.free[0], self.shared, self.gpu_memory, job)
+
+    def untouched(self) -> bool:
+        return self.free[0] >= self.capacity[0] and not self.shared
 
     def rank(self) -> tuple:
         # Order inside a bucket: fullest first, then the cheaper GPU-hour, then the key (deterministic).
@@ -69,7 +80,7 @@ class Bin:
 @dataclass
 class Group:
     """Machines alike for every job: same fleet and type (so same capacity), zone, lifecycle, rebalance,
-    and time bucket.
+    GPU sharing, and time bucket.
 
     Inside a group a job's fitness on a machine is the machine's fullness plus a term that depends only
     on the job and the type, so the best machine of a group is the fullest one that fits. Buckets by
@@ -82,6 +93,7 @@ class Group:
     pool: tuple[str, str, str]
     rebalance: bool
     capacity: Resources
+    gpu_memory: int = 0  # shareable memory per GPU of its machines (0: they cannot share)
     buckets: dict[int, list] = field(default_factory=dict)  # free GPUs -> sorted [(rank, Bin)]
 
     def add(self, bin_: Bin) -> None:
@@ -93,13 +105,13 @@ class Group:
         if not bucket:
             del self.buckets[int(bin_.free[0])]
 
-    def best_fit(self, need: Resources) -> Bin | None:
+    def best_fit(self, job: JobRequest, need: Resources) -> Bin | None:
         best = None
         for free_gpus, bucket in self.buckets.items():
-            if free_gpus < need[0]:
+            if free_gpus < need[0]:  # a job sharing a GPU needs no whole one: every bucket may hold it
                 continue
             for rank, _, bin_ in bucket:
-                if fits(bin_.free, need):
+                if bin_.fits(job, need):
                     if best is None or rank < best[0]:
                         best = (rank, bin_)
                     break
@@ -129,15 +141,19 @@ class Packer:
     def _group(self, machine: Machine, capacity: Resources, busy_until: float | None) -> Group:
         pool = (machine.region, machine.instance_type, machine.availability_zone)
         bucket = time_bucket(busy_until, self._timing.now) if self._timing else None
-        key = (machine.fleet, *pool, machine.lifecycle, machine.rebalance_recommended, bucket)
+        key = (machine.fleet, *pool, machine.lifecycle, machine.rebalance_recommended, machine.gpu_memory_mib, bucket)
         group = self._groups.get(key)
         if group is None:
             group = self._groups[key] = Group(machine.fleet, machine.instance_type, machine.region,
-                                              machine.lifecycle, pool, machine.rebalance_recommended, capacity)
+                                              machine.lifecycle, pool, machine.rebalance_recommended, capacity,
+                                              machine.gpu_memory_mib)
             for job, groups in self._eligible.values():
-                if self._accepts(job, group):
+                if self._eligible_group(job, group):
                     groups.append(group)
         return group
+
+    def _eligible_group(self, job: JobRequest, group: Group) -> bool:
+        return (not job.shares_gpu or group.gpu_memory > 0) and self._accepts(job, group)
 
     def add(self, machine: Machine) -> None:
         pool = (machine.region, machine.instance_type, machine.availability_zone)
@@ -146,14 +162,16 @@ class Packer:
         if machine.draining or machine.removing:
             return  # never placed onto: being drained by AWS or by a removal
         capacity = capacity_of(self._catalog, machine.instance_type)
-        # Every job holds a GPU, so all GPUs free means no job runs there (GPUs come from the catalog).
-        empty = machine.free_gpus >= capacity[0] and not machine.submissions
+        # Every job holds a GPU, whole or shared, so all GPUs free and none shared means no job runs there
+        # (GPUs come from the catalog).
+        empty = machine.free_gpus >= capacity[0] and not machine.shared_gpus and not machine.submissions
         busy_until = None
         if self._timing is not None:
             busy_until = self._timing.now if empty else machine.busy_until
         group = self._group(machine, capacity, busy_until)
         bin_ = Bin(machine, [machine.free_gpus, machine.free_vcpus, machine.free_memory_mib], capacity,
-                   machine.price_per_hour / max(1, capacity[0]), busy_until)
+                   machine.price_per_hour / max(1, capacity[0]), busy_until, list(machine.shared_gpus),
+                   machine.gpu_memory_mib)
         group.add(bin_)
         self._bins[machine.key] = (group, bin_)
         if empty and not machine.rebalance_recommended:
@@ -168,7 +186,7 @@ class Packer:
         keys = self._empty.get((region, fleet), [])
         while keys:
             group, bin_ = self._bins[keys.pop(0)]
-            if bin_.free[0] >= group.capacity[0]:  # still untouched
+            if bin_.untouched():
                 return bin_.machine
         return None
 
@@ -176,14 +194,15 @@ class Packer:
         """Place the job on this machine if it may run there and fits (reservations choose the machine)."""
         group, bin_ = self._bins[key]
         need = demand_of(job)
-        if not self._accepts(job, group) or not fits(bin_.free, need):
+        if not self._eligible_group(job, group) or not bin_.fits(job, need):
             return False
         self._take(group, bin_, job, need)
         return True
 
     def _take(self, group: Group, bin_: Bin, job: JobRequest, need: Resources) -> None:
         group.remove(bin_, bin_.rank())
-        bin_.free = [bin_.free[0] - need[0], bin_.free[1] - need[1], bin_.free[2] - need[2]]
+        gpus = take_gpu(bin_.free[0], bin_.shared, bin_.gpu_memory, job)
+        bin_.free = [gpus, bin_.free[1] - need[1], bin_.free[2] - need[2]]
         if self._timing is not None and bin_.busy_until is not None:
             busy_until = None if job.runtime is None else max(bin_.busy_until, self._timing.now + job.runtime.seconds)
             if time_bucket(busy_until, self._timing.now) != time_bucket(bin_.busy_until, self._timing.now):
@@ -197,7 +216,7 @@ class Packer:
     def _groups_for(self, job: JobRequest) -> list[Group]:
         key = constraint_key(job)
         if key not in self._eligible:
-            self._eligible[key] = (job, [g for g in self._groups.values() if self._accepts(job, g)])
+            self._eligible[key] = (job, [g for g in self._groups.values() if self._eligible_group(job, g)])
         return self._eligible[key][1]
 
     def _extension_penalty(self, job: JobRequest, bin_: Bin) -> float | None:
@@ -215,12 +234,12 @@ class Packer:
 
     def place(self, job: JobRequest) -> Machine | None:
         need = demand_of(job)
-        memo_key = constraint_key(job)
-        if any(fits(need, small) for small in self._no_room.get(memo_key, ())):
+        memo_key, size = constraint_key(job), (*need, job.gpu_memory_mib)
+        if any(all(a >= b for a, b in zip(size, small)) for small in self._no_room.get(memo_key, ())):
             return None  # a job no larger than this one already found no room
         best, best_key, declined = None, None, False
         for group in self._groups_for(job):
-            candidate = group.best_fit(need)
+            candidate = group.best_fit(job, need)
             if candidate is None:
                 continue
             penalty = REBALANCE_PENALTY if group.rebalance else 0.0
@@ -230,13 +249,14 @@ class Packer:
             if extension is None:
                 declined = True
                 continue
-            fitness = candidate.fullness() + weighted_share(group.capacity, need) - penalty - extension
+            taken = (gpu_share(job, group.gpu_memory), need[1], need[2])
+            fitness = candidate.fullness() + weighted_share(group.capacity, taken) - penalty - extension
             key = (-round(fitness, 12), candidate.price_per_gpu, candidate.machine.key)
             if best_key is None or key < best_key:
                 best, best_key = (group, candidate), key
         if best is None:
             if not declined:  # no room at all (a decline depends on the runtime, not only the size)
-                self._no_room.setdefault(memo_key, []).append(need)
+                self._no_room.setdefault(memo_key, []).append(size)
             return None
         group, bin_ = best
         self._take(group, bin_, job, need)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from lambdas.scheduler.planning.constraints import Patterns, constraint_key, demand_of, fits, planning_order
+from lambdas.scheduler.planning.constraints import Patterns, constraint_key, demand_of, planning_order
 from lambdas.scheduler.planning.fleets import Option, may_run, purchase_options
 from lambdas.scheduler.planning.launching import place_on_launching
 from lambdas.scheduler.planning.lifecycle import choose_lifecycles
@@ -96,9 +96,9 @@ def _alternative(options: Callable[[], Sequence[Option]], patterns: Patterns,
     cheapest: dict[tuple, float | None] = {}
 
     def cost(job: JobRequest) -> float | None:
-        key = (constraint_key(job), demand_of(job))
+        key = (constraint_key(job), demand_of(job), job.gpu_memory_mib)
         if key not in cheapest:
-            prices = [o.price for o in options() if fits(o.capacity, demand_of(job)) and may_run(job, o, patterns)]
+            prices = [o.price for o in options() if o.holds(job) and may_run(job, o, patterns)]
             cheapest[key] = min(prices) if prices else None
         price = cheapest[key]
         return None if price is None or job.runtime is None else price * (job.runtime.seconds + boot_s) / 3600.0

@@ -10,6 +10,11 @@ within the caps, then the lower $/h):
 - cover: the configuration LP solved by column generation (`columns.cheapest_cover`), rounded down to
   whole boxes, the few jobs left packed by the greedy. Near-optimal (0.2% above the LP bound on the
   shared trace, where the greedy alone is 4.2% above it), within a CPU budget.
+
+Jobs that share a GPU (ECS `nvidiaMps`) are bought for as whole-GPU bundles (`bundle_shared`): packed
+first-fit decreasing by GPU memory into GPUs of the smallest shareable memory among the fleets able to
+run them, so that a bundle fits one GPU of whichever of those fleets is bought, and both plans above
+handle it as a one-GPU job. The bundles' jobs are what the scale-outs and waiting reasons name.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from lambdas.scheduler.planning.columns import Pattern, cheapest_cover, gauss_jordan_pivot
-from lambdas.scheduler.planning.constraints import Patterns, demand_of, fits
+from lambdas.scheduler.planning.constraints import Patterns, constraint_key, demand_of, fits, planning_order
 from lambdas.scheduler.planning.fleets import Option, box_machine, may_run
 from lambdas.scheduler.planning.model import NO_FLEET, SCALING_PAUSED, JobRequest, Limits, Resources, ScaleOut
 from lambdas.scheduler.planning.packer import Packer
@@ -118,8 +123,7 @@ def _kinds(jobs: Sequence[JobRequest], options: Sequence[Option], patterns: Patt
     kinds: dict[tuple, _Kind] = {}
     kind_of: dict[str, _Kind] = {}
     for job in jobs:
-        eligible = frozenset(i for i, o in enumerate(options)
-                             if may_run(job, o, patterns) and fits(o.capacity, demand_of(job)))
+        eligible = frozenset(i for i, o in enumerate(options) if may_run(job, o, patterns) and o.holds(job))
         kind = kinds.setdefault((demand_of(job), eligible), _Kind(demand_of(job), eligible))
         kind.left += 1
         kind_of[job.job_id] = kind
@@ -305,6 +309,66 @@ def _purchase_once(jobs: Sequence[JobRequest], options: Sequence[Option], catalo
     return best
 
 
+BUNDLE_PREFIX = "shared-gpu:"
+
+
+def bundle_shared(jobs: Sequence[JobRequest], options: Sequence[Option], patterns: Patterns
+                  ) -> tuple[list[JobRequest], dict[str, tuple[JobRequest, ...]]]:
+    """The jobs to buy for, with those sharing a GPU packed into one-GPU bundles (in planning order), and
+    each bundle's jobs by its id.
+
+    Jobs are bundled with jobs of the same constraints, runtime class and able fleets, first-fit
+    decreasing by GPU memory into GPUs of the smallest shareable memory among those fleets. A bundle's
+    vCPUs and memory stay within one GPU's share of the able fleet with the most of them per GPU, so
+    it fits that fleet's box whole (a job over that share is a bundle alone: it fits a box by itself).
+    Jobs no fleet can run are left as they are, for the purchase to say so.
+    """
+    out: list[JobRequest] = []
+    groups: dict[tuple, tuple[list[Option], list[JobRequest]]] = {}
+    for job in jobs:
+        if not job.shares_gpu:
+            out.append(job)
+            continue
+        able = [i for i, o in enumerate(options) if may_run(job, o, patterns) and o.holds(job)]
+        if not able:
+            out.append(job)
+            continue
+        key = (constraint_key(job), runtime_class(job), tuple(able))
+        groups.setdefault(key, ([options[i] for i in able], []))[1].append(job)
+    members: dict[str, tuple[JobRequest, ...]] = {}
+    for able, group in groups.values():
+        gpu_memory = min(o.gpu_memory for o in able)
+        widest = max(able, key=lambda o: (o.capacity[1] / o.capacity[0], o.capacity[2] / o.capacity[0]))
+        vcpus, memory = widest.capacity[1] / widest.capacity[0], widest.capacity[2] / widest.capacity[0]
+        bins: list[list] = []  # [memory left, vCPUs, MiB, jobs]
+        for job in sorted(group, key=lambda j: (-j.gpu_memory_mib, -j.vcpus, -j.memory_mib, j.submitted_at, j.job_id)):
+            home = next((b for b in bins if b[0] >= job.gpu_memory_mib and b[1] + job.vcpus <= vcpus + 1e-9
+                         and b[2] + job.memory_mib <= memory), None)
+            if home is None:
+                home = [gpu_memory, 0.0, 0, []]
+                bins.append(home)
+            home[0] -= job.gpu_memory_mib
+            home[1] += job.vcpus
+            home[2] += job.memory_mib
+            home[3].append(job)
+        for box in bins:
+            first = box[3][0]
+            # One whole GPU that can share what its jobs use: only fleets able to run them all hold it.
+            bundle = replace(first, job_id=f"{BUNDLE_PREFIX}{first.job_id}", gpus=1, gpu_memory_mib=gpu_memory - box[0],
+                             vcpus=box[1], memory_mib=box[2], reserved=None, checkpoint_interval_s=None,
+                             submitted_at=min(j.submitted_at for j in box[3]),
+                             runtime=max((j.runtime for j in box[3] if j.runtime), key=lambda r: r.seconds,
+                                         default=None),
+                             attempts_left=min(j.attempts_left for j in box[3]))
+            members[bundle.job_id] = tuple(box[3])
+            out.append(bundle)
+    return planning_order(out) if members else list(jobs), members
+
+
+def _unbundled(job_ids: Sequence[str], members: Mapping[str, Sequence[JobRequest]]) -> list[str]:
+    return [m.job_id for j in job_ids for m in members.get(j, ())] + [j for j in job_ids if j not in members]
+
+
 def runtime_class(job: JobRequest) -> int:
     """Jobs expected to run about as long as each other (-1: no runtime belief)."""
     if job.runtime is None:
@@ -336,12 +400,14 @@ def purchase(jobs: Sequence[JobRequest], options: Sequence[Option], catalog, pat
     waiting: list[tuple[str, str]] = []
     options = list(options)
     while rounds:
-        batch = rounds.pop(0)
+        batch, members = bundle_shared(rounds.pop(0), options, patterns)
         result = _purchase_once(batch, options, catalog, patterns, limits, hosts)
         for i, boxes in result.boxes.items():
-            bought.setdefault(i, []).extend(boxes)
+            bought.setdefault(i, []).extend(_unbundled(box, members) for box in boxes)
             options[i] = replace(options[i], room=options[i].room - len(boxes))
         limits = replace(limits, current_hourly_usd=limits.current_hourly_usd + result.cost)
+        result.waiting = [(job_id, reason) for bundle, reason in result.waiting
+                          for job_id in _unbundled([bundle], members)]
         retry = [fallbacks.pop(job_id) for job_id, _ in result.waiting if job_id in fallbacks]
         retried = {job.job_id for job in retry}
         waiting += [(job_id, reason) for job_id, reason in result.waiting if job_id not in retried]

@@ -52,8 +52,10 @@ class ReleasePolicy:
 
 
 def is_empty(machine: Machine, catalog) -> bool:
-    """No task holds any of its resources. Every job holds a GPU, so all GPUs free means no job."""
-    return machine.free_gpus >= capacity_of(catalog, machine.instance_type)[0] and not machine.submissions
+    """No task holds any of its resources. Every job holds a GPU, whole or shared, so all GPUs free and none
+    shared means no job."""
+    return (machine.free_gpus >= capacity_of(catalog, machine.instance_type)[0] and not machine.shared_gpus
+            and not machine.submissions)
 
 
 def why_kept(machine: Machine, catalog, now: float, policy: ReleasePolicy, placed_on: Collection[str]) -> str | None:

@@ -14,7 +14,9 @@ belongs to one team; a job of no team, or of a team the config no longer lists, 
   had more than its share pays it back, as with AWS Batch's shareDecaySeconds and Kueue's admission fair
   sharing; a half-life of 0 counts only what it holds now. Weights share what quotas leave: a team's
   unused share goes to the teams that have work. GPUs only: they are what the fleets are bought for and
-  priced by (vCPUs and memory come with them on GPU instances), and what quotas and reports count.
+  priced by (vCPUs and memory come with them on GPU instances), and what quotas and reports count. A job
+  sharing a GPU counts as the part of one its memory is, on the smallest GPU a fleet able to run it has
+  (the most it could take).
 - Within a team: higher priority first, then the oldest. A job gains one priority step per AGING_S it
   waits, so no newer job of its team stays ahead of it for more than (9 - priority + 1) x AGING_S.
 - No preemption: a running job is never stopped to make room. Shares converge as running jobs end,
@@ -39,7 +41,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from lambdas.scheduler.planning.constraints import Patterns, capacity_of, constraint_key, demand_of, fits
+from lambdas.scheduler.planning.constraints import Patterns, capacity_of, constraint_key, demand_of, gpu_share, holds
 from lambdas.scheduler.planning.fleets import box_machine, may_run, purchase_options
 from lambdas.scheduler.planning.model import NO_FLEET, SCALING_PAUSED, Fleet, JobRequest, Limits, Machine
 from lambdas.scheduler.planning.packer import Packer
@@ -62,7 +64,7 @@ class Shares:
     teams: Mapping[str, Team] = field(default_factory=dict)
     # Takes the jobs of no team and of teams the config no longer lists (weight 1, no quota, unless listed).
     default_team: str = DEFAULT_TEAM
-    held_gpus: Mapping[str, int] = field(default_factory=dict)  # by each team's running and starting jobs
+    held_gpus: Mapping[str, float] = field(default_factory=dict)  # by each team's running and starting jobs
     usage: Mapping[str, float] = field(default_factory=dict)  # decayed_usage of the held GPUs
     now: float = 0.0
 
@@ -104,9 +106,9 @@ class _Queue:
     name: str
     policy: Team
     jobs: list[JobRequest]
-    holds: int  # GPUs held, reserved and offered this run
+    holds: float  # GPUs held, reserved and offered this run
     use: float  # the decayed use where more than what is held
-    promised: int = 0  # GPUs of its waiting jobs that keep a machine
+    promised: float = 0.0  # GPUs of its waiting jobs that keep a machine
     next: int = 0
 
     def score(self) -> float:
@@ -149,9 +151,16 @@ class _Room:
             return None
         return self._buy(job)
 
+    def gpus_of(self, job: JobRequest) -> float:
+        """What the job counts for its team's quota and share: its GPUs, or for a job sharing a GPU the part
+        of one its memory is on the smallest GPU of a fleet able to run it (the most it could take)."""
+        if not job.shares_gpu:
+            return float(job.gpus)
+        sizes = [o.gpu_memory for o in self.options if o.gpu_memory >= job.gpu_memory_mib]
+        return gpu_share(job, min(sizes)) if sizes else 1.0
+
     def _buy(self, job: JobRequest) -> str | None:
-        need = demand_of(job)
-        able = [i for i, o in enumerate(self.options) if fits(o.capacity, need) and may_run(job, o, self.patterns)]
+        able = [i for i, o in enumerate(self.options) if o.holds(job) and may_run(job, o, self.patterns)]
         if not able:
             return NO_FLEET
         if not self.limits.scaling_allowed:
@@ -181,13 +190,12 @@ class _Room:
     def keep_for(self, job: JobRequest) -> Machine | None:
         """The live machine closest to holding the job once its jobs end (most free GPUs, untouched and not
         kept yet this run, healthy), kept from every other job of this run."""
-        need = demand_of(job)
-        memo = (constraint_key(job), need)
+        memo = (constraint_key(job), demand_of(job), job.gpu_memory_mib)
         if memo in self._unkeepable:
             return None
         candidates = [m for m in self.machines
                       if m.key not in self.touched and not m.rebalance_recommended and m.free_gpus >= 1
-                      and fits(capacity_of(self.catalog, m.instance_type), need)
+                      and holds(capacity_of(self.catalog, m.instance_type), m.gpu_memory_mib, job)
                       and self.patterns.accepts(job, m.instance_type, m.region, m.lifecycle)]
         if not candidates:
             self._unkeepable.add(memo)
@@ -220,7 +228,7 @@ def offer_jobs(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: 
             # Bought for by an earlier run, within the quota then: offered, and counted.
             room.take(job)
             offered.append(job)
-            queue.holds += job.gpus
+            queue.holds += room.gpus_of(job)
         else:
             queue.jobs.append(job)
 
@@ -232,10 +240,11 @@ def offer_jobs(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: 
         job = queue.jobs[queue.next]
         queue.next += 1
         quota = queue.policy.max_gpus
-        if quota is not None and queue.holds + queue.promised + job.gpus > quota:
+        gpus = room.gpus_of(job)
+        if quota is not None and queue.holds + queue.promised + gpus > quota + 1e-9:
             # The team's next jobs wait for its own jobs to end, so that its quota frees for this one.
-            reason = (f"team {queue.name} is at its quota: it holds {queue.holds + queue.promised} of its {quota} "
-                      f"GPUs and this job needs {job.gpus}")
+            reason = (f"team {queue.name} is at its quota: it holds {queue.holds + queue.promised:g} of its {quota} "
+                      f"GPUs and this job needs {gpus:g}")
             waiting += [(j.job_id, reason) for j in queue.jobs[queue.next - 1:]]
             del active[queue.name]
             continue
@@ -244,7 +253,7 @@ def offer_jobs(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: 
         why = room.take(job)
         if why is None:
             offered.append(job)
-            queue.holds += job.gpus
+            queue.holds += gpus
             continue
         # Its first waiting job may keep a machine; more only while another team still competes (the
         # team's score, kept GPUs included, then says how far below its share it is).
@@ -253,7 +262,7 @@ def offer_jobs(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: 
             kept = room.keep_for(job)
         if kept is not None:
             keeping.add(queue.name)
-            queue.promised += job.gpus
+            queue.promised += gpus
             why = (f"no machine has room for it now; {kept.instance_id} ({kept.instance_type}, {kept.region}) "
                    f"is kept for it as its jobs end (team {queue.name} is next in fair-share order)")
         waiting.append((job.job_id, why))
