@@ -41,7 +41,7 @@ class BenchmarkError(Exception):
 
 def instance_types(catalog, region: str) -> list[InstanceType]:
     types = [InstanceType(t.name, t.gpus, float(t.schedulable_vcpus), t.schedulable_memory_mib, t.spot_price(region),
-                          t.on_demand_price(region))
+                          t.on_demand_price(region), t.shareable_gpu_memory_mib)
              for t in catalog.types if region in t.regions()]
     if not types:
         raise BenchmarkError(f"--region {region}: the catalog prices no instance type there "
@@ -78,19 +78,27 @@ def simulate(strategy, jobs, types, args, hints=None, checkpoints=None) -> Simul
 
 
 def check_packing(sim: Simulation, name: str) -> None:
-    """Independent of every strategy: no instance holds more than it has, every job is on one instance."""
+    """Independent of every strategy: no instance holds more than it has, every job is on one instance, and
+    the jobs sharing a GPU fit its memory (the GPU each was given, counted apart from the whole ones)."""
     seen: Counter = Counter()
     for box in sim.boxes:
         used = [0, 0.0, 0]
+        shared: dict[int, int] = {}
         for job_id in box.jobs:
-            job = sim.jobs[job_id].job
+            state = sim.jobs[job_id]
+            job = state.job
             seen[job_id] += 1
             used = [used[0] + job.gpus, used[1] + job.vcpus, used[2] + job.memory_mib]
+            if job.shares_gpu:
+                shared[state.slot] = shared.get(state.slot, 0) + job.gpu_memory_mib
             if not box.type.holds(job):
                 raise BenchmarkError(f"{name}: job {job_id} placed on {box.type.name}, which cannot run it")
         capacity = box.type.capacity
-        if used[0] > capacity[0] or used[1] > capacity[1] + 1e-6 or used[2] > capacity[2]:
-            raise BenchmarkError(f"{name}: instance {box.id} ({box.type.name}) over-committed: {used} > {capacity}")
+        used[0] += len(shared)
+        if used[0] > capacity[0] or used[1] > capacity[1] + 1e-6 or used[2] > capacity[2] or \
+                any(memory > box.type.gpu_memory for memory in shared.values()):
+            raise BenchmarkError(f"{name}: instance {box.id} ({box.type.name}) over-committed: {used} > {capacity}, "
+                                 f"shared GPUs {shared} of {box.type.gpu_memory} MiB")
     if any(count != 1 for count in seen.values()):
         raise BenchmarkError(f"{name}: a job is on more than one instance")
 
@@ -114,7 +122,7 @@ def metrics(sim: Simulation) -> dict:
     if sim.snapshot:
         cost = sum(b.price for b in sim.boxes)
         bought_gpus = sum(b.type.gpus for b in sim.boxes)
-        utilization = sum(s.job.gpus for s in states if s.state == "running") / bought_gpus if bought_gpus else 0.0
+        utilization = sum(s.job.trace_gpus for s in states if s.state == "running") / bought_gpus if bought_gpus else 0.0
         completed, lost, waits = by_state["running"], by_state["waiting"], [0.0]
         done = [s for s in states if s.state == "running"]
     else:
@@ -128,7 +136,7 @@ def metrics(sim: Simulation) -> dict:
         waits = sorted(s.first_start - s.job.submit_s for s in states if s.first_start is not None) or [0.0]
         if completed + by_state["dead_lettered"] + lost != len(states):
             raise BenchmarkError("job accounting does not add up")
-    completed_gpu_hours = sum(s.job.gpus * s.job.duration_s for s in done) / 3600
+    completed_gpu_hours = sum(s.job.trace_gpus * s.job.duration_s for s in done) / 3600
     figures = {
         "cost_usd": round(cost, 2),
         "gpu_utilization": round(utilization, 4),
@@ -169,10 +177,20 @@ def make_strategy(name: str, placeable, types, catalog, args):
     return EcsBinpackMemoryStrategy(ecs_instance_type(placeable, types, args))
 
 
+# Strategies that run jobs sharing a GPU as they ask (ECS nvidiaMps places them by GPU memory); the others
+# give each such job a whole GPU: one instance per job never shares one, and Karpenter provisions
+# `nvidia.com/gpu` as whole devices (sharing on Kubernetes is the device plugin's, which it does not model).
+SHARING_STRATEGIES = ("mlfleet", "ecs-binpack-memory", "first-fit")
+
+
 def run(args) -> dict:
     catalog = load_catalog()
     types = instance_types(catalog, args.region)
-    trace = read_trace(args.trace, args.limit)
+    reference = min((t.gpu_memory for t in types if t.gpu_memory), default=0)
+    if args.share_fractional_gpus and not reference:
+        raise BenchmarkError(f"--share-fractional-gpus: no instance type priced in {args.region} can share its GPUs")
+    trace = read_trace(args.trace, args.limit, share_fractional=args.share_fractional_gpus,
+                       reference_gpu_memory_mib=reference)
     placeable = [j for j in trace.jobs if any(t.holds(j) for t in types)]
     wanted = [s.strip() for s in args.strategies.split(",") if s.strip()]
     unknown = sorted(set(wanted) - set(STRATEGIES))
@@ -189,7 +207,11 @@ def run(args) -> dict:
         "strategies": {},
         "region": args.region, "seed": args.seed, "catalog_snapshot": catalog.snapshot_date,
         "excluded": dict(trace.excluded),
+        "share_fractional_gpus": args.share_fractional_gpus,
+        "fractional_jobs": sum(1 for j in trace.jobs if j.gpu_fraction is not None),
     }
+    if args.share_fractional_gpus:
+        result["gpu_share_reference_mib"] = reference
     if requested != args.mode:
         result["mode_note"] = f"--mode {requested} asked for, but the trace has no time columns: snapshot"
     hints, checkpoints = {}, {}
@@ -204,6 +226,9 @@ def run(args) -> dict:
     if args.configuration_bound:
         if args.mode != "snapshot":
             raise BenchmarkError("--configuration-bound is computed for --mode snapshot only")
+        if args.share_fractional_gpus:
+            raise BenchmarkError("--configuration-bound does not model GPUs shared by jobs; with "
+                                 "--share-fractional-gpus, lower_bound_cost_usd is the sharing-aware bound")
         bound = snapshot_configuration_bound(placeable, types)
         result["configuration_lp_bound_usd"] = round(bound.cost, 2)
     for name in wanted:
@@ -213,7 +238,8 @@ def run(args) -> dict:
         except StrategyCannotRun as reason:
             result["strategies"][name] = {"skipped": str(reason)}
             continue
-        figures = metrics(simulate(strategy, placeable, types, args, hints, checkpoints))
+        jobs = placeable if name in SHARING_STRATEGIES else [j.as_whole() for j in placeable]
+        figures = metrics(simulate(strategy, jobs, types, args, hints, checkpoints))
         figures["cost_ratio_to_bound"] = round(figures["cost_usd"] / result["lower_bound_cost_usd"], 4) \
             if result["lower_bound_cost_usd"] else None
         if name == "ecs-binpack-memory":
@@ -257,6 +283,9 @@ def main(argv=None) -> int:
                         help="replay: also report each strategy's cumulative cost every this many hours")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--limit", type=int, help="only the first N jobs of the trace (quick runs)")
+    parser.add_argument("--share-fractional-gpus", action="store_true",
+                        help="openb pods with gpu_milli < 1000 ask for that share of one GPU's memory and share GPUs "
+                             "(ECS MPS); without it every pod takes num_gpu whole GPUs")
     parser.add_argument("--configuration-bound", action="store_true",
                         help="also compute the configuration-LP bound (snapshot; about a minute on the shared trace)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")

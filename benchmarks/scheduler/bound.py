@@ -8,6 +8,16 @@ resource r of type t class c uses), with sum_t z_ctr >= demand_cr over the types
 sum_c z_ctr <= capacity_tr x_t. Every packing is a solution (z its usage), so no packing costs less;
 unlike one LP per class, it never counts one instance twice.
 
+Jobs that share a GPU (--share-fractional-gpus) form classes of their own, one per GPU memory asked, whose
+GPU demand is counted in jobs. Pooling a type's GPU memory would be a weak bound (a GPU holds one job of
+80% of its memory, never 1.25 of them), so GPUs are counted under several dual-feasible functions f
+(Fekete and Schepers, "New classes of fast lower bounds for bin packing problems", Math. Programming 91,
+2001): for any jobs on one GPU, the sum of f(memory / the GPU's shareable memory) is at most 1. The
+identity is one such f, and the step functions u_k(x) = floor((k + 1) x) / k (x where (k + 1) x is a
+whole number) for k = 1, 2, 3 are the others. Each f is its own view of the GPUs: in every view, the
+whole-GPU jobs and the sharing jobs' f-values on a type fit its GPUs. Every packing that puts each job on
+one GPU is a solution in every view at once, so this sharing-aware bound is valid.
+
 - snapshot: all jobs at once, $/h, solved exactly (scipy, HiGHS).
 - replay: each interval between trace events (a job present from its submission to its submission plus
   its duration), the LP's $/h times the interval's length, summed. The intervals are thousands, so each
@@ -25,8 +35,10 @@ GPUs from one instance and vCPUs from another.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import linprog
@@ -40,54 +52,122 @@ from lambdas.scheduler.planning import resource_prices
 REPLAY_EXACT_SOLVES = 150
 
 
-def job_classes(jobs: Sequence[TraceJob], types: Sequence[InstanceType]) -> tuple[list[tuple[int, ...]], list[int]]:
-    """The classes (tuples of type indices) and each job's class index. Jobs no type holds get -1."""
-    classes: dict[tuple[int, ...], int] = {}
+@dataclass(frozen=True)
+class JobClass:
+    """Jobs alike for the bound: the instance types that hold them, and for jobs sharing a GPU the memory
+    each asks (their GPU demand is then a count of jobs, not GPUs)."""
+    types: tuple[int, ...]
+    gpu_memory: int = 0  # > 0: a class of jobs sharing a GPU
+
+    @property
+    def shared(self) -> bool:
+        return self.gpu_memory > 0
+
+
+def job_classes(jobs: Sequence[TraceJob], types: Sequence[InstanceType]) -> tuple[list[JobClass], list[int]]:
+    """The classes and each job's class index. Jobs no type holds get -1."""
+    classes: dict[JobClass, int] = {}
     of_job = []
     memo: dict[tuple, int] = {}
     for job in jobs:
-        key = (job.gpus, job.vcpus, job.memory_mib, job.instance_type_pattern)
+        key = (job.gpus, job.vcpus, job.memory_mib, job.gpu_memory_mib, job.instance_type_pattern)
         if key not in memo:
             eligible = tuple(i for i, t in enumerate(types) if t.holds(job))
-            memo[key] = classes.setdefault(eligible, len(classes)) if eligible else -1
+            cls = JobClass(eligible, job.gpu_memory_mib if job.shares_gpu else 0)
+            memo[key] = classes.setdefault(cls, len(classes)) if eligible else -1
         of_job.append(memo[key])
     return sorted(classes, key=classes.get), of_job
 
 
-class ClassLP:
-    """The class-aware covering LP over fixed types and classes; demand changes between solves."""
+def gpu_demand(job: TraceJob) -> int:
+    """A job's demand on the GPU row of its class: GPUs, or one job for a job sharing a GPU."""
+    return 1 if job.shares_gpu else job.gpus
 
-    def __init__(self, types: Sequence[InstanceType], classes: Sequence[tuple[int, ...]]):
+
+def dual_feasible(k: int, x: float) -> float:
+    """The view's dual-feasible function of a job's share of a GPU: the identity (k = 0), else u_k."""
+    if k == 0 or abs((k + 1) * x - round((k + 1) * x)) < 1e-12:
+        return x
+    return math.floor((k + 1) * x) / k
+
+
+VIEWS = 4  # the identity, u_1, u_2, u_3
+
+
+class ClassLP:
+    """The class-aware covering LP over fixed types and classes; demand changes between solves.
+
+    Resources: VIEWS views of the GPUs, vCPUs, memory. Dual prices w[t, q] are per unscaled unit: per GPU
+    in each view (q < VIEWS), per vCPU (q = VIEWS) and per MiB (q = VIEWS + 1).
+    """
+
+    def __init__(self, types: Sequence[InstanceType], classes: Sequence[JobClass]):
         self.types, self.classes = types, classes
         self.scale = np.array([max(t.capacity[r] for t in types) for r in range(3)], dtype=float)
         self.capacity = np.array([t.capacity for t in types], dtype=float) / self.scale
         self.price = np.array([t.price for t in types], dtype=float)
+        # f_k(share of a GPU of type t) of one job of a sharing class: the GPUs it takes in view k.
+        self.takes = [{(k, t): dual_feasible(k, cls.gpu_memory / types[t].gpu_memory)
+                       for k in range(VIEWS) for t in cls.types} if cls.shared else {} for cls in classes]
+        # GPUs one unit of a class's GPU demand is, roughly (for ordering and the single-price dual only).
+        self.gpus_per_unit = np.array([min(self.takes[c][0, t] for t in cls.types) if cls.shared else 1.0
+                                       for c, cls in enumerate(classes)])
+
+    def least_prices(self, w: np.ndarray) -> np.ndarray:
+        """Each class's cheapest price per unit of its demand (GPUs or jobs, vCPUs, MiB) under type prices w."""
+        least = np.zeros((len(self.classes), 3))
+        for c, cls in enumerate(self.classes):
+            on = w[list(cls.types)]
+            least[c, 1:] = on[:, VIEWS:].min(axis=0)
+            if cls.shared:
+                least[c, 0] = sum(min(w[t, k] * self.takes[c][k, t] for t in cls.types) for k in range(VIEWS))
+            else:
+                least[c, 0] = on[:, :VIEWS].sum(axis=1).min()
+        return least
+
+    def dual_value(self, demand: np.ndarray, w: np.ndarray) -> float:
+        """The lower bound the dual prices w give for demand[c, r] (weak duality)."""
+        return float((demand * self.least_prices(w)).sum())
+
+    def single_price(self, prices: Sequence[float]) -> np.ndarray:
+        """Type prices from one price per GPU, vCPU and MiB (the identity view's): feasible for every type."""
+        w = np.zeros((len(self.types), VIEWS + 2))
+        w[:, 0], w[:, VIEWS], w[:, VIEWS + 1] = prices
+        return w
 
     def solve(self, demand: np.ndarray) -> tuple[float, np.ndarray]:
-        """The LP's optimum for demand[c, r], and the dual prices w[t, r] (per unscaled unit)."""
+        """The LP's optimum for demand[c, r], and the dual prices w[t, q] (per unscaled unit)."""
         active = [c for c in range(len(self.classes)) if demand[c].any()]
         n_types = len(self.types)
         if not active:
-            return 0.0, np.zeros((n_types, 3))
-        z = {}
+            return 0.0, np.zeros((n_types, VIEWS + 2))
+        z = {}  # (class, type, q) -> column: q < VIEWS GPUs in view q (one column for all views: whole jobs)
         for c in active:
-            for t in self.classes[c]:
-                for r in range(3):
-                    z[c, t, r] = n_types + len(z)
+            views = range(VIEWS) if self.classes[c].shared else (0,)
+            for t in self.classes[c].types:
+                for q in (*views, VIEWS, VIEWS + 1):
+                    z[c, t, q] = n_types + len(z)
         rows, cols, values, bounds = [], [], [], []
         row = 0
-        for c in active:  # cover: -sum_t z_ctr <= -demand_cr
-            for r in range(3):
-                for t in self.classes[c]:
-                    rows.append(row), cols.append(z[c, t, r]), values.append(-1.0)
+        for c in active:  # cover: -sum_t a_ctq z_ctq <= -demand (a = jobs per GPU in view q for sharing jobs)
+            cls = self.classes[c]
+            covers = [(q, 0) for q in (range(VIEWS) if cls.shared else (0,))] + [(VIEWS, 1), (VIEWS + 1, 2)]
+            for q, r in covers:
+                if cls.shared and q < VIEWS and min(self.takes[c][q, t] for t in cls.types) <= 0:
+                    continue  # free on some type in this view: the view says nothing about the class
+                for t in cls.types:
+                    rows.append(row), cols.append(z[c, t, q])
+                    values.append(-(1.0 / self.takes[c][q, t] if cls.shared and q < VIEWS else 1.0))
                 bounds.append(-demand[c, r] / self.scale[r])
                 row += 1
         type_rows = row
-        for t in range(n_types):  # share: sum_c z_ctr - capacity_tr x_t <= 0
-            for r in range(3):
+        for t in range(n_types):  # share: sum_c z_ctq - capacity_t x_t <= 0, every GPU view, vCPUs, memory
+            for q in range(VIEWS + 2):
+                r = min(q - VIEWS + 1, 2) if q >= VIEWS else 0
                 for c in active:
-                    if (c, t, r) in z:
-                        rows.append(row), cols.append(z[c, t, r]), values.append(1.0)
+                    column = z.get((c, t, q if self.classes[c].shared or q >= VIEWS else 0))
+                    if column is not None:
+                        rows.append(row), cols.append(column), values.append(1.0)
                 rows.append(row), cols.append(t), values.append(-self.capacity[t, r])
                 bounds.append(0.0)
                 row += 1
@@ -97,20 +177,16 @@ class ClassLP:
         result = linprog(cost, A_ub=matrix, b_ub=np.array(bounds), bounds=(0, None), method="highs")
         if result.status != 0:
             raise RuntimeError(f"bound LP failed: {result.message}")
-        w = -np.asarray(result.ineqlin.marginals[type_rows:]).reshape(n_types, 3) / self.scale
+        scale = np.concatenate([np.full(VIEWS, self.scale[0]), self.scale[1:]])
+        w = -np.asarray(result.ineqlin.marginals[type_rows:]).reshape(n_types, VIEWS + 2) / scale
         return float(result.fun), np.maximum(w, 0.0)
-
-    def dual_value(self, demand: np.ndarray, w: np.ndarray) -> float:
-        """The lower bound the dual prices w give for demand[c, r] (weak duality)."""
-        least = np.array([w[list(types)].min(axis=0) for types in self.classes])
-        return float((demand * least).sum())
 
 
 def _demand_matrix(jobs: Sequence[TraceJob], of_job: Sequence[int], n_classes: int) -> np.ndarray:
     demand = np.zeros((n_classes, 3))
     for job, c in zip(jobs, of_job):
         if c >= 0:
-            demand[c] += (job.gpus, job.vcpus, job.memory_mib)
+            demand[c] += (gpu_demand(job), job.vcpus, job.memory_mib)
     return demand
 
 
@@ -129,7 +205,8 @@ def _intervals(jobs: Sequence[TraceJob], of_job: Sequence[int], n_classes: int):
             continue
         for at, sign in ((job.submit_s, 1), (job.submit_s + job.duration_s, -1)):
             # Integer milli-vCPUs: no drift over tens of thousands of steps.
-            changes.setdefault(at, []).append((c, sign * job.gpus, sign * round(job.vcpus * 1000), sign * job.memory_mib))
+            changes.setdefault(at, []).append((c, sign * gpu_demand(job), sign * round(job.vcpus * 1000),
+                                               sign * job.memory_mib))
     level = np.zeros((n_classes, 3), dtype=np.int64)
     previous = None
     for at in sorted(changes):
@@ -147,12 +224,11 @@ def replay_bound(jobs: list[TraceJob], types: list[InstanceType], exact_solves: 
     intervals = list(_intervals(jobs, of_job, len(classes)))
     lp = ClassLP(types, classes)
     # One dual is the aggregate LP's single price per resource: feasible for every type.
-    total = np.array([d.sum(axis=0) for _, _, d in intervals]).sum(axis=0) if intervals else np.zeros(3)
-    duals = [np.tile(resource_prices([(t.capacity, t.price) for t in types], tuple(total)), (len(types), 1))]
-    weight = sorted(range(len(intervals)), key=lambda i: -(intervals[i][1] - intervals[i][0]) * intervals[i][2][:, 0].sum())
+    duals = [lp.single_price(resource_prices([(t.capacity, t.price) for t in types], _gpu_total(lp, intervals)))]
+    weight = sorted(range(len(intervals)), key=lambda i: -(intervals[i][1] - intervals[i][0]) * _gpus(lp, intervals[i][2]))
     for i in weight[:exact_solves]:
         duals.append(lp.solve(intervals[i][2])[1])
-    least = np.array([[w[list(types)].min(axis=0) for types in classes] for w in duals])  # dual, class, r
+    least = np.array([lp.least_prices(w) for w in duals])  # dual, class, r
     demands = np.array([d for _, _, d in intervals])  # interval, class, r
     values = np.einsum("icr,kcr->ik", demands, least).max(axis=1)
     lengths = np.array([end - start for start, end, _ in intervals])
@@ -166,9 +242,8 @@ def replay_bound_gap(jobs: list[TraceJob], types: list[InstanceType], sample: in
     intervals = list(_intervals(jobs, of_job, len(classes)))
     lp = ClassLP(types, classes)
     chosen = random.Random(seed).sample(range(len(intervals)), min(sample, len(intervals)))
-    weight = sorted(range(len(intervals)), key=lambda i: -(intervals[i][1] - intervals[i][0]) * intervals[i][2][:, 0].sum())
-    total = np.array([d.sum(axis=0) for _, _, d in intervals]).sum(axis=0)
-    duals = [np.tile(resource_prices([(t.capacity, t.price) for t in types], tuple(total)), (len(types), 1))]
+    weight = sorted(range(len(intervals)), key=lambda i: -(intervals[i][1] - intervals[i][0]) * _gpus(lp, intervals[i][2]))
+    duals = [lp.single_price(resource_prices([(t.capacity, t.price) for t in types], _gpu_total(lp, intervals)))]
     duals += [lp.solve(intervals[i][2])[1] for i in weight[:REPLAY_EXACT_SOLVES]]
     shortfalls = []
     for i in chosen:
@@ -177,6 +252,21 @@ def replay_bound_gap(jobs: list[TraceJob], types: list[InstanceType], sample: in
         shortfalls.append(0.0 if exact <= 0 else (exact - bound) / exact)
     return {"intervals": len(intervals), "sampled": len(chosen), "mean_shortfall": float(np.mean(shortfalls)),
             "worst_shortfall": float(np.max(shortfalls))}
+
+
+def _gpus(lp: ClassLP, demand: np.ndarray) -> float:
+    """GPUs in a demand matrix, a sharing job counted as its share of the largest GPU that holds it."""
+    return float((demand[:, 0] * lp.gpus_per_unit).sum())
+
+
+def _gpu_total(lp: ClassLP, intervals) -> tuple[float, float, float]:
+    """The whole demand in (GPUs, vCPUs, MiB), a sharing job counted as its share of the largest GPU that
+    holds it: only which single-price dual to try depends on it, never the bound's validity."""
+    if not intervals:
+        return 0.0, 0.0, 0.0
+    total = np.array([d for _, _, d in intervals]).sum(axis=0)  # class, r
+    total[:, 0] *= lp.gpus_per_unit
+    return tuple(float(x) for x in total.sum(axis=0))
 
 
 def snapshot_configuration_bound(jobs: list[TraceJob], types: list[InstanceType]) -> ConfigurationBound:

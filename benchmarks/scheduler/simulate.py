@@ -18,6 +18,11 @@ catalog's on-demand price there.
 An instance reclaimed from an Auto Scaling group is replaced by the group (its desired capacity is
 unchanged); until then, as in production, it counts as capacity on its way (`coming_boxes`), so a
 strategy does not buy a second replacement at the notice.
+
+GPU sharing: a job that shares a GPU (ECS `nvidiaMps`, --share-fractional-gpus) takes memory on one GPU;
+a GPU shared by jobs takes only such jobs and is whole again when its last one ends. Which GPU: the
+shared one with the least memory left that holds it, else a whole free one (best fit, as the planner
+assumes; ECS's own choice among GPUs with room is not documented).
 """
 
 from __future__ import annotations
@@ -44,13 +49,15 @@ class InstanceType:
     memory_mib: int
     price: float  # $/h, spot, in the benchmark's region
     on_demand_price: float = math.inf  # $/h, on-demand, in the benchmark's region
+    gpu_memory: int = 0  # shareable memory per GPU (lambdas.common.catalog; 0: cannot share)
 
     @property
     def capacity(self) -> tuple[int, float, int]:
         return self.gpus, self.vcpus, self.memory_mib
 
     def holds(self, job: TraceJob) -> bool:
-        return (self.gpus >= job.gpus and self.vcpus >= job.vcpus and self.memory_mib >= job.memory_mib
+        gpus_ok = self.gpus >= 1 and self.gpu_memory >= job.gpu_memory_mib if job.shares_gpu else self.gpus >= job.gpus
+        return (gpus_ok and self.vcpus >= job.vcpus and self.memory_mib >= job.memory_mib
                 and accepts(job.instance_type_pattern, self.name))
 
 
@@ -75,6 +82,7 @@ class Box:
     idle_since: float | None = None
     dedicated_to: str | None = None  # one-instance-per-job: the job it was bought for
     replaced: bool = True  # an Auto Scaling group launches a replacement when it is reclaimed
+    shared: dict = field(default_factory=dict)  # GPU slot -> [memory left, jobs on it], GPUs shared by jobs
 
     @property
     def price(self) -> float:
@@ -85,8 +93,44 @@ class Box:
         return self.terminated is None and not self.draining
 
     def fits(self, job: TraceJob) -> bool:
-        return (self.free[0] >= job.gpus and self.free[1] >= job.vcpus - 1e-9 and self.free[2] >= job.memory_mib
+        return (self.gpu_room(job) and self.free[1] >= job.vcpus - 1e-9 and self.free[2] >= job.memory_mib
                 and accepts(job.instance_type_pattern, self.type.name))
+
+    def gpu_room(self, job: TraceJob) -> bool:
+        if not job.shares_gpu:
+            return self.free[0] >= job.gpus
+        return self.type.gpu_memory >= job.gpu_memory_mib and (
+            self.free[0] >= 1 or any(left >= job.gpu_memory_mib for left, _ in self.shared.values()))
+
+    def shared_left(self) -> tuple[int, ...]:
+        """Memory left on each shared GPU (the planner's `Machine.shared_gpus`)."""
+        return tuple(left for left, _ in self.shared.values())
+
+    def take_gpu(self, job: TraceJob) -> int | None:
+        """The GPU slot a sharing job goes to (best fit, else a free GPU starts sharing); None for whole GPUs."""
+        if not job.shares_gpu:
+            self.free[0] -= job.gpus
+            return None
+        fitting = [slot for slot, (left, _) in self.shared.items() if left >= job.gpu_memory_mib]
+        if fitting:
+            slot = min(fitting, key=lambda s: (self.shared[s][0], s))
+        else:
+            slot = max(self.shared, default=-1) + 1
+            self.free[0] -= 1
+            self.shared[slot] = [self.type.gpu_memory, 0]
+        self.shared[slot][0] -= job.gpu_memory_mib
+        self.shared[slot][1] += 1
+        return slot
+
+    def give_gpu(self, job: TraceJob, slot: int | None) -> None:
+        if slot is None:
+            self.free[0] += job.gpus
+            return
+        self.shared[slot][0] += job.gpu_memory_mib
+        self.shared[slot][1] -= 1
+        if self.shared[slot][1] == 0:  # its last sharing job ended: a whole GPU again
+            del self.shared[slot]
+            self.free[0] += 1
 
 
 @dataclass
@@ -103,6 +147,7 @@ class JobState:
     progress: float = 0.0  # seconds of work saved by checkpoints, resumed by the next run
     checkpoint_s: float | None = None  # None: the job does not checkpoint
     hint_s: float | None = None  # the runtime estimate its spec carries (the true duration, with error)
+    slot: int | None = None  # the shared GPU it runs on (a job sharing a GPU)
 
     @property
     def remaining_s(self) -> float:
@@ -256,7 +301,8 @@ class Simulation:
     def start(self, state: JobState, box: Box) -> None:
         job = state.job
         assert box.usable and box.ready <= self.now and box.fits(job), "a strategy over-committed a machine"
-        box.free = [box.free[0] - job.gpus, box.free[1] - job.vcpus, box.free[2] - job.memory_mib]
+        state.slot = box.take_gpu(job)
+        box.free = [box.free[0], box.free[1] - job.vcpus, box.free[2] - job.memory_mib]
         box.jobs.add(job.job_id)
         box.idle_since = None
         del self.waiting[job.job_id]
@@ -270,10 +316,11 @@ class Simulation:
 
     def _stop(self, state: JobState) -> None:
         box, job = state.box, state.job
-        box.free = [box.free[0] + job.gpus, box.free[1] + job.vcpus, box.free[2] + job.memory_mib]
+        box.give_gpu(job, state.slot)
+        box.free = [box.free[0], box.free[1] + job.vcpus, box.free[2] + job.memory_mib]
         box.jobs.discard(job.job_id)
         ran = self.now - state.started
-        state.gpu_seconds += ran * job.gpus
+        state.gpu_seconds += ran * job.trace_gpus
         if state.checkpoint_s and state.state == "running":
             state.progress = min(job.duration_s, state.progress + ran // state.checkpoint_s * state.checkpoint_s)
         state.box = None

@@ -39,6 +39,21 @@ def _fits(free, job, instance_type: str) -> bool:
             and accepts(job.instance_type_pattern, instance_type))
 
 
+class _Booking:
+    """What is promised of instances on their way: an empty instance of the type, filled by book()."""
+
+    def __init__(self, instance_type: InstanceType):
+        self.room = Box(-1, instance_type, "", 0.0, 0.0, list(instance_type.capacity))
+
+    def fits(self, job) -> bool:
+        return self.room.fits(job)
+
+    def book(self, job) -> None:
+        self.room.take_gpu(job)
+        self.room.free[1] -= job.vcpus
+        self.room.free[2] -= job.memory_mib
+
+
 class _Reaped:
     """The mlfleet reaper's contract on an instance that runs nothing: marked once it has been idle
     for the window (at a reaper run), terminated at the first run after the grace period."""
@@ -128,7 +143,8 @@ class MlfleetStrategy(_Reaped):
                             b.lifecycle, b.free[0], b.free[1], b.free[2], b.price,
                             submissions=frozenset(sim.jobs[j].job.submission_id for j in b.jobs),
                             launched_at=b.launched, empty_since=None if b.jobs else b.idle_since,
-                            busy_until=self._busy_until(sim, b, now) if self.runtimes else None)
+                            busy_until=self._busy_until(sim, b, now) if self.runtimes else None,
+                            gpu_memory_mib=b.type.gpu_memory, shared_gpus=b.shared_left())
                     for b in usable]
         current = Counter((b.type.name, b.lifecycle) for b in usable)
         pending = Counter((b.type.name, b.lifecycle) for b in coming)
@@ -142,7 +158,7 @@ class MlfleetStrategy(_Reaped):
         jobs = [JobRequest(s.job.job_id, s.job.submission_id, s.job.gpus, s.job.vcpus, s.job.memory_mib,
                            s.job.instance_type_pattern, submitted_at=s.job.submit_s, reserved=self._reservation(s),
                            runtime=self._belief(sim, s), checkpoint_interval_s=s.checkpoint_s,
-                           attempts_left=max(1, sim.max_attempts - s.runs))
+                           attempts_left=max(1, sim.max_attempts - s.runs), gpu_memory_mib=s.job.gpu_memory_mib)
                 for s in sim.waiting.values()]
         hourly = sum(b.price for b in sim.alive.values())
         prices = {(self.region, name): t.price for name, t in self.types.items()}
@@ -184,7 +200,7 @@ class FirstFitStrategy(_Reaped):
         # Instances on their way (booting, or replacing a reclaimed one) were bought for waiting jobs:
         # they are counted first, in the same way.
         launching = sim.coming_boxes()
-        booking = {b.id: list(b.type.capacity) for b in launching}
+        booking = {b.id: _Booking(b.type) for b in launching}
         for state in list(sim.waiting.values()):
             job = state.job
             box = next((b for b in usable if b.fits(job)), None)
@@ -196,13 +212,12 @@ class FirstFitStrategy(_Reaped):
                 usable.append(box)
                 sim.start(state, box)
                 continue
-            held = next((b for b in launching if _fits(booking[b.id], job, b.type.name)), None)
+            held = next((b for b in launching if booking[b.id].fits(job)), None)
             if held is None:
                 held = sim.launch(cheapest_holding(self.types, job))
                 launching.append(held)
-                booking[held.id] = list(held.free)
-            booking[held.id] = [booking[held.id][0] - job.gpus, booking[held.id][1] - job.vcpus,
-                                booking[held.id][2] - job.memory_mib]
+                booking[held.id] = _Booking(held.type)
+            booking[held.id].book(job)
         sim.plan_seconds += time.process_time() - started
 
 
@@ -352,16 +367,14 @@ class EcsBinpackMemoryStrategy:
             usable.insert(at, box)
             keys.insert(at, (box.free[2], box.id))
         # Managed scaling: enough instances for the tasks nothing can hold, counting those on their way.
-        room = [list(b.type.capacity) for b in sim.coming_boxes()]
+        room = [_Booking(b.type) for b in sim.coming_boxes()]
         for job in unplaced:
-            spot = next((r for r in room if _fits(r, job, self.type.name)), None)
+            spot = next((r for r in room if r.fits(job)), None)
             if spot is None:
                 sim.launch(self.type)
-                spot = list(self.type.capacity)
+                spot = _Booking(self.type)
                 room.append(spot)
-            spot[0] -= job.gpus
-            spot[1] -= job.vcpus
-            spot[2] -= job.memory_mib
+            spot.book(job)
         sim.plan_seconds += time.process_time() - started
 
     def on_idle(self, sim: Simulation, box: Box) -> None:

@@ -1,13 +1,16 @@
 """Read a trace into jobs: the Alibaba openb pod list or a plain CSV, recognised from the header.
 
-Plain:  submit_s,duration_s,gpus,vcpus,memory_mib[,instance_type][,submission]
-        (instance_type: a regex, full match; submission: jobs sharing it are one sweep or batch range)
+Plain:  submit_s,duration_s,gpus,vcpus,memory_mib[,instance_type][,submission][,gpu_memory_mib]
+        (instance_type: a regex, full match; submission: jobs sharing it are one sweep or batch range;
+        gpu_memory_mib > 0 with gpus 0: the job shares one GPU, asking that much of its memory)
 openb:  name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec[,qos,pod_phase][,creation_time,deletion_time,
         scheduled_time]   (a pod list without the time columns has no times: it runs in snapshot mode)
 
 openb mapping: submit = creation_time; duration = deletion_time - scheduled_time when the pod was
 scheduled, else deletion_time - creation_time (it waited that long and was then removed); vCPUs =
-cpu_milli / 1000; a fractional GPU (gpu_milli < 1000) needs one whole GPU, since ECS hands out whole GPUs;
+cpu_milli / 1000; a fractional GPU (gpu_milli < 1000) takes one whole GPU, or with `share_fractional`
+(--share-fractional-gpus) shares one: it asks gpu_milli / 1000 of the reference GPU's shareable memory
+(`reference_gpu_memory_mib`: the smallest GPU the benchmark's instances have, so it fits any of them);
 gpu_spec names a GPU model: T4 and V100 become the instance-type patterns where AWS sells them (g4dn,
 p3), others (P100, and the undisclosed G2, G3) have no AWS equivalent: such a pod is dropped, counted
 (a pod that accepts several models keeps the ones AWS sells). Pods without a GPU are left out, counted:
@@ -18,11 +21,11 @@ from __future__ import annotations
 
 import csv
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 PLAIN = ("submit_s", "duration_s", "gpus", "vcpus", "memory_mib")
-PLAIN_OPTIONAL = {"instance_type", "submission"}
+PLAIN_OPTIONAL = {"instance_type", "submission", "gpu_memory_mib"}
 OPENB = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec")
 OPENB_TIMES = ("creation_time", "deletion_time", "scheduled_time")
 GPU_MODEL_PATTERNS = {"T4": r"g4dn\..*", "V100M16": r"p3\..*", "V100M32": r"p3dn\..*", "V100": r"p3(dn)?\..*"}
@@ -42,10 +45,27 @@ class TraceJob:
     memory_mib: int
     instance_type_pattern: str | None = None
     submission: str | None = None  # None: its own submission
+    # > 0 with gpus 0: the job shares one GPU (ECS nvidiaMps), asking this much of its memory.
+    gpu_memory_mib: int = 0
+    # The trace's own GPU count where it is a fraction (an openb pod's gpu_milli / 1000): what it counts
+    # for completed GPU-hours and utilisation, whether or not a strategy lets it share.
+    gpu_fraction: float | None = None
 
     @property
     def submission_id(self) -> str:
         return self.submission or self.job_id
+
+    @property
+    def shares_gpu(self) -> bool:
+        return self.gpus == 0 and self.gpu_memory_mib > 0
+
+    @property
+    def trace_gpus(self) -> float:
+        return self.gpu_fraction if self.gpu_fraction is not None else float(self.gpus)
+
+    def as_whole(self) -> TraceJob:
+        """The job as a strategy that cannot share GPUs runs it: one whole GPU."""
+        return replace(self, gpus=1, gpu_memory_mib=0) if self.shares_gpu else self
 
 
 @dataclass
@@ -57,7 +77,8 @@ class Trace:
     timed: bool = True  # False: an openb pod list without time columns (snapshot only)
 
 
-def read_trace(path: Path, limit: int | None = None) -> Trace:
+def read_trace(path: Path, limit: int | None = None, *, share_fractional: bool = False,
+               reference_gpu_memory_mib: int = 0) -> Trace:
     with Path(path).open(newline="") as handle:
         reader = csv.reader(handle)
         header = tuple(h.strip() for h in next(reader, ()))
@@ -75,7 +96,8 @@ def read_trace(path: Path, limit: int | None = None) -> Trace:
                 continue
             values = dict(zip(header, row))
             try:
-                job = _plain(values, line) if kind == "plain" else _openb(values, line, trace.excluded, timed)
+                job = _plain(values, line) if kind == "plain" else _openb(
+                    values, line, trace.excluded, timed, reference_gpu_memory_mib if share_fractional else 0)
             except TraceError as error:
                 raise TraceError(f"{path}: {error}") from None
             if job is not None:
@@ -99,16 +121,27 @@ def _number(values: dict, column: str, line: int, kind=float, minimum=0.0):
 
 def _plain(values: dict, line: int) -> TraceJob:
     pattern = values.get("instance_type") or None
+    gpu_memory = _number(values, "gpu_memory_mib", line, int, 0) if values.get("gpu_memory_mib") else 0
+    gpus = _number(values, "gpus", line, int, 0 if gpu_memory else 1)
+    if gpus and gpu_memory:
+        raise TraceError(f"line {line}, column gpu_memory_mib: {gpu_memory} with gpus {gpus}: a job asks for whole "
+                         "GPUs or for part of one, not both (gpus 0 to share a GPU)")
     return TraceJob(f"job-{line:07d}", _number(values, "submit_s", line), _number(values, "duration_s", line),
-                    _number(values, "gpus", line, int, 1), _number(values, "vcpus", line, float, 0),
-                    _number(values, "memory_mib", line, int, 0), pattern, values.get("submission") or None)
+                    gpus, _number(values, "vcpus", line, float, 0),
+                    _number(values, "memory_mib", line, int, 0), pattern, values.get("submission") or None,
+                    gpu_memory_mib=gpu_memory)
 
 
-def _openb(values: dict, line: int, excluded: Counter, timed: bool) -> TraceJob | None:
+def _openb(values: dict, line: int, excluded: Counter, timed: bool, reference_gpu_memory_mib: int) -> TraceJob | None:
     gpus = _number(values, "num_gpu", line, int)
     if gpus == 0:
         excluded["no_gpu"] += 1
         return None
+    milli = _number(values, "gpu_milli", line, int)
+    fraction = milli / 1000 if gpus == 1 and 0 < milli < 1000 else None
+    gpu_memory = 0
+    if fraction is not None and reference_gpu_memory_mib:
+        gpus, gpu_memory = 0, max(1, reference_gpu_memory_mib * milli // 1000)
     spec = values.get("gpu_spec", "").strip()
     pattern = None
     if spec:
@@ -125,4 +158,5 @@ def _openb(values: dict, line: int, excluded: Counter, timed: bool) -> TraceJob 
         start = _number(values, "scheduled_time", line) if scheduled else created
         duration = max(1.0, deleted - start)
     return TraceJob(values["name"], created, duration, gpus,
-                    _number(values, "cpu_milli", line) / 1000, _number(values, "memory_mib", line, int), pattern)
+                    _number(values, "cpu_milli", line) / 1000, _number(values, "memory_mib", line, int), pattern,
+                    gpu_memory_mib=gpu_memory, gpu_fraction=fraction)
