@@ -5,7 +5,8 @@ A run's cost is the job's share of its instance for the time it held it, at the 
     cost = share x hourly price at placement x (end of the run - placement) / 3600 s
 
 - **Share: the largest of its GPU, vCPU and memory shares** of what the instance type can schedule
-  (lambdas.common.catalog: GPUs, vCPUs, memory less what the OS and the ECS agent keep). Whichever
+  (lambdas.common.catalog: GPUs, vCPUs, memory less what the OS and the ECS agent keep; a job sharing a
+  GPU holds the part of one its GPU memory is). Whichever
   resource a job takes most of is what it denies other jobs: a job holding 1 of 4 GPUs but 90% of the
   memory leaves the other 3 GPUs without memory to run anything (the dominant share of Dominant Resource
   Fairness, Ghodsi et al., NSDI 2011). The shares of the jobs on one machine may add up to more or less
@@ -36,10 +37,15 @@ UNKNOWN = "(none)"
 
 
 def dominant_share(spec: JobSpec, instance: InstanceType) -> float:
-    """The largest of the job's GPU, vCPU and memory shares of what `instance` can schedule (at most 1)."""
+    """The largest of the job's GPU, vCPU and memory shares of what `instance` can schedule (at most 1). A job
+    sharing a GPU holds the part of one GPU its memory is of that GPU's shareable memory."""
     shares = [spec.vcpus / instance.schedulable_vcpus, spec.memory_mib / instance.schedulable_memory_mib]
     if instance.gpus:
-        shares.append(spec.gpus / instance.gpus)
+        gpus = spec.gpus
+        if spec.shares_gpu:
+            shareable = instance.shareable_gpu_memory_mib
+            gpus = min(1.0, spec.gpu_memory_mib / shareable) if shareable else 1.0
+        shares.append(gpus / instance.gpus)
     return min(1.0, max(shares))
 
 

@@ -18,6 +18,10 @@ must be able to pull it (lambdas/common/registries.py): a region without interne
 own ECR and ECR Public through its pull-through cache. ECR Public images are pulled through the region's
 cache wherever the stack has one, as the default job image is (`JobSpec.images`, `image_for`).
 
+A job takes whole GPUs (`gpus`), or part of one (`gpu_memory_mib`, optionally `gpu_compute_percent`): ECS
+shares that GPU with other such jobs through NVIDIA MPS (the `nvidiaMps` sharing strategy), limits the
+job to that much GPU memory, and places it by free GPU memory. docs/jobs.md says when to share and when not.
+
 Secrets are passed by reference: `secrets: {NAME: ref}` names an SSM parameter (`/mlfleet/<env>/...` or
 its ARN) or a Secrets Manager secret ARN (`...:secret:mlfleet/<env>/...`); ECS reads it with the task
 execution role and sets NAME in the container, so the value is in neither the ledger nor the task's
@@ -58,9 +62,9 @@ RESERVED_ENV = ("MLFLEET_JOB_ID", "MLFLEET_ATTEMPT", "MLFLEET_CHECKPOINT_URI", "
 # How often a job may say it checkpoints (docs/jobs.md, "Checkpoints"): every minute to once a day.
 CHECKPOINT_INTERVAL_LIMIT_MINUTES = 1440
 
-KEYS = ("image", "command", "environment", "secrets", "gpus", "vcpus", "memory_mib", "instance_type_pattern",
-        "regions", "lifecycle", "max_attempts", "checkpoint_interval_minutes", "retry_on_exit_codes", "team",
-        "priority", "notify", "expected_runtime_s")
+KEYS = ("image", "command", "environment", "secrets", "gpus", "gpu_memory_mib", "gpu_compute_percent", "vcpus",
+        "memory_mib", "instance_type_pattern", "regions", "lifecycle", "max_attempts", "checkpoint_interval_minutes",
+        "retry_on_exit_codes", "team", "priority", "notify", "expected_runtime_s")
 # A runtime estimate beyond this is a typo (minutes given as seconds twice over), not a plan.
 MAX_EXPECTED_RUNTIME_S = 90 * 86_400
 # Keys of a spec file that belong to the submission, not to each job: `sweep: {name: [values]}`.
@@ -125,6 +129,14 @@ class JobSpec:
     expected_runtime_s: float | None = None
     # NAME -> SSM parameter name or ARN, or Secrets Manager secret ARN: references only, never values.
     secrets: Mapping[str, str] = field(default_factory=dict)
+    # Part of one GPU instead of whole ones (gpus is then 0): MiB of its memory, and optionally at most this
+    # percentage of its compute (ECS nvidiaMps `memory` and `maxComputePercent`).
+    gpu_memory_mib: int = 0
+    gpu_compute_percent: int | None = None
+
+    @property
+    def shares_gpu(self) -> bool:
+        return self.gpu_memory_mib > 0
 
     def image_for(self, region: str) -> str:
         return self.images.get(region, self.image)
@@ -138,7 +150,8 @@ class JobSpec:
         optional = {"checkpoint_interval_minutes": self.checkpoint_interval_minutes,
                     "retry_on_exit_codes": list(self.retry_on_exit_codes), "team": self.team,
                     "notify": list(self.notify), "images": dict(self.images),
-                    "expected_runtime_s": self.expected_runtime_s, "secrets": dict(self.secrets)}
+                    "expected_runtime_s": self.expected_runtime_s, "secrets": dict(self.secrets),
+                    "gpu_memory_mib": self.gpu_memory_mib, "gpu_compute_percent": self.gpu_compute_percent}
         document.update({key: value for key, value in optional.items() if value})
         if self.priority != DEFAULT_PRIORITY:
             document["priority"] = self.priority
@@ -240,7 +253,11 @@ def parse_spec(document: Mapping, *, fleet_regions: Sequence[str], catalog: Cata
         elif problem := secret_reference_problem(name, reference, environment):
             problems.append(problem)
 
-    gpus = _number(problems, "gpus", document.get("gpus"), int, 1, inclusive=True)
+    gpu_memory_mib, gpu_compute_percent = _gpu_share(problems, document)
+    if gpu_memory_mib is None:
+        gpus = _number(problems, "gpus", document.get("gpus"), int, 1, inclusive=True)
+    else:
+        gpus = 0
     vcpus = _number(problems, "vcpus", document.get("vcpus"), float, 0, inclusive=False)
     memory_mib = _number(problems, "memory_mib", document.get("memory_mib"), int, 0, inclusive=False)
     max_attempts = _number(problems, "max_attempts", document.get("max_attempts", default_max_attempts), int, 1,
@@ -294,7 +311,11 @@ def parse_spec(document: Mapping, *, fleet_regions: Sequence[str], catalog: Cata
         candidates = [(catalog.get(name), r) for r in wanted for name in fleet_types.get(r, ()) if name in catalog]
         where = holder = "instance type of this stack's fleets"
     largest = max((t.gpus for t, _ in candidates), default=0)
-    if gpus is not None and gpus > largest:
+    if gpu_memory_mib is not None:
+        if None not in (vcpus, memory_mib) and not problems:
+            matching = [t for t, _ in candidates if compiled is None or compiled.fullmatch(t.name)]
+            _shared_gpu_fits(problems, matching, gpu_memory_mib, vcpus, memory_mib, where, wanted, pattern)
+    elif gpus is not None and gpus > largest:
         biggest = sorted({t.name for t, _ in candidates if t.gpus == largest})
         problems.append(f"gpus={gpus}: more GPUs than any {holder} has (largest: {largest}, "
                         f"{', '.join(biggest) or 'none'})")
@@ -316,7 +337,50 @@ def parse_spec(document: Mapping, *, fleet_regions: Sequence[str], catalog: Cata
                    regions=tuple(regions), lifecycle=lifecycle, checkpoint_interval_minutes=interval,
                    retry_on_exit_codes=retry, team=team, priority=priority,
                    notify=notify, images=images, expected_runtime_s=expected_runtime_s,
-                   secrets=dict(secret_refs))
+                   secrets=dict(secret_refs), gpu_memory_mib=gpu_memory_mib or 0,
+                   gpu_compute_percent=gpu_compute_percent)
+
+
+def _gpu_share(problems: list[str], document: Mapping) -> tuple[int | None, int | None]:
+    """`gpu_memory_mib` and `gpu_compute_percent` of a job that shares a GPU; (None, None) for whole GPUs."""
+    memory, compute = document.get("gpu_memory_mib"), document.get("gpu_compute_percent")
+    if memory is None:
+        if compute is not None:
+            problems.append(f"gpu_compute_percent={compute!r}: only for a job that shares a GPU (with "
+                            "gpu_memory_mib); a job with whole GPUs has all of their compute")
+        return None, None
+    memory = _number(problems, "gpu_memory_mib", memory, int, 1, inclusive=True)
+    if compute is not None:
+        compute = _number(problems, "gpu_compute_percent", compute, int, 1, inclusive=True, maximum=100)
+    if document.get("gpus") not in (None, 0):
+        problems.append(f"gpus={document['gpus']!r}, gpu_memory_mib={document['gpu_memory_mib']!r}: a job asks for "
+                        "whole GPUs (gpus) or for part of one (gpu_memory_mib), not both")
+    return memory or 0, compute
+
+
+def _shared_gpu_fits(problems: list[str], matching: Sequence[InstanceType], gpu_memory_mib: int, vcpus: float,
+                     memory_mib: int, where: str, regions: Sequence[str], pattern) -> None:
+    """A job sharing a GPU needs a type whose GPUs can be shared (not a vGPU slice), with that much GPU
+    memory to share and the vCPUs and memory besides."""
+    sharing = [t for t in matching if t.shareable_gpu_memory_mib]
+    matched = f"{'matching ' + repr(pattern) + ' ' if pattern else ''}in {', '.join(regions)}"
+    if not sharing:
+        names = ", ".join(sorted({t.name for t in matching})) or "none"
+        problems.append(f"gpu_memory_mib={gpu_memory_mib}: no {where} {matched} can share its GPUs (types: "
+                        f"{names}); ask for whole GPUs with gpus instead")
+        return
+    most = max(t.shareable_gpu_memory_mib for t in sharing)
+    if gpu_memory_mib > most:
+        biggest = sorted({t.name for t in sharing if t.shareable_gpu_memory_mib == most})
+        problems.append(f"gpu_memory_mib={gpu_memory_mib}: more GPU memory than one GPU of any {where} {matched} "
+                        f"can share (largest: {most} MiB per GPU, {', '.join(biggest)}); ask for gpus: 1 to have a "
+                        "whole GPU, or for less memory")
+        return
+    able = [t for t in sharing if t.shareable_gpu_memory_mib >= gpu_memory_mib]
+    if not any(t.schedulable_vcpus >= vcpus and t.schedulable_memory_mib >= memory_mib for t in able):
+        problems.append(f"gpu_memory_mib={gpu_memory_mib}, vcpus={vcpus:g}, memory_mib={memory_mib}: no {where} "
+                        f"{matched} with that much GPU memory to share holds that much"
+                        f"{closest_types(able, 1, vcpus, memory_mib)}")
 
 
 def _team_of_stack(problems: list[str], team: str | None, teams: Sequence[str], default_team: str | None) -> str | None:
@@ -479,10 +543,13 @@ def spec_from_document(document: Mapping) -> JobSpec:
                    notify=_strings(document.get("notify") or [], "spec.notify"),
                    images=_string_map(document.get("images") or {}, "spec.images"),
                    expected_runtime_s=_optional_number(document.get("expected_runtime_s"), "spec.expected_runtime_s"),
+                   gpu_memory_mib=int(document.get("gpu_memory_mib") or 0),
+                   gpu_compute_percent=_optional_integer(document.get("gpu_compute_percent"), "spec.gpu_compute_percent"),
                    **optional)
-    if spec.gpus < 0 or spec.vcpus <= 0 or spec.memory_mib <= 0 or spec.max_attempts < 1:
-        raise ValueError(f"spec sizes out of range: gpus={spec.gpus}, vcpus={spec.vcpus}, "
-                         f"memory_mib={spec.memory_mib}, max_attempts={spec.max_attempts}")
+    if spec.gpus < 0 or spec.vcpus <= 0 or spec.memory_mib <= 0 or spec.max_attempts < 1 or \
+            spec.gpu_memory_mib < 0 or (spec.gpus == 0) == (spec.gpu_memory_mib == 0):
+        raise ValueError(f"spec sizes out of range: gpus={spec.gpus}, gpu_memory_mib={spec.gpu_memory_mib}, "
+                         f"vcpus={spec.vcpus}, memory_mib={spec.memory_mib}, max_attempts={spec.max_attempts}")
     return spec
 
 
@@ -502,6 +569,12 @@ def _optional_number(value, where: str) -> float | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
         raise TypeError(f"{where}={str(value)[:40]!r} is not a number")
     return float(value) if value is not None else None
+
+
+def _optional_integer(value, where: str) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise TypeError(f"{where}={str(value)[:40]!r} is not an integer")
+    return value
 
 
 def _optional_string(value, where: str) -> str | None:
@@ -528,7 +601,7 @@ def container_overrides(spec: JobSpec, job_id: str, attempt: int, checkpoint_uri
     override = {
         "name": container_name,
         "environment": [{"name": k, "value": v} for k, v in sorted(environment.items())],
-        "resourceRequirements": [{"type": "GPU", "value": str(spec.gpus)}],
+        "resourceRequirements": [gpu_requirement(spec)],
         "cpu": max(1, round(spec.vcpus * 1024)),
         # A soft reservation (what ECS and the planner count); no hard limit, so a job is not
         # OOM-killed for briefly using more memory than it asked for while the machine has it.
@@ -537,6 +610,18 @@ def container_overrides(spec: JobSpec, job_id: str, attempt: int, checkpoint_uri
     if spec.command:
         override["command"] = list(spec.command)
     return {"containerOverrides": [override]}
+
+
+def gpu_requirement(spec: JobSpec) -> dict:
+    """The container's GPU resource requirement: whole GPUs (`value`), or a share of one through NVIDIA MPS
+    (`sharingStrategy.nvidiaMps`: "For a GPU resource requirement, specify either value or sharingStrategy,
+    but not both", botocore's ecs model, ResourceRequirement)."""
+    if not spec.shares_gpu:
+        return {"type": "GPU", "value": str(spec.gpus)}
+    allocation = {"memory": spec.gpu_memory_mib}
+    if spec.gpu_compute_percent is not None:
+        allocation["maxComputePercent"] = spec.gpu_compute_percent
+    return {"type": "GPU", "sharingStrategy": {"nvidiaMps": allocation}}
 
 
 def overrides_size(overrides: Mapping) -> int:
@@ -708,13 +793,13 @@ def assign_ids(submission_id: str, specs: Sequence[JobSpec]) -> list[Job]:
 _MEMORY = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(GiB|MiB|G|M|)\s*", re.IGNORECASE)
 
 
-def parse_memory(text: str) -> int:
+def parse_memory(text: str, what: str = "memory") -> int:
     """"16GiB" -> 16384, "512MiB" -> 512, "2048" -> 2048 (MiB)."""
     match = _MEMORY.fullmatch(text or "")
     if not match:
-        raise SpecError([f"memory={text!r}: must be a size like 16GiB or 512MiB"])
+        raise SpecError([f"{what}={text!r}: must be a size like 16GiB or 512MiB"])
     amount, unit = float(match.group(1)), match.group(2).lower()
     mib = amount * 1024 if unit in ("gib", "g") else amount
     if not mib.is_integer():
-        raise SpecError([f"memory={text!r}: must be a whole number of MiB"])
+        raise SpecError([f"{what}={text!r}: must be a whole number of MiB"])
     return int(mib)

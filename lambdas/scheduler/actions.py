@@ -10,6 +10,7 @@ claim should become.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -20,7 +21,7 @@ from lambdas.common.logs import log_decision
 from lambdas.common.permissions import ISO_8601_TIME, PUBLISH_TO_ENCRYPTED_TOPICS, needs
 from lambdas.jobs.credentials import container_secrets
 from lambdas.jobs.ledger import JobRecord
-from lambdas.jobs.spec import OVERRIDES_LIMIT, container_overrides, overrides_size
+from lambdas.jobs.spec import OVERRIDES_LIMIT, JobSpec, container_overrides, gpu_requirement, overrides_size
 from lambdas.scheduler.state import SCALING_PAUSED_TAG
 
 JOB_ID_TAG, ATTEMPT_TAG = "mlfleet:job-id", "mlfleet:attempt"
@@ -70,20 +71,40 @@ def _secret_set(secrets: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple((s["name"], s["valueFrom"]) for s in container_secrets(secrets))
 
 
+# A revision for whole-GPU jobs asks for one GPU, as the family does; each job's overrides set its count.
+WHOLE_GPU = (("type", "GPU"), ("value", "1"))
+
+
+def gpu_key(spec: JobSpec | None) -> tuple:
+    """The GPU requirement a job's revision must have. ECS takes a GPU `value` or a `sharingStrategy`, never
+    both, and "the containers in a task that request GPUs must all use the same option" (botocore's ecs model,
+    ResourceRequirement): a job sharing a GPU gets a revision with its own `nvidiaMps` allocation, which its
+    overrides repeat."""
+    if spec is None or not spec.shares_gpu:
+        return WHOLE_GPU
+    return tuple(sorted((k, json.dumps(v, sort_keys=True) if isinstance(v, dict) else v)
+                        for k, v in gpu_requirement(spec).items()))
+
+
+def _gpu_requirement(key: tuple) -> dict:
+    return {k: json.loads(v) if k == "sharingStrategy" else v for k, v in key}
+
+
 @dataclass
 class TaskDefinitions:
-    """Revisions of a region's job family per (image, secret set), cached for one run.
+    """Revisions of a region's job family per (image, secret set, GPU requirement), cached for one run.
 
     StartTask cannot override the image, and container overrides cannot carry secrets (botocore's ecs
     model: ContainerOverride has no `secrets`, ContainerDefinition has), so each image and set of secret
-    references gets a revision copied from the family's latest ACTIVE revision (roles, log configuration,
-    GPU requirement) with only the image and the secrets set.
+    references gets a revision copied from the family's latest ACTIVE revision (roles, log configuration)
+    with only the image, the secrets and the GPU requirement (`gpu_key`) set.
     """
     ecs: object
     _cache: dict = field(default_factory=dict)
 
-    def revision_for(self, family: str, image: str, secrets: Mapping[str, str] | None = None) -> Revision:
-        key = (family, image, _secret_set(secrets or {}))
+    def revision_for(self, family: str, image: str, secrets: Mapping[str, str] | None = None,
+                     spec: JobSpec | None = None) -> Revision:
+        key = (family, image, _secret_set(secrets or {}), gpu_key(spec))
         if key not in self._cache:
             self._cache[key] = self._find(*key) or self._register(*key)
         return self._cache[key]
@@ -91,32 +112,38 @@ class TaskDefinitions:
     def arn_for(self, family: str, image: str, secrets: Mapping[str, str] | None = None) -> str:
         return self.revision_for(family, image, secrets).arn
 
-    def _find(self, family: str, image: str, secrets: tuple[tuple[str, str], ...]) -> Revision | None:
+    def _find(self, family: str, image: str, secrets: tuple[tuple[str, str], ...], gpu: tuple) -> Revision | None:
         arns = self.ecs.list_task_definitions(familyPrefix=family, status="ACTIVE", sort="DESC",
                                               maxResults=REVISIONS_SEARCHED)["taskDefinitionArns"]
         for arn in arns:
             definition = self.ecs.describe_task_definition(taskDefinition=arn)["taskDefinition"]
             container = definition["containerDefinitions"][0]
             found = tuple(sorted((s["name"], s["valueFrom"]) for s in container.get("secrets") or ()))
-            if definition["family"] == family and container["image"] == image and found == secrets:
+            gpus = [r for r in container.get("resourceRequirements") or () if r.get("type") == "GPU"]
+            if definition["family"] == family and container["image"] == image and found == secrets and \
+                    len(gpus) == 1 and _gpu_requirement(gpu) == gpus[0]:
                 return Revision(arn, container["name"])
         return None
 
-    def _register(self, family: str, image: str, secrets: tuple[tuple[str, str], ...]) -> Revision:
+    def _register(self, family: str, image: str, secrets: tuple[tuple[str, str], ...], gpu: tuple) -> Revision:
         described = self.ecs.describe_task_definition(taskDefinition=family, include=["TAGS"])
         base = described["taskDefinition"]
         containers = [dict(c) for c in base["containerDefinitions"]]
         containers[0]["image"] = image
-        # The latest revision may be another job's: its secrets are replaced, never inherited.
+        # The latest revision may be another job's: its secrets and GPU requirement are replaced, never inherited.
         containers[0].pop("secrets", None)
         if secrets:
             containers[0]["secrets"] = [{"name": name, "valueFrom": value} for name, value in secrets]
+        containers[0]["resourceRequirements"] = [
+            *(r for r in containers[0].get("resourceRequirements") or () if r.get("type") != "GPU"),
+            _gpu_requirement(gpu)]
         copied = {k: base[k] for k in COPIED_FIELDS if base.get(k)}
         tags = described.get("tags") or []
         registered = self.ecs.register_task_definition(family=family, containerDefinitions=containers, **copied,
                                                        **({"tags": tags} if tags else {}))["taskDefinition"]
         log_decision("register-task-definition", family=family, image=image, revision=registered["revision"],
-                     secrets=[name for name, _ in secrets], copied_from=base["taskDefinitionArn"])
+                     secrets=[name for name, _ in secrets], gpu=_gpu_requirement(gpu),
+                     copied_from=base["taskDefinitionArn"])
         return Revision(registered["taskDefinitionArn"], containers[0]["name"])
 
 

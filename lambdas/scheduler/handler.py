@@ -327,7 +327,7 @@ def team_shares(settings: TeamsSettings, ledger: L.Ledger, now: float) -> Shares
     team holds everything: only priorities and age order its jobs."""
     if not settings.teams:
         return Shares({}, settings.fallback_team, now=now)
-    held = teams.held_gpus([*ledger.by_state(L.RUNNING), *ledger.by_state(L.STARTING)], settings)
+    held = teams.held_gpus([*ledger.by_state(L.RUNNING), *ledger.by_state(L.STARTING)], settings, load_catalog())
     previous, previous_at = teams.read_usage(ledger.dynamodb, ledger.table)
     usage = decayed_usage(previous, previous_at, held, now, settings.half_life_s)
     teams.write_usage(ledger.dynamodb, ledger.table, usage, now)
@@ -385,7 +385,7 @@ def job_request(record: L.JobRecord, fleet_regions: Collection[str],
                       checkpoint_region=checkpoint_region(record, fleet_regions), runtime=runtime,
                       checkpoint_interval_s=interval * 60.0 if interval is not None else None,
                       attempts_left=max(1, spec.max_attempts - record.runs), team=spec.team,
-                      priority=spec.priority)
+                      priority=spec.priority, gpu_memory_mib=spec.gpu_memory_mib)
 
 
 def runtime_beliefs(ledger: L.Ledger, records: list[L.JobRecord], errors: list[dict] | None = None,
@@ -413,6 +413,21 @@ def busy_until(machine: state.MachineView, running: dict[str, L.JobRecord], beli
             return None
         ends.append(expected_end(record.started_at, belief, now))
     return max(ends) if ends else None
+
+
+def fleets_without_gpu_sharing(machines: Collection[state.MachineView], catalog) -> set[tuple[str, str]]:
+    """Fleets whose machines boot without `ecs.capability.gpu-sharing-mps` though their GPUs could be shared
+    (an AMI without nvidia-mps.service, such as an older stock image): nothing is bought from them for a
+    job that shares a GPU, since it would never be placed there. Logged once a run per fleet."""
+    found = {}
+    for m in machines:
+        if m.instance_type in catalog and catalog.get(m.instance_type).shareable_gpu_memory_mib and not m.gpu_memory_mib:
+            found.setdefault((m.region, m.fleet), m.instance_id)
+    for (region, fleet), instance_id in sorted(found.items()):
+        log_decision("no-gpu-sharing", region=region, fleet=fleet, instance_id=instance_id,
+                     reason=f"its agent does not advertise {state.GPU_SHARING_CAPABILITY}; jobs that share a GPU are "
+                            "not bought for in this fleet (docs/jobs.md, 'Sharing a GPU')")
+    return set(found)
 
 
 def circuit_breaker(view: state.FleetView, now: datetime, settings: Settings) -> bool:
@@ -485,6 +500,7 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
     beliefs = runtime_beliefs(ledger, [*pending, *running.values()], summary["errors"])
     in_view = list(machines.values())
     boot_s = releases.boot_seconds(in_view) or releases.UNMEASURED_BOOT_S
+    no_sharing = fleets_without_gpu_sharing(in_view, catalog)
     the_plan = plan(
         [job_request(r, regions(fleets), beliefs.get(r.job_id)) for r in pending],
         [Machine(key=m.container_instance_arn, instance_id=m.instance_id, region=m.region, fleet=m.fleet,
@@ -493,7 +509,8 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
                  price_per_hour=m.price_per_hour, rebalance_recommended=m.rebalance_recommended,
                  draining=m.draining, removing=m.removing,  # never placed onto either
                  submissions=m.submissions, launched_at=m.launched_at, empty_since=m.empty_since,
-                 protected=m.protected, busy_until=busy_until(m, running, beliefs, now.timestamp()))
+                 protected=m.protected, busy_until=busy_until(m, running, beliefs, now.timestamp()),
+                 gpu_memory_mib=m.gpu_memory_mib, shared_gpus=m.shared_gpus)
          for m in in_view],
         # A fleet whose breaker is open may not grow: its cap is what it already has.
         [Fleet(region=fv.config.region, fleet=fv.config.fleet, asg_name=fv.config.asg_name,
@@ -502,7 +519,8 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
                max_instances=(fv.current_instances + fv.pending_instances) if key in stopped else fv.max_instances,
                on_demand_base=fv.config.on_demand_base,
                on_demand_percent_above_base=fv.config.on_demand_percent_above_base,
-               min_size=fv.min_size, removing_instances=fv.removing_instances)
+               min_size=fv.min_size, removing_instances=fv.removing_instances,
+               gpu_sharing=key not in no_sharing)
          for key, fv in fleet_views.items()],
         catalog,
         Limits(max_hourly_usd=settings.max_hourly_usd, current_hourly_usd=current_hourly, admission_open=True,
@@ -637,7 +655,7 @@ def start_one(settings: Settings, ledger: L.Ledger, quarantine: Quarantine, reco
         return
     image = record.spec.image_for(machine.region)
     try:
-        revision = definitions.revision_for(fleet.task_family, image, record.spec.secrets)
+        revision = definitions.revision_for(fleet.task_family, image, record.spec.secrets, record.spec)
     except (ClientError, BotoCoreError) as error:
         started = actions.Started(None, f"task definition for {image!r}: {describe(error)}",
                                   actions.RETRY if is_transient(error) else actions.REFUSED)

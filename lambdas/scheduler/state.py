@@ -18,6 +18,15 @@ GPU accounting: free GPUs = the catalog's GPU count for the instance type minus 
 tasks placed on the instance request (their containers' GPU resourceRequirements, from the task's
 overrides or else its task definition). It never reads remainingResources GPU: moto does not model
 GPUs on container instances, and the ledger of what we asked for is what the planner must respect.
+
+GPU sharing (ECS `nvidiaMps`): a task that shares a GPU holds the memory its requirement names on the GPU
+ECS gave it (its container's `gpuIds`). Each shared GPU's memory left = the catalog's shareable memory per
+GPU (lambdas.common.catalog) minus what the known tasks on it hold, and never more than ECS itself reports
+left for that GPU (ContainerInstance.gpuDevices, where it reports them; its total bounds the capacity too).
+A sharing task whose GPU is not known (moto reports no gpuIds) is counted on a GPU of its own: the planner
+may then see less room than there is, never more. A machine shares GPUs only when its agent advertises
+`ecs.capability.gpu-sharing-mps` (the ECS agent does once the AMI's nvidia-mps.service is enabled and the
+GPU is not a vGPU slice: amazon-ecs-agent, ecs-agent/utils/gpu ShouldAdvertiseMpsCapability).
 """
 
 from __future__ import annotations
@@ -42,6 +51,8 @@ from lambdas.jobs.queue import JobMessage, MessageError, parse_message
 from lambdas.jobs.spec import submission_of
 
 SCALING_PAUSED_TAG = "mlfleet:scaling-paused-at"
+# The container-instance attribute of an agent that shares GPUs with NVIDIA MPS (amazon-ecs-agent).
+GPU_SHARING_CAPABILITY = "ecs.capability.gpu-sharing-mps"
 # Receive no more once the run has less than this left: acting on what was read needs the rest.
 MIN_REMAINING_MS = 60_000
 
@@ -120,6 +131,8 @@ class MachineView:
     registered_at: float | None = None  # when its ECS agent registered (boot time = registered - launched)
     empty_since: float | None = None  # the `mlfleet:empty-since` tag; None when absent or unreadable
     protected: bool = False  # `mlfleet:keep-alive` protects it
+    gpu_memory_mib: int = 0  # shareable memory per GPU (0: it cannot share: its type, or no MPS capability)
+    shared_gpus: tuple[int, ...] = ()  # memory left on each GPU that tasks share
 
 
 @dataclass(frozen=True)
@@ -152,26 +165,75 @@ def _resource(resources: Iterable[Mapping], name: str) -> int:
     return 0
 
 
-def _gpu_requirement(requirements: Iterable[Mapping] | None) -> int | None:
+def _gpu_requirement(requirements: Iterable[Mapping] | None) -> tuple[int, int] | None:
+    """(whole GPUs, MiB of a shared GPU) of a container's GPU requirement, or None when it has none."""
     for requirement in requirements or ():
         if requirement.get("type") == "GPU":
-            return int(requirement["value"])
+            mps = (requirement.get("sharingStrategy") or {}).get("nvidiaMps")
+            if mps:
+                return 0, int(mps["memory"])
+            return int(requirement["value"]), 0
     return None
 
 
-def requested_resources(task: Mapping, task_definition: Callable[[str], Mapping]) -> tuple[int, float, int]:
-    """(GPUs, vCPUs, MiB) a task reserves: per container, its override if given, else its definition."""
+@dataclass
+class TaskUse:
+    """What a task reserves on its container instance."""
+    gpus: int = 0
+    vcpus: float = 0.0
+    memory_mib: int = 0
+    shared: list = field(default_factory=list)  # (GPU id or None when unknown, MiB) per container sharing one
+
+
+def requested_resources(task: Mapping, task_definition: Callable[[str], Mapping]) -> TaskUse:
+    """What a task reserves: per container, its override if given, else its definition; a container that
+    shares a GPU holds that much memory on the GPU ECS gave it (`gpuIds`, where ECS reports it)."""
     definition = task_definition(task["taskDefinitionArn"])
     overrides = {o.get("name"): o for o in (task.get("overrides") or {}).get("containerOverrides", [])}
-    gpus, cpu_units, memory = 0, 0, 0
+    gpu_ids = {c.get("name"): c.get("gpuIds") or [] for c in task.get("containers") or ()}
+    use, cpu_units = TaskUse(), 0
     for container in definition.get("containerDefinitions", []):
-        override = overrides.get(container.get("name"), {})
-        gpu = _gpu_requirement(override.get("resourceRequirements"))
-        gpus += gpu if gpu is not None else (_gpu_requirement(container.get("resourceRequirements")) or 0)
+        name = container.get("name")
+        override = overrides.get(name, {})
+        gpu = _gpu_requirement(override.get("resourceRequirements")) or \
+            _gpu_requirement(container.get("resourceRequirements")) or (0, 0)
+        use.gpus += gpu[0]
+        if gpu[1]:
+            use.shared.append((gpu_ids[name][0] if len(gpu_ids.get(name, ())) == 1 else None, gpu[1]))
         cpu_units += int(override.get("cpu", container.get("cpu", 0)) or 0)
-        memory += int(override.get("memoryReservation") or override.get("memory")
-                      or container.get("memoryReservation") or container.get("memory") or 0)
-    return gpus, cpu_units / 1024, memory
+        use.memory_mib += int(override.get("memoryReservation") or override.get("memory")
+                              or container.get("memoryReservation") or container.get("memory") or 0)
+    use.vcpus = cpu_units / 1024
+    return use
+
+
+def shared_gpus(uses: Iterable[tuple[str | None, int]], gpu_memory_mib: int,
+                devices: Iterable[Mapping] = ()) -> tuple[int, ...]:
+    """Memory left on each GPU that tasks share: the shareable memory less what the known tasks on it hold
+    (a task whose GPU is unknown on one of its own), never more than ECS reports left for that GPU, and
+    GPUs ECS reports shared that no known task holds counted too (another's task)."""
+    held: dict[str, int] = {}
+    unknown: list[int] = []
+    for gpu_id, memory in uses:
+        if gpu_id is None:
+            unknown.append(memory)
+        else:
+            held[gpu_id] = held.get(gpu_id, 0) + memory
+    reported = {d.get("gpuId"): d for d in devices if d.get("gpuId")}
+    left = {gpu_id: gpu_memory_mib - memory for gpu_id, memory in held.items()}
+    for gpu_id, device in reported.items():
+        if device.get("sharingMode") == "NVIDIA_MPS" and device.get("remainingMemoryInMiB") is not None:
+            left[gpu_id] = min(left.get(gpu_id, gpu_memory_mib), int(device["remainingMemoryInMiB"]))
+    return tuple(max(0, x) for x in [*left.values(), *(gpu_memory_mib - m for m in unknown)])
+
+
+def shareable_memory(spec, ci: Mapping) -> int:
+    """Memory per GPU jobs sharing one may be planned onto on this machine: the catalog's, never more than
+    the smallest total ECS reports for its GPUs; 0 without the agent's MPS capability."""
+    if spec is None or not any(a.get("name") == GPU_SHARING_CAPABILITY for a in ci.get("attributes") or ()):
+        return 0
+    totals = [int(d["totalMemoryInMiB"]) for d in ci.get("gpuDevices") or () if d.get("totalMemoryInMiB")]
+    return min([spec.shareable_gpu_memory_mib, *totals])
 
 
 def price_of(catalog: Catalog, instance_type: str, region: str, lifecycle: str,
@@ -242,7 +304,7 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
     definitions = functools.lru_cache(maxsize=None)(
         lambda arn: ecs.describe_task_definition(taskDefinition=arn)["taskDefinition"])
     registered: list[tuple[str, Mapping]] = []
-    used: dict[str, tuple[int, float, int]] = {}
+    used: dict[str, TaskUse] = {}
     submissions: dict[str, set[str]] = {}
     job_ids: dict[str, set[str]] = {}
     for cluster in dict.fromkeys(f.cluster for f in fleets):
@@ -255,9 +317,12 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
             for task in ecs.describe_tasks(cluster=cluster, tasks=batch)["tasks"]:
                 view.tasks[task["taskArn"]] = task.get("startedBy", "")
                 host = task.get("containerInstanceArn", "")
-                gpus, vcpus, memory = requested_resources(task, definitions)
-                g, v, m = used.get(host, (0, 0.0, 0))
-                used[host] = (g + gpus, v + vcpus, m + memory)
+                use = requested_resources(task, definitions)
+                total = used.setdefault(host, TaskUse())
+                total.gpus += use.gpus
+                total.vcpus += use.vcpus
+                total.memory_mib += use.memory_mib
+                total.shared += use.shared
                 submission = submission_of(task.get("startedBy", ""))
                 if submission:
                     submissions.setdefault(host, set()).add(submission)
@@ -275,9 +340,13 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
         instance_type = instance["InstanceType"]
         lifecycle = "spot" if instance.get("InstanceLifecycle") == "spot" else "on-demand"
         tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
-        gpus_used, vcpus_used, memory_used = used.get(ci["containerInstanceArn"], (0, 0.0, 0))
+        use = used.get(ci["containerInstanceArn"], TaskUse())
+        gpus_used, vcpus_used, memory_used = use.gpus, use.vcpus, use.memory_mib
         known = instance_type in catalog
         spec = catalog.get(instance_type) if known else None
+        gpu_memory = shareable_memory(spec, ci)
+        shared = shared_gpus(use.shared, gpu_memory or (spec.shareable_gpu_memory_mib if spec else 0),
+                             ci.get("gpuDevices") or ())
         # ECS's own remainingResources bound CPU and memory; the catalog bounds them too, in case the
         # agent registered more than a task can really get (and because moto subtracts task-definition
         # values, not overrides, from remainingResources).
@@ -292,7 +361,7 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
             container_instance_arn=ci["containerInstanceArn"], instance_id=ci["ec2InstanceId"], region=region,
             fleet=fleet.fleet, cluster=cluster, instance_type=instance_type,
             availability_zone=instance.get("Placement", {}).get("AvailabilityZone", ""), lifecycle=lifecycle,
-            free_gpus=max(0, (spec.gpus if spec else 0) - gpus_used), free_vcpus=max(0.0, free_vcpus),
+            free_gpus=max(0, (spec.gpus if spec else 0) - gpus_used - len(shared)), free_vcpus=max(0.0, free_vcpus),
             free_memory_mib=max(0, free_memory),
             price_per_hour=price_of(catalog, instance_type, region, lifecycle, spot_prices),
             rebalance_recommended=REBALANCE_TAG in tags,
@@ -303,7 +372,8 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
             tasks=int(ci.get("runningTasksCount", 0)) + int(ci.get("pendingTasksCount", 0)),
             launched_at=_epoch(instance.get("LaunchTime")), registered_at=_epoch(ci.get("registeredAt")),
             empty_since=empty_since.timestamp() if empty_since else None,
-            protected=now is not None and keep_alive_protects(tags.get(tag_keys.KEEP_ALIVE), now)[0]))
+            protected=now is not None and keep_alive_protects(tags.get(tag_keys.KEEP_ALIVE), now)[0],
+            gpu_memory_mib=gpu_memory, shared_gpus=shared))
 
     for fleet in fleets:
         group = groups.get(fleet.asg_name)

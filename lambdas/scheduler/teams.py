@@ -29,13 +29,23 @@ PERMISSIONS = (
 )
 
 
-def held_gpus(records: Iterable[JobRecord], settings: TeamsSettings) -> dict[str, int]:
-    """GPUs each team's jobs hold (the running and starting ones the caller reads)."""
-    held: dict[str, int] = {}
+def held_gpus(records: Iterable[JobRecord], settings: TeamsSettings, catalog=None) -> dict[str, float]:
+    """GPUs each team's jobs hold (the running and starting ones the caller reads): a job sharing a GPU
+    holds the part of one its memory is on the type it was placed on (a whole GPU where that is unknown)."""
+    held: dict[str, float] = {}
     for record in records:
         team = settings.team_of(record.spec.team)
-        held[team] = held.get(team, 0) + record.spec.gpus
+        held[team] = held.get(team, 0.0) + gpus_held(record, catalog)
     return held
+
+
+def gpus_held(record: JobRecord, catalog=None) -> float:
+    spec = record.spec
+    if not spec.shares_gpu:
+        return float(spec.gpus)
+    placed = record.placement.instance_type if record.placement else None
+    shareable = catalog.get(placed).shareable_gpu_memory_mib if catalog is not None and placed in catalog else 0
+    return min(1.0, spec.gpu_memory_mib / shareable) if shareable else 1.0
 
 
 def read_usage(dynamodb, table: str) -> tuple[dict[str, float], float | None]:

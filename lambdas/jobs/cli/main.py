@@ -35,7 +35,12 @@ def parser() -> argparse.ArgumentParser:
     sub = commands.add_parser("submit", help="queue one job, a sweep or a batch run")
     sub.add_argument("-f", "--file", help="a job spec in JSON or YAML (may hold a `sweep:` mapping); flags override it")
     sub.add_argument("--image")
-    sub.add_argument("--gpus", type=int)
+    sub.add_argument("--gpus", type=int, help="whole GPUs")
+    sub.add_argument("--gpu-memory", metavar="SIZE",
+                     help="instead of --gpus: part of one GPU, this much of its memory (e.g. 6GiB), shared with other "
+                          "such jobs through NVIDIA MPS (docs/jobs.md, 'Sharing a GPU')")
+    sub.add_argument("--gpu-compute-percent", type=int, metavar="1-100",
+                     help="with --gpu-memory: at most this percentage of the GPU's compute (default: no limit)")
     sub.add_argument("--vcpus", type=float)
     sub.add_argument("--memory", help="e.g. 16GiB or 512MiB")
     sub.add_argument("--env", action="append", metavar="NAME=VALUE", help="environment variable (repeatable)")

@@ -106,10 +106,14 @@ def spec_document(args, environment: Mapping[str, str] = os.environ) -> dict:
     document: dict = read_spec_file(args.file) if args.file else {}
     flags = {"image": args.image, "gpus": args.gpus, "vcpus": args.vcpus, "instance_type_pattern": args.instance_type_pattern,
              "lifecycle": args.lifecycle, "max_attempts": args.max_attempts, "team": args.team,
-             "priority": args.priority}
+             "priority": args.priority, "gpu_compute_percent": args.gpu_compute_percent}
     document.update({k: v for k, v in flags.items() if v is not None})
     if args.memory is not None:
         document["memory_mib"] = parse_memory(args.memory)
+    if args.gpu_memory is not None:
+        document["gpu_memory_mib"] = parse_memory(args.gpu_memory, "gpu-memory")
+        if args.gpus is None:
+            document.pop("gpus", None)  # the file's whole GPUs give way to the flag's share of one
     if args.regions:
         document["regions"] = [r.strip() for r in args.regions.split(",") if r.strip()]
     if args.retry_on_exit_codes is not None:
@@ -179,7 +183,10 @@ def describe_jobs(jobs: Sequence[Job], service: JobService) -> list[str]:
 
 
 def _size(spec: JobSpec, fleet_regions: Sequence[str]) -> str:
-    parts = [f"{spec.gpus} GPU{'s' if spec.gpus != 1 else ''}, {spec.vcpus:g} vCPUs, {spec.memory_mib:,} MiB",
+    gpus = f"{spec.gpus} GPU{'s' if spec.gpus != 1 else ''}" if not spec.shares_gpu else \
+        f"{spec.gpu_memory_mib:,} MiB of a shared GPU" + (
+            f" (at most {spec.gpu_compute_percent}% of its compute)" if spec.gpu_compute_percent else "")
+    parts = [f"{gpus}, {spec.vcpus:g} vCPUs, {spec.memory_mib:,} MiB",
              f"{spec.lifecycle or 'spot or on-demand'}", f"in {', '.join(spec.regions or fleet_regions)}",
              f"up to {spec.max_attempts} attempt{'s' if spec.max_attempts != 1 else ''}"]
     if spec.retry_on_exit_codes:
