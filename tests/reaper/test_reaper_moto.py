@@ -175,3 +175,23 @@ def test_lifecycle_and_reaper_counts_are_published(world):
     cloudwatch = boto3.client("cloudwatch", REGION)
     names = {m["MetricName"] for m in cloudwatch.list_metrics(Namespace="mlfleet")["Metrics"]}
     assert names == {"FleetInstances", "IdleMarkedInstances", "ReapedInstances"}
+
+
+def test_a_machine_whose_gpu_a_sharing_job_holds_is_busy_while_the_job_runs(fleet_aws):
+    # GPU sharing (ECS nvidiaMps) changes nothing in the reaper's contract: a job sharing the GPU is an ECS
+    # task, so the machine is busy while it runs, even with its CPU and GPU quiet (a served model waiting
+    # for requests); a quiet machine without one is marked (test_first_run_marks_exactly_the_idle_instances).
+    world = build_world(fleet_size=1, standalone=0)
+    settings = Settings(**{**SETTINGS.__dict__, "alert_topic_arn": world["topic"]})
+    now = datetime.now(timezone.utc) + timedelta(hours=3)
+    (instance_id,) = world["fleet"]
+    put_utilisation(instance_id, now, cpu=1, gpu=0)
+    ecs = boto3.client("ecs", REGION)
+    ecs.register_task_definition(family="mlfleet-dev-gpu-job", containerDefinitions=[
+        {"name": "job", "image": "nvidia/cuda", "memory": 1024,
+         "resourceRequirements": [{"type": "GPU", "sharingStrategy": {"nvidiaMps": {"memory": 4000}}}]}])
+    (target,) = ecs.list_container_instances(cluster=CLUSTER)["containerInstanceArns"]
+    ecs.start_task(cluster=CLUSTER, taskDefinition="mlfleet-dev-gpu-job", containerInstances=[target])
+    busy = run(settings, now)
+    assert busy["decisions"].get("mark", []) == [] and busy["decisions"]["busy"] == [instance_id]
+    assert "mlfleet:idle-since" not in tags_of(instance_id)
