@@ -36,12 +36,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
-from lambdas.common.catalog import Catalog, InstanceType
-from lambdas.common.registries import DOCKER_HUB, ECR_PUBLIC, reachable_without_egress, reference_problem, \
+from ..common.catalog import Catalog, InstanceType
+from ..common.registries import DOCKER_HUB, ECR_PUBLIC, reachable_without_egress, reference_problem, \
     registry_of, through_cache
-from lambdas.jobs.checkpoints import INTERVAL_VARIABLE, URI_VARIABLE, uri
-from lambdas.jobs.credentials import credential_problem
-from lambdas.jobs.credentials import reference_problem as secret_reference_problem
+from .checkpoints import INTERVAL_VARIABLE, URI_VARIABLE, uri
+from .credentials import credential_problem
+from .credentials import reference_problem as secret_reference_problem
 
 SPOT, ON_DEMAND = "spot", "on-demand"
 # A job's priority within its team: 0-9, higher first (lambdas/scheduler/planning/shares.py).

@@ -11,16 +11,16 @@ from datetime import datetime, timezone
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lambdas.common.aws import client
-from lambdas.jobs import costs
-from lambdas.jobs import ledger as L
-from lambdas.jobs.cli import notify, report, submission, watch
-from lambdas.jobs.cli.errors import (
+from ...common.aws import client
+from .. import costs
+from .. import ledger as L
+from . import notify, report, submission, watch
+from .errors import (
     AWS_FAILED, BROKEN_PIPE, INTERRUPTED, USAGE, CliError, Stopped, aws_message,
 )
-from lambdas.jobs.cli.permissions import ACTIONS, policy
-from lambdas.jobs.cli.service import JobService, discover, from_stack_file, with_teams
-from lambdas.jobs.spec import SpecError, is_job_id
+from .permissions import ACTIONS, policy
+from .service import JobService, discover, from_stack_file, with_teams
+from ..spec import SpecError, is_job_id
 
 
 def parser() -> argparse.ArgumentParser:
