@@ -134,3 +134,14 @@ def test_the_venv_is_installed_once_and_refreshed_only_when_requirements_change(
     old = (ROOT / "requirements.txt").stat().st_mtime - 60
     os.utime(stamp, (old, old))
     assert "pip install --quiet -r requirements-dev.txt" in planned()  # a requirements file is newer: refresh
+
+
+def test_make_test_runs_the_linter_pyproject_configures_from_the_venv_it_installs(tmp_path):
+    venv = tmp_path / "venv"
+    planned = subprocess.run(["make", "-n", "--no-print-directory", "test", f"VENV={venv}"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout.splitlines()
+    assert f"{venv}/bin/ruff check ." in planned
+    assert planned.index(f"{venv}/bin/ruff check .") < planned.index(f"{venv}/bin/python -m pytest -n auto")
+    pinned = [line for line in (ROOT / "requirements-dev.txt").read_text().splitlines() if line.startswith("ruff")]
+    assert len(pinned) == 1 and pinned[0].startswith("ruff==")
+    assert "[tool.ruff.lint]" in (ROOT / "pyproject.toml").read_text()
