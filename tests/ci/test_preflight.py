@@ -58,6 +58,17 @@ def test_a_stack_with_a_kms_secrets_provider_needs_no_passphrase(tmp_path, monke
     assert preflight.check_passphrase("kms", environ={}) == []
 
 
+def test_pulumi_cloud_keeps_the_secrets_unless_the_stack_was_made_with_a_passphrase(tmp_path, monkeypatch):
+    (tmp_path / "stacks").mkdir()
+    (tmp_path / "stacks" / "Pulumi.dev.yaml").write_text("config: {}\n")
+    monkeypatch.setattr(preflight, "ROOT", tmp_path)
+    cloud = {"PULUMI_BACKEND_URL": "https://api.pulumi.com"}
+    assert preflight.check_passphrase("dev", environ=cloud) == []
+    assert "no passphrase" in preflight.check_passphrase("dev", environ={"PULUMI_BACKEND_URL": "s3://state/mlfleet"})[0]
+    (tmp_path / "stacks" / "Pulumi.dev.yaml").write_text("encryptionsalt: v1:abc\nconfig: {}\n")
+    assert "no passphrase" in preflight.check_passphrase("dev", environ=cloud)[0]
+
+
 def test_credentials_missing_or_broken():
     assert "no AWS credentials found" in preflight.check_credentials(resolver=lambda: None)[0]
     assert "ProfileNotFound" in preflight.check_credentials(resolver=lambda: "ProfileNotFound: the config profile (x)")[0]
