@@ -163,6 +163,22 @@ class Job:
     spec: JobSpec
 
 
+# What a spec that leaves out a required key is told (the command's flags and the spec file's keys).
+MISSING = {
+    "image": "the container image to run (--image REF, or image: in the spec file)",
+    "gpus": "the whole GPUs each job reserves (--gpus N, or gpus: in the spec file)",
+    "vcpus": "the vCPUs each job reserves (--vcpus N, or vcpus: in the spec file)",
+    "memory_mib": "the memory each job reserves (--memory 16GiB, or memory_mib: in the spec file)",
+}
+
+
+def _required_number(problems: list[str], document: Mapping, key: str, kind, minimum, *, inclusive: bool):
+    if document.get(key) is None:
+        problems.append(f"{key}: missing: {MISSING[key]}")
+        return None
+    return _number(problems, key, document[key], kind, minimum, inclusive=inclusive)
+
+
 def _number(problems: list[str], key: str, value, kind, minimum, *, inclusive: bool, maximum=None):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not float(value).is_integer()):
         problems.append(f"{key}={value!r}: must be a{'n integer' if kind is int else ' number'}")
@@ -214,7 +230,9 @@ def parse_spec(document: Mapping, *, fleet_regions: Sequence[str], catalog: Cata
 
     image = document.get("image")
     image_problem = reference_problem(image) if isinstance(image, str) else "must be a container image reference"
-    if image_problem:
+    if image is None:
+        problems.append(f"image: missing: {MISSING['image']}")
+    elif image_problem:
         problems.append(f"image={image!r}: {image_problem}")
 
     command = document.get("command", [])
@@ -240,9 +258,9 @@ def parse_spec(document: Mapping, *, fleet_regions: Sequence[str], catalog: Cata
         elif problem := secret_reference_problem(name, reference, environment):
             problems.append(problem)
 
-    gpus = _number(problems, "gpus", document.get("gpus"), int, 1, inclusive=True)
-    vcpus = _number(problems, "vcpus", document.get("vcpus"), float, 0, inclusive=False)
-    memory_mib = _number(problems, "memory_mib", document.get("memory_mib"), int, 0, inclusive=False)
+    gpus = _required_number(problems, document, "gpus", int, 1, inclusive=True)
+    vcpus = _required_number(problems, document, "vcpus", float, 0, inclusive=False)
+    memory_mib = _required_number(problems, document, "memory_mib", int, 0, inclusive=False)
     max_attempts = _number(problems, "max_attempts", document.get("max_attempts", default_max_attempts), int, 1,
                            inclusive=True, maximum=MAX_ATTEMPTS_LIMIT)
     interval = document.get("checkpoint_interval_minutes")

@@ -49,6 +49,7 @@ def samples() -> dict[str, str]:
                      "29GiB", "--sweep", "lr=0.1,0.01,0.001", "--", "python", "train.py", "--lr", "{lr}"]),
         ]
         jobs = [
+            command(["submit", "--dry-run", "--stack", "dev", "--gpus", "0", "--vcpus", "0", "--memory", "1GiB"]),
             command(["submit", "--dry-run", "--stack", "prod", "--image", "ghcr.io/team/train:3", "--gpus", "1",
                      "--vcpus", "4", "--memory", "16GiB"]),
             command(["submit", "--dry-run", "--stack", "prod", "--image", "public.ecr.aws/team/train:3", "--gpus",

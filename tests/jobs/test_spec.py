@@ -33,7 +33,8 @@ def test_good_spec_gets_defaults():
 
 
 @pytest.mark.parametrize("changes, fragment", [
-    ({"image": ...}, "image=None"),
+    ({"image": ...}, "image: missing: the container image to run (--image REF"),
+    ({"gpus": None}, "gpus: missing: the whole GPUs each job reserves (--gpus N"),
     ({"image": ""}, "image=''"),
     ({"gpus": 0}, "gpus=0: must be >= 1"),
     ({"gpus": -2}, "gpus=-2"),

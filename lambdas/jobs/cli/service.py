@@ -159,6 +159,10 @@ def from_stack_file(stack: str) -> JobService:
         raise CliError(f"--stack needs the Pulumi program's own packages ({error.name} is missing): in {root}, "
                        "run `make venv` and use venv/bin/mlfleet") from None
     path = stack_path(stack)
+    if not path.is_file():
+        stacks = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in path.parent.glob("Pulumi.*.yaml"))
+        raise CliError(f"--stack {stack}: there is no stacks/{path.name} in {root}; the stacks are "
+                       f"{', '.join(stacks) or 'none'} (README, 'Add an environment' makes a new one)")
     try:
         cfg = parse_stack_config(read_stack_file(path), stack)
     except (StackFileError, ConfigError) as error:
