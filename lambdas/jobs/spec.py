@@ -225,8 +225,11 @@ def parse_spec(document: Mapping, *, fleet_regions: Sequence[str], catalog: Cata
     the team must be one of them, `default_team` when none is given. SUBMISSION_KEYS are left to the caller.
     """
     problems: list[str] = []
-    for key in sorted(set(document) - set(KEYS) - set(SUBMISSION_KEYS)):
-        problems.append(f"{key}={document[key]!r}: unknown key (known: {', '.join((*KEYS, *SUBMISSION_KEYS))})")
+    known = (*KEYS, *SUBMISSION_KEYS)
+    for key in sorted(set(document) - set(known), key=str):
+        close = difflib.get_close_matches(str(key), known, n=1)
+        hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(known)}"
+        problems.append(f"{key}={document[key]!r}: unknown key ({hint})")
 
     image = document.get("image")
     image_problem = reference_problem(image) if isinstance(image, str) else "must be a container image reference"
@@ -236,7 +239,11 @@ def parse_spec(document: Mapping, *, fleet_regions: Sequence[str], catalog: Cata
         problems.append(f"image={image!r}: {image_problem}")
 
     command = document.get("command", [])
-    if not isinstance(command, (list, tuple)) or not all(isinstance(a, str) for a in command):
+    if isinstance(command, str):
+        problems.append(f"command={command!r}: must be a list of strings, one per argument: "
+                        f"command: {json.dumps(command.split())}")
+        command = []
+    elif not isinstance(command, (list, tuple)) or not all(isinstance(a, str) for a in command):
         problems.append(f"command={command!r}: must be a list of strings")
         command = []
 
