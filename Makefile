@@ -11,13 +11,13 @@ STACK ?=
 PULUMI_BACKEND_URL ?= file://$(CURDIR)/.pulumi-state
 export PULUMI_BACKEND_URL
 
-.PHONY: help venv test snapshots preview up destroy lint shellcheck admission-status admission-open
+.PHONY: help venv test snapshots preview up destroy lint ruff shellcheck admission-status admission-open
 
 help:
 	@echo "make up STACK=dev        deploy a stack (pulumi up; local file backend unless PULUMI_BACKEND_URL is set)"
 	@echo "make preview STACK=dev   show what would change"
 	@echo "make destroy STACK=dev   tear the whole environment down in one pass"
-	@echo "make test                install test dependencies and run the whole test suite"
+	@echo "make test                install test dependencies, run the linters (ruff, shellcheck) and the whole test suite"
 	@echo "make snapshots           rewrite tests/snapshots after an intended infrastructure change"
 	@echo "make admission-open STACK=dev     admit jobs again after the budget guard closed admission"
 	@echo "make admission-status STACK=dev   show whether the environment admits new jobs"
@@ -35,21 +35,26 @@ $(VENV_STAMP): requirements.txt requirements-dev.txt pyproject.toml
 
 venv: $(VENV_STAMP)
 
-# What the tests need is checked before anything is installed.
+# What the tests need is checked before anything is installed. Then the linters (ruff with pyproject.toml's
+# rules, shellcheck) and the suite.
 test:
 	@$(PYTHON) scripts/preflight.py test
 	@$(MAKE) --no-print-directory venv
+	@$(MAKE) --no-print-directory ruff
 	$(BIN)/python -m pytest -n auto
 	@$(MAKE) --no-print-directory shellcheck
 
 snapshots: venv
 	$(BIN)/python -m pytest tests/program/test_stacks.py --update-snapshots
 
+ruff: venv
+	$(BIN)/ruff check .
+
 shellcheck:
 	@command -v shellcheck >/dev/null || { echo "shellcheck is missing: apt-get install shellcheck"; exit 1; }
 	shellcheck components/compute/*.sh $(wildcard packer/scripts/*.sh) $(wildcard scripts/*.sh)
 
-lint: shellcheck
+lint: ruff shellcheck
 
 # Deploy targets check the Pulumi CLI, the state passphrase and AWS credentials before they create the
 # state folder or select a stack (scripts/preflight.py says how to get what is missing).

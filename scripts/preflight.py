@@ -87,11 +87,21 @@ def _secrets_provider(stack: str) -> str | None:
     return match.group(1) if match else None
 
 
+def _uses_passphrase_salt(stack: str) -> bool:
+    """`encryptionsalt:` in the stack file: the stack was created with the passphrase provider."""
+    path = stack_file(stack)
+    return path.is_file() and re.search(r"^encryptionsalt:", path.read_text(), re.MULTILINE) is not None
+
+
 def check_passphrase(stack: str, environ: Mapping[str, str] = os.environ) -> list[str]:
-    """The passphrase secrets provider (the file backend's default) needs a passphrase; another provider
-    named in the stack file does not. Pulumi would otherwise prompt, or fail in CI."""
+    """The passphrase secrets provider (the default of the file and cloud-storage backends) needs a passphrase;
+    another provider named in the stack file does not, nor Pulumi Cloud's own (an https:// backend's default,
+    unless the stack was created with a passphrase). Pulumi would otherwise prompt, or fail in CI."""
     provider = _secrets_provider(stack)
     if provider and not provider.startswith("passphrase"):
+        return []
+    backend = environ.get("PULUMI_BACKEND_URL", "")
+    if not provider and backend.startswith(("https://", "http://")) and not _uses_passphrase_salt(stack):
         return []
     if environ.get("PULUMI_CONFIG_PASSPHRASE"):
         return []

@@ -18,8 +18,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from components.config import ConfigError, StackConfig, parse_stack_config, stack_keys
-from components.config.project import render_pulumi_yaml, required_keys, undeclared_keys
+from components.config import ConfigError, StackConfig, parse_stack_config, stack_keys  # noqa: E402 - after the sys.path line above
+from components.config.project import render_pulumi_yaml, required_keys, undeclared_keys  # noqa: E402
 
 # What the Pulumi CLI prints for the two rules it checks itself, from its source (config.go,
 # missingStackConfigurationKeysError and validateStackConfigValue); tests/rules/test_pulumi_project.py

@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from lambdas.common import admission
-from lambdas.common.aws import client
-from lambdas.common.errors import describe, per_item
-from lambdas.common.logs import log_decision
-from lambdas.common.permissions import PUBLISH_TO_ENCRYPTED_TOPICS, needs
-from lambdas.common.settings import SettingsError, from_env
+from ..common import admission
+from ..common.aws import client
+from ..common.errors import describe, per_item
+from ..common.logs import log_decision
+from ..common.permissions import PUBLISH_TO_ENCRYPTED_TOPICS, needs
+from ..common.settings import SettingsError, from_env
 
 from .budget_message import BudgetNotice, budget_topic_name, closing_message, parse_budget_message, refusal
 

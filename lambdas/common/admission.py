@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from lambdas.common.permissions import needs
+from .permissions import needs
 
 OPEN, CLOSED = "open", "closed"
 

@@ -28,10 +28,10 @@ from collections.abc import Iterable, Mapping
 from datetime import date, datetime, timezone
 from pathlib import Path
 
-from lambdas.common.aws import chunks, client, paginate
-from lambdas.common.catalog import CATALOG_PATH
-from lambdas.common.permissions import needs
-from lambdas.common.spot_prices import median_price, zone_spot_prices
+from .aws import chunks, client, paginate
+from .catalog import CATALOG_PATH
+from .permissions import needs
+from .spot_prices import median_price, zone_spot_prices
 
 PERMISSIONS = (
     needs("pricing:GetProducts", why="on-demand Linux prices per type and region"),

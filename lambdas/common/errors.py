@@ -22,7 +22,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, HTTPClientError
 from botocore.retries.standard import ThrottledRetryableChecker, TransientRetryableChecker
 
-from lambdas.common.logs import log_decision
+from .logs import log_decision
 
 THROTTLING_CODES = frozenset(ThrottledRetryableChecker._THROTTLED_ERROR_CODES)
 TRANSIENT_CODES = frozenset(TransientRetryableChecker._TRANSIENT_ERROR_CODES) | {

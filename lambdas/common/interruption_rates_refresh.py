@@ -19,8 +19,8 @@ import urllib.request
 from datetime import date
 from pathlib import Path
 
-from lambdas.common.catalog import load_catalog
-from lambdas.common.interruption_rates import RATES_PATH, InterruptionRatesError, parse_rates
+from .catalog import load_catalog
+from .interruption_rates import RATES_PATH, InterruptionRatesError, parse_rates
 
 FEED = "https://spot-bid-advisor.s3.amazonaws.com/spot-advisor-data.json"
 

@@ -37,8 +37,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lambdas.common.logs import log_decision
-from lambdas.common.permissions import needs
+from .logs import log_decision
+from .permissions import needs
 
 LEASE_KEY = "#lease/placement"
 CLOCK_SKEW_SECONDS = 30

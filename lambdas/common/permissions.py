@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from lambdas.common.tags import ENVIRONMENT as ENVIRONMENT_TAG
+from .tags import ENVIRONMENT as ENVIRONMENT_TAG
 
 # Actions that write tags: a permission granting any of them must say which tag keys it writes.
 TAG_WRITES = frozenset({"ec2:CreateTags", "ec2:DeleteTags", "autoscaling:CreateOrUpdateTags", "autoscaling:DeleteTags"})

@@ -18,8 +18,8 @@ import statistics
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 
-from lambdas.common.aws import chunks, client, paginate
-from lambdas.common.permissions import needs
+from .aws import chunks, client, paginate
+from .permissions import needs
 
 PERMISSIONS = (
     needs("ec2:DescribeSpotPriceHistory", why="read the spot price in effect in each Availability Zone"),

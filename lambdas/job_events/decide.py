@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from lambdas.common.catalog import Catalog
-from lambdas.jobs.costs import run_cost
-from lambdas.jobs.ledger import CANCELLED, FAILED, QUEUED, RUNNING, STARTING, SUCCEEDED, JobRecord, Placement
-from lambdas.jobs.spec import is_job_id
+from ..common.catalog import Catalog
+from ..jobs.costs import run_cost
+from ..jobs.ledger import CANCELLED, FAILED, QUEUED, RUNNING, STARTING, SUCCEEDED, JobRecord, Placement
+from ..jobs.spec import is_job_id
 
 INTERRUPTION = "EC2 Spot Instance Interruption Warning"
 REBALANCE = "EC2 Instance Rebalance Recommendation"

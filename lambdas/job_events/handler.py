@@ -26,20 +26,20 @@ from datetime import datetime, timedelta, timezone
 
 from botocore.exceptions import ClientError
 
-from lambdas.common.aws import chunks, client, paginate
-from lambdas.common.catalog import load_catalog
-from lambdas.common.errors import describe, error_code, per_item
-from lambdas.common.logs import log_decision
-from lambdas.common.permissions import ISO_8601_TIME, PUBLISH_TO_ENCRYPTED_TOPICS, needs
-from lambdas.common.settings import from_env
-from lambdas.common.tags import ENVIRONMENT
-from lambdas.job_events import decide as D
-from lambdas.job_events import submissions
-from lambdas.jobs import ledger as L
-from lambdas.jobs import queue
-from lambdas.jobs.fleets import REBALANCE_TAG, parse_fleets
-from lambdas.jobs.quarantine import Quarantine
-from lambdas.jobs.spec import is_job_id
+from ..common.aws import chunks, client, paginate
+from ..common.catalog import load_catalog
+from ..common.errors import describe, error_code, per_item
+from ..common.logs import log_decision
+from ..common.permissions import ISO_8601_TIME, PUBLISH_TO_ENCRYPTED_TOPICS, needs
+from ..common.settings import from_env
+from ..common.tags import ENVIRONMENT
+from . import decide as D
+from . import submissions
+from ..jobs import ledger as L
+from ..jobs import queue
+from ..jobs.fleets import REBALANCE_TAG, parse_fleets
+from ..jobs.quarantine import Quarantine
+from ..jobs.spec import is_job_id
 
 CLUSTER_ARN = "arn:{partition}:ecs:*:{account}:cluster/mlfleet-{environment}"
 

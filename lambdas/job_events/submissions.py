@@ -25,9 +25,9 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from lambdas.common.logs import log_decision
-from lambdas.jobs import ledger as L
-from lambdas.jobs.spec import SLACK
+from ..common.logs import log_decision
+from ..jobs import ledger as L
+from ..jobs.spec import SLACK
 
 ATTRIBUTE = "notify"  # the message attribute e-mail subscriptions filter on
 SHOWN_FAILURES = 5

@@ -28,9 +28,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from lambdas.common.catalog import Catalog, InstanceType, UnknownInstanceType, UnknownRegion
-from lambdas.jobs.ledger import STARTING, Cost, JobRecord
-from lambdas.jobs.spec import JobSpec
+from ..common.catalog import Catalog, InstanceType, UnknownInstanceType, UnknownRegion
+from .ledger import STARTING, Cost, JobRecord
+from .spec import JobSpec
 
 GROUPINGS = ("submission", "owner", "team")
 UNKNOWN = "(none)"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from lambdas.common.settings import SettingsError
+from ..common.settings import SettingsError
 
 # On a fleet instance under an EC2 rebalance recommendation: when it was recommended (ISO-8601). Written
 # and undone by the job-events function; the scheduler's planner avoids such machines.

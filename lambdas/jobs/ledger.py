@@ -40,8 +40,8 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
-from lambdas.common.permissions import needs
-from lambdas.jobs.spec import Job, JobSpec, is_job_id, spec_from_document
+from ..common.permissions import needs
+from .spec import Job, JobSpec, is_job_id, spec_from_document
 
 QUEUED, STARTING, RUNNING = "QUEUED", "STARTING", "RUNNING"
 SUCCEEDED, FAILED, CANCELLED = "SUCCEEDED", "FAILED", "CANCELLED"

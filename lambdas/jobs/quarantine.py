@@ -16,10 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from lambdas.common.errors import per_item
-from lambdas.common.logs import log_decision
-from lambdas.jobs import ledger as L
-from lambdas.jobs import queue
+from ..common.errors import per_item
+from ..common.logs import log_decision
+from . import ledger as L
+from . import queue
 
 # Jobs named in one alert; the rest are counted (the command line lists them all).
 ALERT_LISTS = 20

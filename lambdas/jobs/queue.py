@@ -12,9 +12,9 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from lambdas.common.aws import chunks
-from lambdas.common.permissions import needs
-from lambdas.jobs.spec import is_job_id
+from ..common.aws import chunks
+from ..common.permissions import needs
+from .spec import is_job_id
 
 # The exact queues, never a prefix: `mlfleet-dev-jobs*` would also cover the dead-letter queue and other
 # environments' queues such as mlfleet-dev-jobs2. components/jobs names them (queue_name).

@@ -40,12 +40,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
-from lambdas.common.catalog import Catalog, InstanceType
-from lambdas.common.registries import DOCKER_HUB, ECR_PUBLIC, reachable_without_egress, reference_problem, \
+from ..common.catalog import Catalog, InstanceType
+from ..common.registries import DOCKER_HUB, ECR_PUBLIC, reachable_without_egress, reference_problem, \
     registry_of, through_cache
-from lambdas.jobs.checkpoints import INTERVAL_VARIABLE, URI_VARIABLE, uri
-from lambdas.jobs.credentials import credential_problem
-from lambdas.jobs.credentials import reference_problem as secret_reference_problem
+from .checkpoints import INTERVAL_VARIABLE, URI_VARIABLE, uri
+from .credentials import credential_problem
+from .credentials import reference_problem as secret_reference_problem
 
 SPOT, ON_DEMAND = "spot", "on-demand"
 # A job's priority within its team: 0-9, higher first (lambdas/scheduler/planning/shares.py).
@@ -176,6 +176,22 @@ class Job:
     spec: JobSpec
 
 
+# What a spec that leaves out a required key is told (the command's flags and the spec file's keys).
+MISSING = {
+    "image": "the container image to run (--image REF, or image: in the spec file)",
+    "gpus": "the whole GPUs each job reserves (--gpus N, or gpus: in the spec file)",
+    "vcpus": "the vCPUs each job reserves (--vcpus N, or vcpus: in the spec file)",
+    "memory_mib": "the memory each job reserves (--memory 16GiB, or memory_mib: in the spec file)",
+}
+
+
+def _required_number(problems: list[str], document: Mapping, key: str, kind, minimum, *, inclusive: bool):
+    if document.get(key) is None:
+        problems.append(f"{key}: missing: {MISSING[key]}")
+        return None
+    return _number(problems, key, document[key], kind, minimum, inclusive=inclusive)
+
+
 def _number(problems: list[str], key: str, value, kind, minimum, *, inclusive: bool, maximum=None):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not float(value).is_integer()):
         problems.append(f"{key}={value!r}: must be a{'n integer' if kind is int else ' number'}")
@@ -222,16 +238,25 @@ def parse_spec(document: Mapping, *, fleet_regions: Sequence[str], catalog: Cata
     the team must be one of them, `default_team` when none is given. SUBMISSION_KEYS are left to the caller.
     """
     problems: list[str] = []
-    for key in sorted(set(document) - set(KEYS) - set(SUBMISSION_KEYS)):
-        problems.append(f"{key}={document[key]!r}: unknown key (known: {', '.join((*KEYS, *SUBMISSION_KEYS))})")
+    known = (*KEYS, *SUBMISSION_KEYS)
+    for key in sorted(set(document) - set(known), key=str):
+        close = difflib.get_close_matches(str(key), known, n=1)
+        hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(known)}"
+        problems.append(f"{key}={document[key]!r}: unknown key ({hint})")
 
     image = document.get("image")
     image_problem = reference_problem(image) if isinstance(image, str) else "must be a container image reference"
-    if image_problem:
+    if image is None:
+        problems.append(f"image: missing: {MISSING['image']}")
+    elif image_problem:
         problems.append(f"image={image!r}: {image_problem}")
 
     command = document.get("command", [])
-    if not isinstance(command, (list, tuple)) or not all(isinstance(a, str) for a in command):
+    if isinstance(command, str):
+        problems.append(f"command={command!r}: must be a list of strings, one per argument: "
+                        f"command: {json.dumps(command.split())}")
+        command = []
+    elif not isinstance(command, (list, tuple)) or not all(isinstance(a, str) for a in command):
         problems.append(f"command={command!r}: must be a list of strings")
         command = []
 

@@ -18,9 +18,9 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from lambdas.common.permissions import needs
-from lambdas.common.settings import SettingsError
-from lambdas.scheduler.planning.shares import DEFAULT_TEAM, Team
+from ..common.permissions import needs
+from ..common.settings import SettingsError
+from ..scheduler.planning.shares import DEFAULT_TEAM, Team
 
 READ_PERMISSIONS = (
     needs("ssm:GetParameter",

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from lambdas.common import tags as tag_keys
-from lambdas.common.aws import chunks, per_item
-from lambdas.common.permissions import ISO_8601_TIME, PUBLISH_TO_ENCRYPTED_TOPICS, needs
+from ..common import tags as tag_keys
+from ..common.aws import chunks, per_item
+from ..common.permissions import ISO_8601_TIME, PUBLISH_TO_ENCRYPTED_TOPICS, needs
 
 TAG_BATCH = 1000
 METRIC_NAMESPACE = "mlfleet"

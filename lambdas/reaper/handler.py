@@ -26,16 +26,16 @@ from datetime import datetime, timedelta, timezone
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lambdas.common import lease
-from lambdas.common import tags as tag_keys
-from lambdas.common.aws import client
-from lambdas.common.logs import log_decision
-from lambdas.common.settings import SettingsError, from_env
-from lambdas.reaper import actions, inventory
-from lambdas.reaper.idle import MARK, REAP_FLEET, STOP_STANDALONE, UNMARK, Decision, IdleSettings, decide_all, summarize
-from lambdas.removal import decide as removal
-from lambdas.removal import execute
-from lambdas.removal.execute import Outcome
+from ..common import lease
+from ..common import tags as tag_keys
+from ..common.aws import client
+from ..common.logs import log_decision
+from ..common.settings import SettingsError, from_env
+from . import actions, inventory
+from .idle import MARK, REAP_FLEET, STOP_STANDALONE, UNMARK, Decision, IdleSettings, decide_all, summarize
+from ..removal import decide as removal
+from ..removal import execute
+from ..removal.execute import Outcome
 
 # The removal protocol's calls and the placement lease (a function's policy is collected from its own
 # folder's PERMISSIONS, components/functions).

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from lambdas.common import tags as tag_keys
-from lambdas.common.keep_alive import keep_alive_protects, parse_time
+from ..common import tags as tag_keys
+from ..common.keep_alive import keep_alive_protects, parse_time
 
 PERIOD_SECONDS = 300  # the metrics' period; the window holds window_minutes * 60 / PERIOD_SECONDS points
 

@@ -11,10 +11,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from lambdas.common import tags as tag_keys
-from lambdas.common.aws import chunks, paginate
-from lambdas.common.permissions import needs
-from lambdas.reaper.idle import PERIOD_SECONDS, Instance, IdleSettings, window_periods
+from ..common import tags as tag_keys
+from ..common.aws import chunks, paginate
+from ..common.permissions import needs
+from .idle import PERIOD_SECONDS, Instance, IdleSettings, window_periods
 
 GPU_NAMESPACE, GPU_METRIC = "CWAgent", "nvidia_smi_utilization_gpu"
 METRIC_QUERIES_PER_CALL = 500

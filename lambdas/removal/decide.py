@@ -22,8 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from lambdas.common import tags as tag_keys
-from lambdas.common.keep_alive import keep_alive_protects, parse_time
+from ..common import tags as tag_keys
+from ..common.keep_alive import keep_alive_protects, parse_time
 
 RELEASE, IDLE = "release", "idle"  # the methods: the scheduler's releases, the reaper's idle contract
 DEFAULT_BUDGET_PERCENT = 10

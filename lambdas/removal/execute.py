@@ -32,13 +32,13 @@ from datetime import datetime, timedelta
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lambdas.common import tags as tag_keys
-from lambdas.common.aws import chunks, client, paginate
-from lambdas.common.logs import log_decision
-from lambdas.common.permissions import ISO_8601_TIME, needs
-from lambdas.jobs.ledger import BY_STATE, RUNNING, STARTING
-from lambdas.removal import decide
-from lambdas.removal.decide import Candidate, Group, Member, Observed
+from ..common import tags as tag_keys
+from ..common.aws import chunks, client, paginate
+from ..common.logs import log_decision
+from ..common.permissions import ISO_8601_TIME, needs
+from ..jobs.ledger import BY_STATE, RUNNING, STARTING
+from . import decide
+from .decide import Candidate, Group, Member, Observed
 
 DRAIN_BATCH = 10  # UpdateContainerInstancesState takes at most 10 container instances a call
 DESCRIBE_BATCH = 100  # DescribeContainerInstances takes at most 100

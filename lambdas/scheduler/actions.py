@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lambdas.common.errors import describe, error_code, is_transient, was_not_sent
-from lambdas.common.logs import log_decision
-from lambdas.common.permissions import ISO_8601_TIME, PUBLISH_TO_ENCRYPTED_TOPICS, needs
-from lambdas.jobs.credentials import container_secrets
-from lambdas.jobs.ledger import JobRecord
-from lambdas.jobs.spec import OVERRIDES_LIMIT, JobSpec, container_overrides, gpu_requirement, overrides_size
-from lambdas.scheduler.state import SCALING_PAUSED_TAG
+from ..common.errors import describe, error_code, is_transient, was_not_sent
+from ..common.logs import log_decision
+from ..common.permissions import ISO_8601_TIME, PUBLISH_TO_ENCRYPTED_TOPICS, needs
+from ..jobs.credentials import container_secrets
+from ..jobs.ledger import JobRecord
+from ..jobs.spec import OVERRIDES_LIMIT, JobSpec, container_overrides, gpu_requirement, overrides_size
+from .state import SCALING_PAUSED_TAG
 
 JOB_ID_TAG, ATTEMPT_TAG = "mlfleet:job-id", "mlfleet:attempt"
 # Revisions looked at (newest first) for one whose image matches, before registering a new one.

@@ -50,27 +50,27 @@ from datetime import datetime, timedelta, timezone
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lambdas.common import admission, lease
-from lambdas.common.aws import client, single_attempt_client
-from lambdas.common.catalog import load_catalog
-from lambdas.common.errors import describe, error_code, is_transient, per_item
-from lambdas.common.interruption_rates import load_interruption_rates
-from lambdas.common.logs import log_decision
-from lambdas.common.settings import SettingsError, from_env
-from lambdas.jobs import checkpoints
-from lambdas.jobs import ledger as L
-from lambdas.jobs import queue
-from lambdas.jobs.fleets import FleetConfig, parse_fleets, regions
-from lambdas.jobs.quarantine import Quarantine, alert_new
-from lambdas.jobs.teams import TeamsSettings, read_teams
-from lambdas.jobs.teams import parameter_name as teams_parameter_name
-from lambdas.removal.execute import LedgerSource
-from lambdas.scheduler import actions, releases, state, teams
-from lambdas.scheduler.planning import (
+from ..common import admission, lease
+from ..common.aws import client, single_attempt_client
+from ..common.catalog import load_catalog
+from ..common.errors import describe, error_code, is_transient, per_item
+from ..common.interruption_rates import load_interruption_rates
+from ..common.logs import log_decision
+from ..common.settings import SettingsError, from_env
+from ..jobs import checkpoints
+from ..jobs import ledger as L
+from ..jobs import queue
+from ..jobs.fleets import FleetConfig, parse_fleets, regions
+from ..jobs.quarantine import Quarantine, alert_new
+from ..jobs.teams import TeamsSettings, read_teams
+from ..jobs.teams import parameter_name as teams_parameter_name
+from ..removal.execute import LedgerSource
+from . import actions, releases, state, teams
+from .planning import (
     Fleet, JobRequest, Limits, Machine, ReleasePolicy, Reservation, RuntimeEstimate, ScaleOut, Shares, decayed_usage,
     plan,
 )
-from lambdas.scheduler.planning.runtimes import FinishedRun, estimates, expected_end
+from .planning.runtimes import FinishedRun, estimates, expected_end
 
 PERMISSIONS = (
     *admission.READ_PERMISSIONS,

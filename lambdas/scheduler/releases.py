@@ -26,13 +26,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from lambdas.common import tags as tag_keys
-from lambdas.common.aws import client, per_item
-from lambdas.common.logs import log_decision
-from lambdas.common.permissions import ISO_8601_TIME, needs
-from lambdas.removal import decide as removal
-from lambdas.removal import execute
-from lambdas.scheduler.state import MachineView, RegionView
+from ..common import tags as tag_keys
+from ..common.aws import client, per_item
+from ..common.logs import log_decision
+from ..common.permissions import ISO_8601_TIME, needs
+from ..removal import decide as removal
+from ..removal import execute
+from .state import MachineView, RegionView
 
 TAG_BATCH = 1000  # CreateTags and DeleteTags take up to 1,000 resources a call
 # The release delay when nothing has been measured: the benchmark's boot time (benchmarks/scheduler,

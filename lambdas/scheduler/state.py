@@ -38,17 +38,17 @@ from datetime import datetime, timedelta
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lambdas.common import tags as tag_keys
-from lambdas.common.aws import chunks, client, paginate
-from lambdas.common.catalog import Catalog, UnknownInstanceType, UnknownRegion
-from lambdas.common.keep_alive import keep_alive_protects, parse_time
-from lambdas.common.logs import log_decision
-from lambdas.common.permissions import needs
-from lambdas.common.spot_prices import PERMISSIONS as SPOT_PRICE_PERMISSIONS
-from lambdas.common.spot_prices import live_spot_prices
-from lambdas.jobs.fleets import REBALANCE_TAG, FleetConfig
-from lambdas.jobs.queue import JobMessage, MessageError, parse_message
-from lambdas.jobs.spec import submission_of
+from ..common import tags as tag_keys
+from ..common.aws import chunks, client, paginate
+from ..common.catalog import Catalog, UnknownInstanceType, UnknownRegion
+from ..common.keep_alive import keep_alive_protects, parse_time
+from ..common.logs import log_decision
+from ..common.permissions import needs
+from ..common.spot_prices import PERMISSIONS as SPOT_PRICE_PERMISSIONS
+from ..common.spot_prices import live_spot_prices
+from ..jobs.fleets import REBALANCE_TAG, FleetConfig
+from ..jobs.queue import JobMessage, MessageError, parse_message
+from ..jobs.spec import submission_of
 
 SCALING_PAUSED_TAG = "mlfleet:scaling-paused-at"
 # The container-instance attribute of an agent that shares GPUs with NVIDIA MPS (amazon-ecs-agent).

@@ -15,10 +15,10 @@ from decimal import Decimal
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lambdas.common.logs import log_decision
-from lambdas.common.permissions import needs
-from lambdas.jobs.ledger import TABLE_ARNS, JobRecord
-from lambdas.jobs.teams import READ_PERMISSIONS, TeamsSettings
+from ..common.logs import log_decision
+from ..common.permissions import needs
+from ..jobs.ledger import TABLE_ARNS, JobRecord
+from ..jobs.teams import READ_PERMISSIONS, TeamsSettings
 
 USAGE_KEY = "#usage/teams"
 PERMISSIONS = (

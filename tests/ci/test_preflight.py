@@ -58,6 +58,17 @@ def test_a_stack_with_a_kms_secrets_provider_needs_no_passphrase(tmp_path, monke
     assert preflight.check_passphrase("kms", environ={}) == []
 
 
+def test_pulumi_cloud_keeps_the_secrets_unless_the_stack_was_made_with_a_passphrase(tmp_path, monkeypatch):
+    (tmp_path / "stacks").mkdir()
+    (tmp_path / "stacks" / "Pulumi.dev.yaml").write_text("config: {}\n")
+    monkeypatch.setattr(preflight, "ROOT", tmp_path)
+    cloud = {"PULUMI_BACKEND_URL": "https://api.pulumi.com"}
+    assert preflight.check_passphrase("dev", environ=cloud) == []
+    assert "no passphrase" in preflight.check_passphrase("dev", environ={"PULUMI_BACKEND_URL": "s3://state/mlfleet"})[0]
+    (tmp_path / "stacks" / "Pulumi.dev.yaml").write_text("encryptionsalt: v1:abc\nconfig: {}\n")
+    assert "no passphrase" in preflight.check_passphrase("dev", environ=cloud)[0]
+
+
 def test_credentials_missing_or_broken():
     assert "no AWS credentials found" in preflight.check_credentials(resolver=lambda: None)[0]
     assert "ProfileNotFound" in preflight.check_credentials(resolver=lambda: "ProfileNotFound: the config profile (x)")[0]
@@ -134,3 +145,14 @@ def test_the_venv_is_installed_once_and_refreshed_only_when_requirements_change(
     old = (ROOT / "requirements.txt").stat().st_mtime - 60
     os.utime(stamp, (old, old))
     assert "pip install --quiet -r requirements-dev.txt" in planned()  # a requirements file is newer: refresh
+
+
+def test_make_test_runs_the_linter_pyproject_configures_from_the_venv_it_installs(tmp_path):
+    venv = tmp_path / "venv"
+    planned = subprocess.run(["make", "-n", "--no-print-directory", "test", f"VENV={venv}"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout.splitlines()
+    assert f"{venv}/bin/ruff check ." in planned
+    assert planned.index(f"{venv}/bin/ruff check .") < planned.index(f"{venv}/bin/python -m pytest -n auto")
+    pinned = [line for line in (ROOT / "requirements-dev.txt").read_text().splitlines() if line.startswith("ruff")]
+    assert len(pinned) == 1 and pinned[0].startswith("ruff==")
+    assert "[tool.ruff.lint]" in (ROOT / "pyproject.toml").read_text()

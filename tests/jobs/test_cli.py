@@ -74,7 +74,7 @@ def test_batches_give_twenty_jobs_with_their_offsets(service, tmp_path):
 
 
 @pytest.mark.parametrize(("argv", "fragment"), [
-    (["--gpus", "1", "--vcpus", "1", "--memory", "1GiB"], "image=None"),
+    (["--gpus", "1", "--vcpus", "1", "--memory", "1GiB"], "image: missing: the container image to run"),
     (["--image", IMAGE, "--gpus", "0", "--vcpus", "1", "--memory", "1GiB"], "gpus=0: must be >= 1"),
     (["--image", IMAGE, "--gpus", "1", "--vcpus", "-2", "--memory", "1GiB"], "vcpus=-2.0: must be > 0"),
     (["--image", IMAGE, "--gpus", "8", "--vcpus", "1", "--memory", "1GiB"],
@@ -95,7 +95,7 @@ def test_bad_specs_are_refused_before_anything_is_queued(service, capsys, argv, 
 def test_every_problem_is_named_at_once(service, capsys):
     assert mlfleet("submit", "--gpus", "0", "--vcpus", "0", "--memory", "1GiB")[0] == 2
     err = capsys.readouterr().err
-    assert "image=None" in err and "gpus=0" in err and "vcpus=0" in err and "Nothing was queued" in err
+    assert "image: missing" in err and "gpus=0" in err and "vcpus=0" in err and "Nothing was queued" in err
 
 
 def test_dry_run_lists_the_jobs_and_writes_nothing(service):

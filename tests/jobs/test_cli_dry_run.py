@@ -109,11 +109,37 @@ def test_the_team_comes_from_the_environment_and_notify_from_what_the_stack_offe
 @pytest.mark.parametrize(("argv", "message"), [
     (["submit", "--stack", "dev", "--image", IMAGE], "--stack checks a dry run against the checkout's stack file"),
     (["-e", "prod", "submit", "--dry-run", "--stack", "dev", "--image", IMAGE], "-e prod and --stack dev name different"),
-    (["submit", "--dry-run", "--stack", "nope", "--image", IMAGE], "no stack file stacks/Pulumi.nope.yaml"),
+    (["submit", "--dry-run", "--stack", "nope", "--image", IMAGE],
+     "--stack nope: there is no stacks/Pulumi.nope.yaml in "),
+    (["submit", "--dry-run", "--stack", "Dev", "--image", IMAGE], "; the stacks are dev, prod, staging (README"),
 ])
 def test_stack_misuse_is_one_message(argv, message):
     err: list[str] = []
     assert cli.main(argv, out=lambda _: None, err=err.append) == 2 and message in err[0] and len(err) == 1
+
+
+def test_a_dry_run_that_cannot_reach_aws_points_at_the_stack_file():
+    err: list[str] = []
+    code = cli.main(["-e", "dev", "--region", "us-east-1", "submit", "--dry-run", "--image", IMAGE, "--", "x"],
+                    out=lambda _: None, err=err.append)
+    assert code == 1 and len(err) == 1 and err[0].startswith("mlfleet: no AWS credentials found: sign in")
+    assert err[0].endswith("(a dry run needs no AWS against the checkout's stack file: --dry-run --stack dev)")
+
+
+# Refused before the first AWS call: without credentials, these would otherwise say "no AWS credentials".
+@pytest.mark.parametrize(("argv", "message"), [
+    (["policy", "--account", "1234"], "--account '1234': an AWS account id is 12 digits"),
+    (["status", "sub-1"], "'sub-1' is not a job id (sub-YYYYmmddHHMMSS-xxxxxx-NNNNN)"),
+    (["follow", "train-run"], "'train-run' is neither a job id"),
+    (["cancel", "sub-20261123093000-3fa2c"], "is neither a job id"),
+    (["list", "--state", "done"], "--state DONE: not a job state (QUEUED, STARTING"),
+    (["list", "--submission", "sub-20261123093000-3fa2c1-00001"], "is not a submission id"),
+    (["cost", "--since", "yesterday"], "--since 'yesterday': expected a period such as 7d"),
+])
+def test_a_typo_is_refused_before_any_aws_call(argv, message):
+    err: list[str] = []
+    code = cli.main(["-e", "dev", "--region", "us-east-1", *argv], out=lambda _: None, err=err.append)
+    assert code == 2 and len(err) == 1 and err[0].startswith("mlfleet: ") and message in err[0], err
 
 
 def test_a_dry_run_checks_the_team_against_the_stack_files_teams(monkeypatch, tmp_path):

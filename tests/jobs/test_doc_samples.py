@@ -49,18 +49,22 @@ def samples() -> dict[str, str]:
                      "29GiB", "--sweep", "lr=0.1,0.01,0.001", "--", "python", "train.py", "--lr", "{lr}"]),
         ]
         jobs = [
+            command(["submit", "--dry-run", "--stack", "dev", "--gpus", "0", "--vcpus", "0", "--memory", "1GiB"]),
             command(["submit", "--dry-run", "--stack", "prod", "--image", "ghcr.io/team/train:3", "--gpus", "1",
                      "--vcpus", "4", "--memory", "16GiB"]),
             command(["submit", "--dry-run", "--stack", "prod", "--image", "public.ecr.aws/team/train:3", "--gpus",
                      "1", "--vcpus", "4", "--memory", "16GiB", "--regions", "us-east-2", "--", "python", "train.py"]),
             command(["submit", "--dry-run", "--stack", "dev", "--image", IMAGE, "--gpus", "1", "--vcpus", "4",
                      "--memory", "14GiB", "--sweep", "seed=1,2,3", "--", "python", "train.py"]),
-            *moto_samples(),
         ]
+        subscribe, submit, mine, cost = moto_samples()
+        jobs += [subscribe, submit, mine, cost]
+        readme += [mine, cost]
     finally:
         submission.new_submission_id = original
     del spec
-    return {"README.md": "\n".join(readme), "docs/jobs.md": "\n".join(jobs)}
+    # docs/jobs.md repeats the README's samples where it explains them.
+    return {"README.md": "\n".join(readme), "docs/jobs.md": "\n".join(readme + jobs)}
 
 
 def moto_samples() -> list[str]:

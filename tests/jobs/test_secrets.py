@@ -47,7 +47,7 @@ def test_references_inside_the_environment_are_kept_as_references(reference):
     f"arn:aws:ssm:us-east-1:{ACCOUNT}:parameter/mlfleet/prod/x",
     f"arn:aws:secretsmanager:us-east-1:{ACCOUNT}:secret:mlfleet/prod/x",
     f"arn:aws:secretsmanager:us-east-1:{ACCOUNT}:secret:other/dev/x",
-    f"arn:aws:s3:::mlfleet/dev/x", "hunter2", "", 42, None,
+    "arn:aws:s3:::mlfleet/dev/x", "hunter2", "", 42, None,
 ])
 def test_references_outside_the_environment_are_refused_naming_key_and_value(reference):
     with pytest.raises(SpecError) as error:
@@ -122,7 +122,7 @@ def test_the_execution_role_reads_exactly_the_references_a_spec_may_name():
         assert reference_kind(reference, ENV) and readable(reference), reference
     for reference in ["/mlfleet/prod/x", f"arn:aws:ssm:us-east-1:{ACCOUNT}:parameter/mlfleet/prod/x",
                       f"arn:aws:secretsmanager:us-east-1:{ACCOUNT}:secret:mlfleet/prod/x",
-                      f"arn:aws:ssm:us-east-1:999999999999:parameter/mlfleet/dev/x"]:
+                      "arn:aws:ssm:us-east-1:999999999999:parameter/mlfleet/dev/x"]:
         assert not readable(reference), reference
     kms = next(s for s in policy["Statement"] if s["Action"] == "kms:Decrypt")
     assert kms["Condition"] == {"StringLike": {"kms:ViaService": ["ssm.*.amazonaws.com", "secretsmanager.*.amazonaws.com"]}}

@@ -33,7 +33,8 @@ def test_good_spec_gets_defaults():
 
 
 @pytest.mark.parametrize("changes, fragment", [
-    ({"image": ...}, "image=None"),
+    ({"image": ...}, "image: missing: the container image to run (--image REF"),
+    ({"gpus": None}, "gpus: missing: the whole GPUs each job reserves (--gpus N"),
     ({"image": ""}, "image=''"),
     ({"gpus": 0}, "gpus=0: must be >= 1"),
     ({"gpus": -2}, "gpus=-2"),
@@ -55,7 +56,12 @@ def test_good_spec_gets_defaults():
     ({"priority": True}, "priority=True: must be an integer"),
     ({"team": "ML Platform"}, "team='ML Platform': must be a short name"),
     ({"environment": {"A": 1}}, "environment A=1"),
-    ({"gpu": 1}, "gpu=1: unknown key"),
+    ({"gpu": 1}, "gpu=1: unknown key (did you mean gpus?)"),
+    ({"memroy_mib": 1}, "memroy_mib=1: unknown key (did you mean memory_mib?)"),
+    ({"colour": "blue"}, "colour='blue': unknown key (known: image, command, environment"),
+    ({"command": "python train.py --lr 0.1"},
+     "command='python train.py --lr 0.1': must be a list of strings, one per argument: "
+     'command: ["python", "train.py", "--lr", "0.1"]'),
 ])
 def test_bad_spec_names_key_and_value(changes, fragment):
     with pytest.raises(SpecError) as error:

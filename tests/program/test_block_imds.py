@@ -94,7 +94,7 @@ def test_the_user_data_writes_enables_and_starts_the_unit(user_data):
     assert lines.index(f"cat > {SCRIPT_PATH} <<'BLOCKIMDS'") < order[0]
     assert lines.index(f"cat > {UNIT_PATH} <<'UNIT'") < order[1]
     outside = user_data.replace(heredoc(user_data, SCRIPT_PATH), "")
-    assert "iptables" not in "\n".join(l for l in outside.splitlines() if not l.startswith("#")), \
+    assert "iptables" not in "\n".join(line for line in outside.splitlines() if not line.startswith("#")), \
         "the rule is applied by the unit's script only"
 
 

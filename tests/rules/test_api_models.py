@@ -176,6 +176,10 @@ def test_an_instance_type_ec2_does_not_know_fails(prod):
                         "Overrides[0].InstanceType", "'g9.huge' is not one of the")
 
 
+def _alarm_with_period(resource) -> bool:
+    return resource.type == "aws:cloudwatch/metricAlarm:MetricAlarm" and "period" in resource.inputs
+
+
 @pytest.mark.parametrize(("type_token", "key", "value", "fragments"), [
     ("aws:lambda/function:Function", "memorySize", 64.0, ("lambda:CreateFunction MemorySize", "64 is below the minimum 128")),
     ("aws:lambda/function:Function", "timeout", 0.0, ("lambda:CreateFunction Timeout", "0 is below the minimum 1")),
@@ -185,9 +189,7 @@ def test_an_instance_type_ec2_does_not_know_fails(prod):
     ("aws:cloudwatch/metricAlarm:MetricAlarm", "period", 90.0, ("cloudwatch:PutMetricAlarm Period", "10, 20, 30 or a multiple of 60")),
 ], ids=["lambda-memory", "lambda-timeout", "kms-window", "log-retention", "queue-retention", "alarm-period"])
 def test_an_out_of_range_number_fails(prod, type_token, key, value, fragments):
-    select = _of_type(type_token)
-    if type_token == "aws:cloudwatch/metricAlarm:MetricAlarm":
-        select = lambda r: r.type == type_token and "period" in r.inputs
+    select = _alarm_with_period if type_token == "aws:cloudwatch/metricAlarm:MetricAlarm" else _of_type(type_token)
     _assert_one_problem(_broken(prod, select, _set(key, value)), *fragments)
 
 
@@ -201,8 +203,7 @@ def test_a_string_outside_its_pattern_fails(prod):
 def test_too_many_list_items_fail(prod):
     _assert_one_problem(_broken(prod, _of_type("aws:lambda/function:Function"), _set("architectures", ["arm64", "x86_64"])),
                         "Architectures", "has 2 items, more than the maximum 1")
-    alarm = lambda r: r.type == "aws:cloudwatch/metricAlarm:MetricAlarm" and "period" in r.inputs
-    _assert_one_problem(_broken(prod, alarm, _set("alarmActions", [f"arn:aws:sns:us-east-1:123456789012:t{i}" for i in range(6)])),
+    _assert_one_problem(_broken(prod, _alarm_with_period, _set("alarmActions", [f"arn:aws:sns:us-east-1:123456789012:t{i}" for i in range(6)])),
                         "AlarmActions", "has 6 items, more than the maximum 5")
 
 

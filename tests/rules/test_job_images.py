@@ -149,7 +149,7 @@ def _prod(**overrides) -> dict:
 def test_an_unreachable_job_image_is_a_config_error_naming_key_value_and_fix(image):
     with pytest.raises(ConfigError) as error:
         parse_stack_config(_prod(jobImage=image), "prod")
-    (line,) = [l for l in str(error.value).splitlines() if "mlfleet:jobImage" in l]
+    (line,) = [text for text in str(error.value).splitlines() if "mlfleet:jobImage" in text]
     assert f"mlfleet:jobImage: {image!r} comes from " in line
     assert "us-east-1, us-east-2, us-west-2 cannot reach without internet egress" in line
     assert "public.ecr.aws/" in line and "mlfleet:natGateway: true" in line

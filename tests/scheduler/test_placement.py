@@ -175,7 +175,9 @@ def test_no_overcommit_no_constraint_violation_no_cap_exceeded_nothing_dropped(j
         assert j.lifecycle in (None, m.lifecycle)
         assert j.instance_type_pattern is None or __import__("re").fullmatch(j.instance_type_pattern, m.instance_type)
         u = used.setdefault(m.key, [0, 0, 0])
-        u[0] += j.gpus; u[1] += j.vcpus; u[2] += j.memory_mib
+        u[0] += j.gpus
+        u[1] += j.vcpus
+        u[2] += j.memory_mib
     for key, (g, c, mem) in used.items():
         m = by_key[key]
         assert g <= m.free_gpus and c <= m.free_vcpus and mem <= m.free_memory_mib

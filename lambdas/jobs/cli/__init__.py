@@ -21,13 +21,13 @@ One module per concern: service (where the job service is), submission, watch (l
 report (cost), notify, permissions (the policy), errors (one message per failure), main (the arguments).
 """
 
-from lambdas.jobs.cli.errors import CliError
-from lambdas.jobs.cli.main import main, parser, who
-from lambdas.jobs.cli.permissions import PERMISSIONS, policy
-from lambdas.jobs.cli.service import JobService, discover, from_stack_file, service_mismatches
-from lambdas.jobs.cli.submission import Submission, prepare, submit
-from lambdas.jobs.cli.watch import JOB_CONTAINER, cancel, follow, list_jobs, record_document, records_of, table
-from lambdas.jobs.fleets import parse_fleets
+from .errors import CliError
+from .main import main, parser, who
+from .permissions import PERMISSIONS, policy
+from .service import JobService, discover, from_stack_file, service_mismatches
+from .submission import Submission, prepare, submit
+from .watch import JOB_CONTAINER, cancel, follow, list_jobs, record_document, records_of, table
+from ..fleets import parse_fleets
 
 __all__ = [
     "JOB_CONTAINER", "PERMISSIONS", "CliError", "JobService", "Submission", "cancel", "discover", "follow",

@@ -1,5 +1,5 @@
 """`python -m lambdas.jobs.cli`: the mlfleet command."""
 
-from lambdas.jobs.cli.main import main
+from .main import main
 
 raise SystemExit(main())

@@ -5,22 +5,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lambdas.common.aws import client
-from lambdas.jobs import costs
-from lambdas.jobs import ledger as L
-from lambdas.jobs.cli import notify, report, submission, watch
-from lambdas.jobs.cli.errors import (
+from ...common.aws import client
+from .. import costs
+from .. import ledger as L
+from . import notify, report, submission, watch
+from .errors import (
     AWS_FAILED, BROKEN_PIPE, INTERRUPTED, USAGE, CliError, Stopped, aws_message,
 )
-from lambdas.jobs.cli.permissions import ACTIONS, policy
-from lambdas.jobs.cli.service import JobService, discover, from_stack_file, with_teams
-from lambdas.jobs.spec import SpecError, is_job_id
+from .permissions import ACTIONS, policy
+from .service import JobService, discover, from_stack_file, with_teams
+from ..spec import SpecError, is_job_id, is_submission_id
 
 
 def parser() -> argparse.ArgumentParser:
@@ -142,7 +143,11 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print,
 
 
 def _aws(error: BaseException, args) -> str:
-    return aws_message(error, environment=args.environment, region=args.region, actions=ACTIONS)
+    message = aws_message(error, environment=args.environment, region=args.region, actions=ACTIONS)
+    if args.action == "submit" and args.dry_run:
+        message += (f" (a dry run needs no AWS against the checkout's stack file: --dry-run --stack "
+                    f"{args.environment or '<env>'})")
+    return message
 
 
 def _interrupted(args) -> str:
@@ -168,7 +173,29 @@ def _required(args, *names: str) -> None:
         raise CliError(f"{' and '.join(missing)} required (or MLFLEET_ENVIRONMENT / MLFLEET_REGION)")
 
 
+def _check_offline(args) -> None:
+    """What can be refused without AWS is refused before the first call, so that a typo is never reported as
+    missing credentials or a refusal."""
+    if args.action == "policy" and not re.fullmatch(r"\d{12}", args.account):
+        raise CliError(f"--account {args.account!r}: an AWS account id is 12 digits (`aws sts get-caller-identity "
+                       "--query Account` prints yours)")
+    if args.action == "status" and not is_job_id(args.job_id):
+        raise CliError(f"{args.job_id!r} is not a job id (sub-YYYYmmddHHMMSS-xxxxxx-NNNNN)")
+    if args.action in ("follow", "cancel") and not (is_job_id(args.target) or is_submission_id(args.target)):
+        raise CliError(f"{args.target!r} is neither a job id (sub-YYYYmmddHHMMSS-xxxxxx-NNNNN) nor a submission id "
+                       "(sub-YYYYmmddHHMMSS-xxxxxx): `mlfleet list --mine` shows yours")
+    if args.action == "list":
+        unknown = [s for s in args.state or () if s not in L.STATES]
+        if unknown:
+            raise CliError(f"--state {', '.join(unknown)}: not a job state ({', '.join(L.STATES)})")
+        if args.submission and not is_submission_id(args.submission):
+            raise CliError(f"--submission {args.submission!r} is not a submission id (sub-YYYYmmddHHMMSS-xxxxxx)")
+    if args.action == "cost":
+        report.since(args.since, datetime.now(timezone.utc))
+
+
 def _dispatch(args, out, err) -> int:
+    _check_offline(args)
     if args.action == "policy":
         _required(args, "environment", "region")
         out(json.dumps(policy(args.environment, args.region, args.account), indent=2, sort_keys=True))
@@ -184,8 +211,6 @@ def _dispatch(args, out, err) -> int:
         out(json.dumps([watch.record_document(r) for r in records], indent=1) if args.json else watch.table(records))
         return 0
     if args.action == "status":
-        if not is_job_id(args.job_id):
-            raise CliError(f"{args.job_id!r} is not a job id (sub-YYYYmmddHHMMSS-xxxxxx-NNNNN)")
         (record,) = watch.records_of(service, args.job_id)
         out(json.dumps(watch.record_document(record), indent=1))
         return 0

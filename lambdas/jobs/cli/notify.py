@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import json
 
-from lambdas.common.aws import client
-from lambdas.jobs.cli.errors import CliError
-from lambdas.jobs.cli.service import JobService
-from lambdas.jobs.spec import EMAIL
+from ...common.aws import client
+from .errors import CliError
+from .service import JobService
+from ..spec import EMAIL
 
 ATTRIBUTE = "notify"
 

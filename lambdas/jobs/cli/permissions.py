@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from lambdas.common.permissions import needs, statements
-from lambdas.jobs import ledger as L
-from lambdas.jobs import queue
-from lambdas.jobs.cli.service import EMAIL_TOPIC_NAME, SCHEDULER_NAME
-from lambdas.jobs.teams import READ_PERMISSIONS as TEAMS_PERMISSIONS
+from ...common.permissions import needs, statements
+from .. import ledger as L
+from .. import queue
+from .service import EMAIL_TOPIC_NAME, SCHEDULER_NAME
+from ..teams import READ_PERMISSIONS as TEAMS_PERMISSIONS
 
 PERMISSIONS = (
     needs("ssm:GetParameter", resources=("arn:{partition}:ssm:{region}:{account}:parameter/mlfleet/{environment}/job-service",

@@ -7,10 +7,10 @@ import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
-from lambdas.jobs import costs
-from lambdas.jobs import ledger as L
-from lambdas.jobs.cli.errors import CliError
-from lambdas.jobs.cli.service import JobService
+from .. import costs
+from .. import ledger as L
+from .errors import CliError
+from .service import JobService
 
 _PERIOD = re.compile(r"(\d+)([mhdw])")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}

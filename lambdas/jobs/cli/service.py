@@ -14,15 +14,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from lambdas.common.aws import client
-from lambdas.common.registries import private_registry
-from lambdas.common.settings import SettingsError
-from lambdas.jobs import ledger as L
-from lambdas.jobs import queue
-from lambdas.jobs.cli.errors import CliError
-from lambdas.jobs.fleets import FleetConfig, parse_fleets
-from lambdas.jobs.spec import SLACK, RegionPulls
-from lambdas.jobs.teams import TeamsSettings, parse_teams, read_teams
+from ...common.aws import client
+from ...common.registries import private_registry
+from ...common.settings import SettingsError
+from .. import ledger as L
+from .. import queue
+from .errors import CliError
+from ..fleets import FleetConfig, parse_fleets
+from ..spec import SLACK, RegionPulls
+from ..teams import TeamsSettings, parse_teams, read_teams
 
 # What the job-service parameter must name for environment {environment}: the resources the command's
 # policy grants (components/jobs and components/compute name them).
@@ -159,6 +159,10 @@ def from_stack_file(stack: str) -> JobService:
         raise CliError(f"--stack needs the Pulumi program's own packages ({error.name} is missing): in {root}, "
                        "run `make venv` and use venv/bin/mlfleet") from None
     path = stack_path(stack)
+    if not path.is_file():
+        stacks = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in path.parent.glob("Pulumi.*.yaml"))
+        raise CliError(f"--stack {stack}: there is no stacks/{path.name} in {root}; the stacks are "
+                       f"{', '.join(stacks) or 'none'} (README, 'Add an environment' makes a new one)")
     try:
         cfg = parse_stack_config(read_stack_file(path), stack)
     except (StackFileError, ConfigError) as error:

@@ -19,14 +19,14 @@ from pathlib import Path
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lambdas.common import admission
-from lambdas.common.aws import client
-from lambdas.common.catalog import load_catalog
-from lambdas.jobs import ledger as L
-from lambdas.jobs import queue
-from lambdas.jobs.cli.errors import CliError, Stopped
-from lambdas.jobs.cli.service import JobService
-from lambdas.jobs.spec import (
+from ...common import admission
+from ...common.aws import client
+from ...common.catalog import load_catalog
+from .. import ledger as L
+from .. import queue
+from .errors import CliError, Stopped
+from .service import JobService
+from ..spec import (
     DEFAULT_PRIORITY, KEYS, SLACK, SUBMISSION_KEYS, Job, JobSpec, assign_ids, check_overrides, expand,
     new_submission_id, parse_memory, parse_spec, parse_sweep,
 )

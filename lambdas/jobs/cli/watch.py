@@ -6,11 +6,11 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 
-from lambdas.common.aws import client
-from lambdas.jobs import ledger as L
-from lambdas.jobs.cli.errors import CliError
-from lambdas.jobs.cli.service import JobService
-from lambdas.jobs.spec import is_job_id, is_submission_id
+from ...common.aws import client
+from .. import ledger as L
+from .errors import CliError
+from .service import JobService
+from ..spec import is_job_id, is_submission_id
 
 # The job container's name in the task definition (components/compute/cluster.py JOB_CONTAINER_NAME): its
 # awslogs streams are job/<container>/<task id>.

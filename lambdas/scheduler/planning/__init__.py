@@ -3,14 +3,14 @@
 `plan(...)` (planner.py) is the one entry point; the scheduler Lambda and the benchmark both call it.
 """
 
-from lambdas.scheduler.planning.model import (
+from .model import (
     ADMISSION_CLOSED, NO_FLEET, SCALING_PAUSED, Candidate, Fleet, JobRequest, Limits, Machine, Placement, Plan,
     Reservation, RuntimeEstimate, ScaleOut,
 )
-from lambdas.scheduler.planning.planner import DEFAULT_BOOT_S, plan
-from lambdas.scheduler.planning.purchase import resource_prices
-from lambdas.scheduler.planning.release import ReleasePolicy
-from lambdas.scheduler.planning.shares import DEFAULT_TEAM, Shares, Team, decayed_usage
+from .planner import DEFAULT_BOOT_S, plan
+from .purchase import resource_prices
+from .release import ReleasePolicy
+from .shares import DEFAULT_TEAM, Shares, Team, decayed_usage
 
 __all__ = ["ADMISSION_CLOSED", "DEFAULT_BOOT_S", "DEFAULT_TEAM", "NO_FLEET", "SCALING_PAUSED", "Candidate", "Fleet",
            "JobRequest", "Limits", "Machine", "Placement", "Plan", "ReleasePolicy", "Reservation", "RuntimeEstimate",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from lambdas.scheduler.planning.model import JobRequest, Resources
+from .model import JobRequest, Resources
 
 GPU_WEIGHT, VCPU_WEIGHT, MEMORY_WEIGHT = 0.6, 0.2, 0.2
 

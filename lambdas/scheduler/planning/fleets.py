@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from lambdas.scheduler.planning.constraints import Patterns, capacity_of, holds, shareable_memory
-from lambdas.scheduler.planning.model import Fleet, JobRequest, Machine, Resources
+from .constraints import Patterns, capacity_of, holds, shareable_memory
+from .model import Fleet, JobRequest, Machine, Resources
 
 
 @dataclass

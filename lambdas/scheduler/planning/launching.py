@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lambdas.scheduler.planning.constraints import Patterns
-from lambdas.scheduler.planning.fleets import Option, box_machine, may_run
-from lambdas.scheduler.planning.model import JobRequest, Machine
-from lambdas.scheduler.planning.packer import Packer
-from lambdas.scheduler.planning.reservations import place_reservations
+from .constraints import Patterns
+from .fleets import Option, box_machine, may_run
+from .model import JobRequest, Machine
+from .packer import Packer
+from .reservations import place_reservations
 
 
 def place_on_launching(jobs: Sequence[JobRequest], options: Sequence[Option], catalog,

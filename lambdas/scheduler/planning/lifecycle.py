@@ -24,9 +24,9 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
-from lambdas.scheduler.planning.constraints import Patterns, demand_of, fits, gpu_room, gpu_share
-from lambdas.scheduler.planning.fleets import Option, fleet_lifecycle, may_run
-from lambdas.scheduler.planning.model import JobRequest, Machine
+from .constraints import Patterns, demand_of, fits, gpu_room, gpu_share
+from .fleets import Option, fleet_lifecycle, may_run
+from .model import JobRequest, Machine
 
 HOUR = 3600.0
 

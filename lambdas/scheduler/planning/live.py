@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lambdas.scheduler.planning.constraints import Patterns
-from lambdas.scheduler.planning.model import JobRequest, Machine, Placement
-from lambdas.scheduler.planning.packer import Packer, Timing
-from lambdas.scheduler.planning.reservations import place_reservations
+from .constraints import Patterns
+from .model import JobRequest, Machine, Placement
+from .packer import Packer, Timing
+from .reservations import place_reservations
 
 
 def place_live(ordered: Sequence[JobRequest], machines: Sequence[Machine], catalog, patterns: Patterns,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 # A machine proposed for removal: the removal protocol's own type (docs/removal.md, "Propose"), so the
 # release stage's proposals go to the executor as they are.
-from lambdas.removal.decide import Candidate
+from ...removal.decide import Candidate
 
 ADMISSION_CLOSED = "admission closed by budget guard"
 NO_FLEET = "no fleet can run it (instance-type pattern, region, lifecycle or size)"

@@ -22,10 +22,10 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from lambdas.scheduler.planning.constraints import (
+from .constraints import (
     capacity_of, constraint_key, demand_of, fits, gpu_room, gpu_share, take_gpu, weighted_share,
 )
-from lambdas.scheduler.planning.model import JobRequest, Machine, Resources
+from .model import JobRequest, Machine, Resources
 
 REBALANCE_PENALTY = 0.5  # below any healthy machine: used only when nothing else fits
 SWEEP_SPREAD_PENALTY = 0.1  # less than one GPU step on a 4-GPU machine (0.15): packing wins there

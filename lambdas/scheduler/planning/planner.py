@@ -18,16 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from lambdas.scheduler.planning.constraints import Patterns, constraint_key, demand_of, planning_order
-from lambdas.scheduler.planning.fleets import Option, may_run, purchase_options
-from lambdas.scheduler.planning.launching import place_on_launching
-from lambdas.scheduler.planning.lifecycle import choose_lifecycles
-from lambdas.scheduler.planning.live import place_live
-from lambdas.scheduler.planning.model import ADMISSION_CLOSED, Fleet, JobRequest, Limits, Machine, Plan, ScaleOut
-from lambdas.scheduler.planning.packer import Timing
-from lambdas.scheduler.planning.purchase import purchase
-from lambdas.scheduler.planning.release import ReleasePolicy, propose_releases
-from lambdas.scheduler.planning.shares import Shares, offer_jobs
+from .constraints import Patterns, constraint_key, demand_of, planning_order
+from .fleets import Option, may_run, purchase_options
+from .launching import place_on_launching
+from .lifecycle import choose_lifecycles
+from .live import place_live
+from .model import ADMISSION_CLOSED, Fleet, JobRequest, Limits, Machine, Plan, ScaleOut
+from .packer import Timing
+from .purchase import purchase
+from .release import ReleasePolicy, propose_releases
+from .shares import Shares, offer_jobs
 
 # Scale-out to a machine ECS can place on, when the caller does not say (the benchmark's default too).
 DEFAULT_BOOT_S = 180.0

@@ -22,11 +22,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from lambdas.scheduler.planning.columns import Pattern, cheapest_cover, gauss_jordan_pivot
-from lambdas.scheduler.planning.constraints import Patterns, constraint_key, demand_of, fits, planning_order
-from lambdas.scheduler.planning.fleets import Option, box_machine, may_run
-from lambdas.scheduler.planning.model import NO_FLEET, SCALING_PAUSED, JobRequest, Limits, Resources, ScaleOut
-from lambdas.scheduler.planning.packer import Packer
+from .columns import Pattern, cheapest_cover, gauss_jordan_pivot
+from .constraints import Patterns, constraint_key, demand_of, fits, planning_order
+from .fleets import Option, box_machine, may_run
+from .model import NO_FLEET, SCALING_PAUSED, JobRequest, Limits, Resources, ScaleOut
+from .packer import Packer
 
 # The cover's CPU budget, and the most kinds it takes on (its master LP has a row per kind); past either
 # the greedy plan alone decides. The shared trace (87 kinds, 7,064 jobs) needs about 1.6 s.

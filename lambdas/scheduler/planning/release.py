@@ -27,9 +27,9 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from lambdas.removal.decide import DEFAULT_BUDGET_PERCENT, RELEASE, room
-from lambdas.scheduler.planning.constraints import capacity_of
-from lambdas.scheduler.planning.model import Candidate, Fleet, Machine
+from ...removal.decide import DEFAULT_BUDGET_PERCENT, RELEASE, room
+from .constraints import capacity_of
+from .model import Candidate, Fleet, Machine
 
 # EC2 bills per second with a 60-second minimum per launch (https://aws.amazon.com/ec2/pricing/on-demand/,
 # "Per Second Billing"): a machine released inside its first minute is paid for anyway.

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lambdas.scheduler.planning.model import JobRequest, Machine, Reservation
-from lambdas.scheduler.planning.packer import Packer
+from .model import JobRequest, Machine, Reservation
+from .packer import Packer
 
 
 def reserved_groups(jobs: Sequence[JobRequest]) -> list[tuple[Reservation, list[JobRequest]]]:

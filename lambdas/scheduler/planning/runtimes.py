@@ -17,7 +17,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from lambdas.scheduler.planning.model import RuntimeEstimate
+from .model import RuntimeEstimate
 
 HINT_LOG_SIGMA = 1.0  # a hint is within a factor e of the truth about two times in three
 SIBLING_LOG_SIGMA = 0.5  # spread assumed among a submission's jobs until three have finished

@@ -41,10 +41,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from lambdas.scheduler.planning.constraints import Patterns, capacity_of, constraint_key, demand_of, gpu_share, holds
-from lambdas.scheduler.planning.fleets import box_machine, may_run, purchase_options
-from lambdas.scheduler.planning.model import NO_FLEET, SCALING_PAUSED, Fleet, JobRequest, Limits, Machine
-from lambdas.scheduler.planning.packer import Packer
+from .constraints import Patterns, capacity_of, constraint_key, demand_of, gpu_share, holds
+from .fleets import box_machine, may_run, purchase_options
+from .model import NO_FLEET, SCALING_PAUSED, Fleet, JobRequest, Limits, Machine
+from .packer import Packer
 
 DEFAULT_TEAM = "default"
 # One priority step gained per hour of waiting: a job of priority 0 is ahead of every newer job of its
