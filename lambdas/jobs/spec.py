@@ -179,7 +179,8 @@ class Job:
 # What a spec that leaves out a required key is told (the command's flags and the spec file's keys).
 MISSING = {
     "image": "the container image to run (--image REF, or image: in the spec file)",
-    "gpus": "the whole GPUs each job reserves (--gpus N, or gpus: in the spec file)",
+    "gpus": "the whole GPUs each job reserves (--gpus N, or gpus: in the spec file; or part of one GPU with "
+            "--gpu-memory SIZE, gpu_memory_mib:)",
     "vcpus": "the vCPUs each job reserves (--vcpus N, or vcpus: in the spec file)",
     "memory_mib": "the memory each job reserves (--memory 16GiB, or memory_mib: in the spec file)",
 }
@@ -280,11 +281,11 @@ def parse_spec(document: Mapping, *, fleet_regions: Sequence[str], catalog: Cata
 
     gpu_memory_mib, gpu_compute_percent = _gpu_share(problems, document)
     if gpu_memory_mib is None:
-        gpus = _number(problems, "gpus", document.get("gpus"), int, 1, inclusive=True)
+        gpus = _required_number(problems, document, "gpus", int, 1, inclusive=True)
     else:
         gpus = 0
-    vcpus = _number(problems, "vcpus", document.get("vcpus"), float, 0, inclusive=False)
-    memory_mib = _number(problems, "memory_mib", document.get("memory_mib"), int, 0, inclusive=False)
+    vcpus = _required_number(problems, document, "vcpus", float, 0, inclusive=False)
+    memory_mib = _required_number(problems, document, "memory_mib", int, 0, inclusive=False)
     max_attempts = _number(problems, "max_attempts", document.get("max_attempts", default_max_attempts), int, 1,
                            inclusive=True, maximum=MAX_ATTEMPTS_LIMIT)
     interval = document.get("checkpoint_interval_minutes")
