@@ -9,13 +9,37 @@ broken input, so the check itself can be seen to fail.
 from __future__ import annotations
 
 import pytest
-from pulumi_harness import STACKS, Rendering, render_config, render_stack
+from pulumi_harness import STACKS, Rendering, render_config, render_stack, stack_file_config
 
 
 @pytest.fixture(scope="session")
 def stack_renderings() -> dict[str, Rendering]:
     """Every committed stack rendered once per test session (rendering is deterministic)."""
     return {stack: render_stack(stack) for stack in STACKS}
+
+
+@pytest.fixture(scope="session")
+def new_environment_config(tmp_path_factory) -> dict[str, str]:
+    """The config the CLI hands the program for a stack made by README's steps (tests/rules/new_environment.py)."""
+    import new_environment
+
+    return new_environment.program_config(new_environment.make(tmp_path_factory.mktemp("new-environment")))
+
+
+@pytest.fixture(scope="session")
+def renderings(stack_renderings, new_environment_config) -> dict[str, Rendering]:
+    """What the rule checks run on: every committed stack and the README's new environment (RULE_STACKS)."""
+    from new_environment import NAME
+
+    return {**stack_renderings, NAME: render_config(new_environment_config, NAME)}
+
+
+@pytest.fixture(scope="session")
+def stack_configs(new_environment_config) -> dict[str, dict[str, str]]:
+    """The program's config of each rendering in `renderings`."""
+    from new_environment import NAME
+
+    return {**{stack: stack_file_config(stack) for stack in STACKS}, NAME: new_environment_config}
 
 
 @pytest.fixture(scope="session")

@@ -14,22 +14,22 @@ from iam_lint import (
     documented_policies, excepted, expand_action, lambda_permission_statement, lint, managed_policy_findings,
     rendered_documents,
 )
+from new_environment import RULE_STACKS
 
 from lambdas.common import tags
 from lambdas.common.permissions import TAG_WRITES, needs, statements
 from lambdas.jobs import cli
-from pulumi_harness import ACCOUNT_ID, STACKS, stack_file_config
+from pulumi_harness import ACCOUNT_ID
 
 ENV_ARGS = {"account": ACCOUNT_ID, "region": "us-east-1", "environment": "dev"}
 
 
-def command_policy(stack: str) -> Document:
-    return Document(f"{stack}: mlfleet policy", IDENTITY,
-                    cli.policy(stack, stack_file_config(stack)["aws:region"], ACCOUNT_ID))
+def command_policy(stack: str, config: dict[str, str]) -> Document:
+    return Document(f"{stack}: mlfleet policy", IDENTITY, cli.policy(stack, config["aws:region"], ACCOUNT_ID))
 
 
-def every_document(rendering) -> list[Document]:
-    return [*rendered_documents(rendering), command_policy(rendering.stack)]
+def every_document(rendering, config: dict[str, str]) -> list[Document]:
+    return [*rendered_documents(rendering), command_policy(rendering.stack, config)]
 
 
 def allows(documents, action: str):
@@ -44,10 +44,10 @@ def allows(documents, action: str):
 
 # --- the stacks ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("stack", STACKS)
-def test_every_policy_of_the_stack_passes_the_iam_reference(stack_renderings, stack):
-    rendering = stack_renderings[stack]
-    documents = every_document(rendering)
+@pytest.mark.parametrize("stack", RULE_STACKS)
+def test_every_policy_of_the_stack_passes_the_iam_reference(renderings, stack_configs, stack):
+    rendering = renderings[stack]
+    documents = every_document(rendering, stack_configs[stack])
     kinds = {d.kind for d in documents}
     assert {IDENTITY, RESOURCE, TRUST} <= kinds, f"the collector found no {({IDENTITY, RESOURCE, TRUST} - kinds)}"
     findings = [f for d in documents for f in lint(d)] + managed_policy_findings(rendering)
@@ -61,9 +61,9 @@ def test_the_policies_the_docs_publish_pass_the_iam_reference():
     assert not findings, "\n".join(map(str, findings))
 
 
-def test_every_exception_is_still_needed(stack_renderings):
+def test_every_exception_is_still_needed(renderings, stack_configs):
     """An exception nothing uses any more is a hole waiting for a policy: remove it."""
-    documents = [d for r in stack_renderings.values() for d in every_document(r)] + documented_policies()
+    documents = [d for s, r in renderings.items() for d in every_document(r, stack_configs[s])] + documented_policies()
     used = set()
     for document in documents:
         for statement in document.policy["Statement"]:
@@ -80,18 +80,18 @@ def test_every_exception_is_still_needed(stack_renderings):
 
 # --- least privilege the issues asked for (issue 12, issue 13 "Least privilege, tightened") --------
 
-@pytest.mark.parametrize("stack", STACKS)
-def test_list_tasks_is_granted_on_star_for_the_environments_clusters_only(stack_renderings, stack):
-    grants = list(allows(every_document(stack_renderings[stack]), "ecs:ListTasks"))
+@pytest.mark.parametrize("stack", RULE_STACKS)
+def test_list_tasks_is_granted_on_star_for_the_environments_clusters_only(renderings, stack_configs, stack):
+    grants = list(allows(every_document(renderings[stack], stack_configs[stack]), "ecs:ListTasks"))
     assert grants
     for _, statement in grants:
         assert statement["Resource"] == ["*"]
         assert statement["Condition"] == {"ArnLike": {"ecs:cluster": f"arn:aws:ecs:*:{ACCOUNT_ID}:cluster/mlfleet-{stack}"}}
 
 
-@pytest.mark.parametrize("stack", STACKS)
-def test_tag_writes_name_the_keys_they_write_and_never_the_scoping_tags(stack_renderings, stack):
-    documents = every_document(stack_renderings[stack])
+@pytest.mark.parametrize("stack", RULE_STACKS)
+def test_tag_writes_name_the_keys_they_write_and_never_the_scoping_tags(renderings, stack_configs, stack):
+    documents = every_document(renderings[stack], stack_configs[stack])
     seen = 0
     for action in sorted(TAG_WRITES):
         for _, statement in allows(documents, action):
@@ -106,35 +106,35 @@ def test_tag_writes_name_the_keys_they_write_and_never_the_scoping_tags(stack_re
     assert seen >= 3  # the reaper, job events and the scheduler each write one tag
 
 
-@pytest.mark.parametrize("stack", STACKS)
-def test_queue_grants_name_the_exact_queues_and_users_cannot_dead_letter(stack_renderings, stack):
-    region = stack_file_config(stack)["aws:region"]
+@pytest.mark.parametrize("stack", RULE_STACKS)
+def test_queue_grants_name_the_exact_queues_and_users_cannot_dead_letter(renderings, stack_configs, stack):
+    region = stack_configs[stack]["aws:region"]
     queue = f"arn:aws:sqs:{region}:{ACCOUNT_ID}:mlfleet-{stack}-jobs"
-    documents = every_document(stack_renderings[stack])
+    documents = every_document(renderings[stack], stack_configs[stack])
     for document in documents:
         for statement in document.policy["Statement"]:
             for resource in statement.get("Resource", []) if isinstance(statement.get("Resource"), list) else []:
                 if resource.startswith("arn:aws:sqs:"):
                     assert resource in (queue, f"{queue}-dlq"), f"{document.where}: {resource}"
     assert not [s for d in documents for s in d.policy["Statement"] if "sqs:ChangeMessageVisibility" in s.get("Action", [])]
-    user = command_policy(stack).policy["Statement"]
+    user = command_policy(stack, stack_configs[stack]).policy["Statement"]
     assert [s["Resource"] for s in user if "sqs:SendMessage" in s["Action"]] == [[queue]]
     dead_letterers = {d.where for d, s in allows(documents, "sqs:SendMessage") if f"{queue}-dlq" in s["Resource"]}
     assert dead_letterers and all("scheduler" in w or "job-events" in w for w in dead_letterers)
 
 
-@pytest.mark.parametrize("stack", STACKS)
-def test_queues_and_topics_are_named_exactly_never_by_prefix(stack_renderings, stack):
+@pytest.mark.parametrize("stack", RULE_STACKS)
+def test_queues_and_topics_are_named_exactly_never_by_prefix(renderings, stack_configs, stack):
     """`mlfleet-dev-jobs*` also matches mlfleet-dev-jobs-dlq and mlfleet-dev-jobs2 (another environment)."""
-    prefixed = [(d.where, r) for d in every_document(stack_renderings[stack]) for s in d.policy["Statement"]
+    prefixed = [(d.where, r) for d in every_document(renderings[stack], stack_configs[stack]) for s in d.policy["Statement"]
                 for r in (s.get("Resource") if isinstance(s.get("Resource"), list) else [s.get("Resource")])
                 if isinstance(r, str) and r.startswith(("arn:aws:sqs:", "arn:aws:sns:")) and "*" in r.split(":", 5)[5]]
     assert prefixed == []
 
 
-@pytest.mark.parametrize("stack", STACKS)
-def test_task_definitions_are_registered_in_the_job_family_only(stack_renderings, stack):
-    documents = every_document(stack_renderings[stack])
+@pytest.mark.parametrize("stack", RULE_STACKS)
+def test_task_definitions_are_registered_in_the_job_family_only(renderings, stack_configs, stack):
+    documents = every_document(renderings[stack], stack_configs[stack])
     (grant,) = [s for _, s in allows(documents, "ecs:RegisterTaskDefinition")]
     assert grant["Resource"] == [f"arn:aws:ecs:*:{ACCOUNT_ID}:task-definition/mlfleet-{stack}-gpu-job:*"]
     (pass_role,) = [s for _, s in allows(documents, "iam:PassRole")]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -79,21 +78,16 @@ def test_every_committed_stack_merges_and_the_program_renders_from_the_merged_co
     assert render_config(values, stack).snapshot() == stack_renderings[stack].snapshot()
 
 
-def _readme_new_environment_source() -> str:
-    """The stack file README's "Add an environment" section says to copy."""
-    section = (ROOT / "README.md").read_text().split("### Add an environment", 1)[1].split("\n#", 1)[0]
-    match = re.search(r"Copy `stacks/Pulumi\.([a-z0-9-]+)\.yaml` to `stacks/Pulumi\.<name>\.yaml`", section)
-    assert match, "README's 'Add an environment' no longer says which stack file to copy"
-    return match[1]
+def test_a_new_environment_made_by_the_readme_steps_merges_and_renders(tmp_path, renderings):
+    """tests/rules/new_environment.py follows the README; the other rule checks run on the same rendering."""
+    from new_environment import NAME, make, program_config, source_stack
 
-
-def test_a_new_environment_made_by_the_readme_steps_merges_and_renders(tmp_path):
-    source = _readme_new_environment_source()
-    new = tmp_path / "Pulumi.research.yaml"
-    shutil.copyfile(stack_file(source), new)  # copy, rename: the README's steps, literally
-    values = check_stack(PROJECT_FILE, new, "research")
-    rendering = render_config(values, "research")
-    assert {r.inputs["name"] for r in rendering.of_type("aws:ecs/cluster:Cluster")} == {"mlfleet-research"}
+    assert source_stack() in STACKS
+    path = make(tmp_path)
+    assert path.read_text() == stack_file(source_stack()).read_text()  # copy and rename, nothing else
+    values = program_config(path)
+    assert values == check_stack(PROJECT_FILE, path, NAME)
+    assert {r.inputs["name"] for r in renderings[NAME].of_type("aws:ecs/cluster:Cluster")} == {f"mlfleet-{NAME}"}
 
 
 def test_project_defaults_reach_the_program_as_the_models_defaults(tmp_path):

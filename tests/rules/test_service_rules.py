@@ -1,7 +1,7 @@
 """The service rules no model carries hold on every stack (tests/rules/service_rules.py).
 
-Every rule runs on the committed stacks and on the stack at the longest names and largest counts; each is
-shown failing on a deliberately broken copy.
+Every rule runs on the committed stacks, on a stack made by README's "Add an environment" steps and on the
+stack at the longest names and largest counts; each is shown failing on a deliberately broken copy.
 """
 
 from __future__ import annotations
@@ -16,15 +16,16 @@ import api_models
 import pulumi_aws
 import pytest
 import service_rules
-from pulumi_harness import STACKS, Recorded, Rendering
+from new_environment import RULE_STACKS
+from pulumi_harness import Recorded, Rendering
 from service_rules import RULES, Stack, rule_by_id
 
-RENDERINGS = (*STACKS, "longest")
+RENDERINGS = (*RULE_STACKS, "longest")
 
 
 @pytest.fixture(scope="module")
-def stacks(stack_renderings, longest_rendering) -> dict[str, Stack]:
-    return {name: Stack(r) for name, r in {**stack_renderings, "longest": longest_rendering}.items()}
+def stacks(renderings, longest_rendering) -> dict[str, Stack]:
+    return {name: Stack(r) for name, r in {**renderings, "longest": longest_rendering}.items()}
 
 
 @pytest.mark.parametrize("stack", RENDERINGS)
