@@ -7,12 +7,13 @@ from __future__ import annotations
 import copy
 import fnmatch
 import json
+import re
 
 import pytest
 from iam_lint import (
     AWS_MANAGED_POLICIES, EXCEPTIONS, IDENTITY, RESOURCE, ROOT, RULE_SOURCE, TRUST, Document, arn_matches,
-    documented_policies, excepted, expand_action, lambda_permission_statement, lint, managed_policy_findings,
-    rendered_documents,
+    documented_policies, excepted, expand_action, is_tagging, lambda_permission_statement, lint,
+    managed_policy_findings, rendered_documents, scoping_tag_keys,
 )
 from new_environment import RULE_STACKS
 
@@ -255,6 +256,90 @@ def test_an_unlisted_managed_policy_fails(stack_renderings):
     changed.inputs["policyArn"] = "arn:aws:iam::aws:policy/AdministratorAccess"
     rendering.resources = [changed if r is attachment else r for r in rendering.resources]
     assert [f.rule for f in managed_policy_findings(rendering)] == ["managed-policy"]
+
+
+# --- tag writes that could rewrite the scoping tag (issue 12) --------------------------------------
+
+SCOPED = {"Sid": "Stop", "Effect": "Allow", "Action": ["ec2:StopInstances"], "Resource": ["arn:aws:ec2:*:1:instance/*"],
+          "Condition": {"StringEquals": {"aws:ResourceTag/mlfleet:environment": "dev"}}}
+TAG_WRITE = {"Sid": "Mark", "Effect": "Allow", "Action": ["ec2:CreateTags", "ec2:DeleteTags"],
+             "Resource": ["arn:aws:ec2:*:1:instance/*"],
+             "Condition": {"StringEquals": {"aws:ResourceTag/mlfleet:environment": "dev"},
+                           "ForAllValues:StringEquals": {"aws:TagKeys": ["mlfleet:idle-since"]},
+                           "Null": {"aws:TagKeys": "false"}}}
+
+
+def tag_write_findings(*statements_: dict) -> list[str]:
+    return [f.detail for f in lint(Document("test", IDENTITY, policy(*statements_))) if f.rule == "tag-write"]
+
+
+def test_a_tag_write_naming_its_own_keys_passes():
+    assert tag_write_findings(SCOPED, TAG_WRITE) == []
+    assert scoping_tag_keys(policy(SCOPED, TAG_WRITE)) == {"mlfleet:environment"}
+    assert is_tagging("ec2:CreateTags") and is_tagging("autoscaling:DeleteTags") and not is_tagging("ec2:StopInstances")
+
+
+def _without(statement: dict, operator: str) -> dict:
+    changed = copy.deepcopy(statement)
+    del changed["Condition"][operator]
+    return changed
+
+
+def _writing(statement: dict, *keys: str) -> dict:
+    changed = copy.deepcopy(statement)
+    changed["Condition"]["ForAllValues:StringEquals"]["aws:TagKeys"] = list(keys)
+    return changed
+
+
+@pytest.mark.parametrize("statement, words", [
+    # the statement as it was before the fix: scoped by the tag, free to rewrite it
+    (_without(_without(TAG_WRITE, "ForAllValues:StringEquals"), "Null"), "names no tag keys"),
+    (_writing(TAG_WRITE, "mlfleet:idle-since", "mlfleet:environment"), "may write 'mlfleet:environment'"),
+    (_writing(TAG_WRITE, "mlfleet:*"), "may write 'mlfleet:*'"),
+    (_without(TAG_WRITE, "Null"), "lacks Null aws:TagKeys = false"),
+], ids=["no-tag-keys", "scoping-key", "wildcard", "no-null"])
+def test_a_tag_write_that_could_rewrite_the_scoping_tag_fails(statement, words):
+    found = tag_write_findings(SCOPED, statement)
+    assert any(words in f for f in found), found
+
+
+def test_tag_writes_are_judged_only_where_a_tag_scopes_the_policy():
+    unscoped = {**_without(_without(TAG_WRITE, "ForAllValues:StringEquals"), "Null"), "Condition": {}}
+    assert tag_write_findings(unscoped) == []  # nothing in this policy is authorized by a tag
+    assert tag_write_findings(SCOPED, unscoped)  # the same statement beside a tag-scoped one fails
+    on_create = {"Effect": "Allow", "Action": ["ecs:TagResource"], "Resource": ["*"],
+                 "Condition": {"StringEquals": {"ecs:CreateAction": ["StartTask"]}}}
+    assert tag_write_findings(SCOPED, on_create) == []  # tags only what the call creates
+
+
+def test_the_installed_ec2_model_still_says_delete_tags_without_tags_deletes_all():
+    """The reason for Null aws:TagKeys = false, from botocore's EC2 model."""
+    import botocore.session
+
+    shape = botocore.session.get_session().get_service_model("ec2").operation_model("DeleteTags").input_shape
+    text = " ".join(re.sub(r"<[^>]+>", "", shape.members["Tags"].documentation).split())
+    assert "If you omit this parameter, we delete all user-defined tags for the specified resources" in text
+
+
+@pytest.mark.parametrize("stack", RULE_STACKS)
+def test_each_tag_scoped_role_holds_its_permissions_in_one_policy(renderings, stack):
+    """The tag-write rule reads scoping keys per document; that is per role only while each role whose
+    policy is scoped by a tag has that one inline policy and no other."""
+    rendering = renderings[stack]
+    roles = rendering.of_type("aws:iam/role:Role")
+    # A role is referenced by its id or its name (what the mocks answered, or the name mlfleet set).
+    role_of = {ref: r.name for r in roles
+               for ref in (r.generated.get("id"), r.generated.get("name"), r.inputs.get("name")) if ref}
+    policies: dict[str, list[dict]] = {}
+    for resource in rendering.of_type("aws:iam/rolePolicy:RolePolicy"):
+        policies.setdefault(role_of[resource.inputs["role"]], []).append(json.loads(resource.inputs["policy"]))
+    scoped = {role for role, documents in policies.items() if any(scoping_tag_keys(d) for d in documents)}
+    assert scoped
+    assert {role: len(policies[role]) for role in scoped if len(policies[role]) > 1} == {}
+    attachments = rendering.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+    attached = {role_of[a.inputs["role"]] for a in attachments}
+    inline = {r.name for r in roles if r.inputs.get("inlinePolicies")}
+    assert attached and not scoped & (attached | inline)
 
 
 def test_the_old_policies_fail_the_lint():
