@@ -121,6 +121,21 @@ def test_a_stack_that_omits_a_required_key_is_stopped_by_the_cli(tmp_path):
         check_stack(PROJECT_FILE, edited_stack(tmp_path, "dev", alertEmails=None, fleets=None, regions=None), "dev")
 
 
+def test_the_project_file_as_it_was_stops_every_stack(tmp_path):
+    """Issue 12's finding on a broken copy: Pulumi.yaml's declarations without their defaults. Every key a
+    stack leaves out is then required, so dev stops before the program runs."""
+    document = yaml.safe_load(PROJECT_FILE.read_text())
+    for declaration in document["config"].values():
+        declaration.pop("default", None)
+    project = write(tmp_path / "Pulumi.yaml", document)
+    unset = sorted(set(document["config"]) - {key.name for key in load_stack_config(stack_file("dev"))})
+    assert len(unset) > 1
+    with pytest.raises(PulumiConfigError) as stopped:
+        check_stack(project, stack_file("dev"), "dev")
+    assert str(stopped.value) == ("Stack 'dev' is missing configuration values "
+                                  + ", ".join(f"'{k}'" for k in unset[:-1]) + f" and '{unset[-1]}'")
+
+
 def test_a_key_declared_without_default_is_required_even_where_the_model_has_one(tmp_path):
     """Why keys whose model default is None are not declared: a declaration makes the CLI require them."""
     project = edited_project(tmp_path, monthlyBudgetUsd={"type": "integer", "description": "budget"})
