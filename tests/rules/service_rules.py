@@ -282,6 +282,19 @@ def _billing_alarms_in_us_east_1(stack: Stack):
             yield f"{alarm.name}: alarms on AWS/Billing in {stack.region(alarm)}, where the metric does not exist"
 
 
+@rule("cost-allocation-tag-is-an-account-step",
+      "https://docs.aws.amazon.com/awsaccountbilling/latest/aboutv2/activating-tags.html; "
+      "https://docs.aws.amazon.com/awsaccountbilling/latest/aboutv2/custom-tags.html; "
+      "pulumi_aws costexplorer.CostAllocationTag documentation ('it can take up to 24 hours')")
+def _no_cost_allocation_tag_activation(stack: Stack):
+    """No stack activates a cost allocation tag: AWS lists a tag key for activation only once it appears in
+    billing data ("up to 24 hours" after the first tagged resource), and only the management account of an
+    organization (or an account in none) may activate it, so the first `pulumi up` of a new account, or any
+    `up` from a member account, would fail. It is a one-time account step (make cost-tag)."""
+    for activation in stack.of_type("aws:costexplorer/costAllocationTag:CostAllocationTag"):
+        yield f"{activation.name}: activates {activation.inputs.get('tagKey')!r} during `pulumi up`"
+
+
 @rule("alarm-actions-in-region",
       "https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/AlarmThatSendsEmail.html#alarms-and-actions")
 def _alarm_actions_in_the_alarm_region(stack: Stack):

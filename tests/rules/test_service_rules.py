@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import json
 import re
 from collections.abc import Callable
@@ -65,6 +66,9 @@ INSTALLED_SOURCES = [
     ("event-pattern-size", lambda: pulumi_aws.cloudwatch.EventRuleArgs.event_pattern.fget.__doc__ or "",
      "The event pattern size is 2048 by default"),
     ("visibility-covers-consumers", lambda: _doc("sqs", "CreateQueue", "Attributes"), "VisibilityTimeout – "),
+    ("cost-allocation-tag-is-an-account-step",
+     lambda: inspect.getsource(pulumi_aws.costexplorer.cost_allocation_tag),
+     "it can take up to 24 hours for the tag keys to appear on Cost Allocation tag page for activation"),
 ]
 
 
@@ -93,6 +97,13 @@ def _by(name: str, resources: list[Recorded]) -> Recorded:
 
 QUEUE, LT, ASG, ALARM = "aws:sqs/queue:Queue", "aws:ec2/launchTemplate:LaunchTemplate", "aws:autoscaling/group:Group", \
     "aws:cloudwatch/metricAlarm:MetricAlarm"
+
+
+def _activate_cost_tag(resources):
+    """The stack as it was: the cost allocation tag activated by a resource of the stack."""
+    budget = _one(resources, "aws:budgets/budget:Budget")
+    resources.append(Recorded("aws:costexplorer/costAllocationTag:CostAllocationTag", "dev-cost-tag",
+                              {"tagKey": "mlfleet:environment", "status": "Active"}, budget.provider))
 
 
 def _duplicate_topic(resources):
@@ -253,6 +264,8 @@ BROKEN = [
      "shorter than prod-jobs-scheduler-function's timeout 180 s"),
     ("billing-metrics-in-us-east-1", "staging", _move_to(ALARM, "us-west-2", "estimated-charges"),
      "alarms on AWS/Billing in us-west-2"),
+    ("cost-allocation-tag-is-an-account-step", "dev", _activate_cost_tag,
+     "dev-cost-tag: activates 'mlfleet:environment' during `pulumi up`"),
     ("alarm-actions-in-region", "prod", _alarm_action_elsewhere, "is not in the alarm's region us-east-1"),
     ("alarm-evaluation-window", "prod", _set(ALARM, "evaluationPeriods", 289.0, "-idle"), "more than 86400"),
     ("alarm-evaluation-window", "prod", _set(ALARM, "datapointsToAlarm", 400.0, "-idle"), "exceeds evaluationPeriods"),
