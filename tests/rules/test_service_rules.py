@@ -72,6 +72,16 @@ INSTALLED_SOURCES = [
 ]
 
 
+@pytest.mark.parametrize("type_token", sorted(service_rules.UNIQUE_NAMES))
+def test_each_unique_name_is_what_the_installed_model_says(type_token):
+    """The creating call declares the name-taken error, or documents that it returns or rewrites the
+    existing resource."""
+    unique = service_rules.UNIQUE_NAMES[type_token]
+    operation = api_models.service_model(unique.service).operation_model(unique.operation)
+    errors = {e.name for e in operation.error_shapes}
+    assert unique.evidence in errors or unique.evidence in _doc(unique.service, unique.operation)
+
+
 @pytest.mark.parametrize(("rule_id", "text", "phrase"), INSTALLED_SOURCES, ids=[s[0] for s in INSTALLED_SOURCES])
 def test_installed_sources_still_state_the_rule(rule_id, text, phrase):
     assert rule_by_id(rule_id)
@@ -97,6 +107,13 @@ def _by(name: str, resources: list[Recorded]) -> Recorded:
 
 QUEUE, LT, ASG, ALARM = "aws:sqs/queue:Queue", "aws:ec2/launchTemplate:LaunchTemplate", "aws:autoscaling/group:Group", \
     "aws:cloudwatch/metricAlarm:MetricAlarm"
+
+
+def _same_topic_name(resources):
+    """Two topics of one region under one name, as a stack with its home outside us-east-1 had them."""
+    other = next(r for r in resources if r.type == "aws:sns/topic:Topic" and "us-east-1" in (r.provider or "")
+                 and r.inputs["name"] != "mlfleet-prod-alerts")
+    other.inputs["name"] = "mlfleet-prod-alerts"
 
 
 def _activate_cost_tag(resources):
@@ -264,6 +281,7 @@ BROKEN = [
      "shorter than prod-jobs-scheduler-function's timeout 180 s"),
     ("billing-metrics-in-us-east-1", "staging", _move_to(ALARM, "us-west-2", "estimated-charges"),
      "alarms on AWS/Billing in us-west-2"),
+    ("one-resource-per-name", "prod", _same_topic_name, "aws:sns/topic:Topic 'mlfleet-prod-alerts' in us-east-1"),
     ("cost-allocation-tag-is-an-account-step", "dev", _activate_cost_tag,
      "dev-cost-tag: activates 'mlfleet:environment' during `pulumi up`"),
     ("alarm-actions-in-region", "prod", _alarm_action_elsewhere, "is not in the alarm's region us-east-1"),
