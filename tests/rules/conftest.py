@@ -19,27 +19,28 @@ def stack_renderings() -> dict[str, Rendering]:
 
 
 @pytest.fixture(scope="session")
-def new_environment_config(tmp_path_factory) -> dict[str, str]:
-    """The config the CLI hands the program for a stack made by README's steps (tests/rules/new_environment.py)."""
-    import new_environment
+def extra_stack_configs(tmp_path_factory) -> dict[str, dict[str, str]]:
+    """The config the CLI hands the program for the stacks of tests/rules/rule_stacks.py."""
+    import rule_stacks
 
-    return new_environment.program_config(new_environment.make(tmp_path_factory.mktemp("new-environment")))
-
-
-@pytest.fixture(scope="session")
-def renderings(stack_renderings, new_environment_config) -> dict[str, Rendering]:
-    """What the rule checks run on: every committed stack and the README's new environment (RULE_STACKS)."""
-    from new_environment import NAME
-
-    return {**stack_renderings, NAME: render_config(new_environment_config, NAME)}
+    folder = tmp_path_factory.mktemp("rule-stacks")
+    return {
+        rule_stacks.NEW_ENVIRONMENT: rule_stacks.program_config(rule_stacks.make(folder)),
+        rule_stacks.HOME_ELSEWHERE: rule_stacks.program_config(rule_stacks.make_home_elsewhere(folder),
+                                                               rule_stacks.HOME_ELSEWHERE),
+    }
 
 
 @pytest.fixture(scope="session")
-def stack_configs(new_environment_config) -> dict[str, dict[str, str]]:
+def renderings(stack_renderings, extra_stack_configs) -> dict[str, Rendering]:
+    """What the rule checks run on: every committed stack and those of rule_stacks.py (RULE_STACKS)."""
+    return {**stack_renderings, **{name: render_config(values, name) for name, values in extra_stack_configs.items()}}
+
+
+@pytest.fixture(scope="session")
+def stack_configs(extra_stack_configs) -> dict[str, dict[str, str]]:
     """The program's config of each rendering in `renderings`."""
-    from new_environment import NAME
-
-    return {**{stack: stack_file_config(stack) for stack in STACKS}, NAME: new_environment_config}
+    return {**{stack: stack_file_config(stack) for stack in STACKS}, **extra_stack_configs}
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import api_models
 import pytest
 from longest import ENVIRONMENT, every_region_priced, fleet_names, longest_config, longest_regions
-from new_environment import RULE_STACKS
+from rule_stacks import RULE_STACKS
 from pulumi_harness import Recorded, Rendering
 
 from components.config import ConfigError, model, parse_stack_config

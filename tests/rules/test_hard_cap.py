@@ -28,7 +28,7 @@ import math
 import botocore.loaders
 import pytest
 
-from new_environment import RULE_STACKS
+from rule_stacks import RULE_STACKS
 
 from components.compute.fleet import refresh_min_healthy_percent
 from pulumi_harness import Recorded, Rendering

@@ -15,7 +15,7 @@ from iam_lint import (
     documented_policies, excepted, expand_action, is_tagging, lambda_permission_statement, lint,
     managed_policy_findings, rendered_documents, scoping_tag_keys,
 )
-from new_environment import RULE_STACKS
+from rule_stacks import RULE_STACKS
 
 from lambdas.common import tags
 from lambdas.common.permissions import TAG_WRITES, needs, statements

@@ -79,15 +79,23 @@ def test_every_committed_stack_merges_and_the_program_renders_from_the_merged_co
 
 
 def test_a_new_environment_made_by_the_readme_steps_merges_and_renders(tmp_path, renderings):
-    """tests/rules/new_environment.py follows the README; the other rule checks run on the same rendering."""
-    from new_environment import NAME, make, program_config, source_stack
+    """tests/rules/rule_stacks.py follows the README; the other rule checks run on the same rendering."""
+    from rule_stacks import NEW_ENVIRONMENT, make, program_config, source_stack
 
     assert source_stack() in STACKS
     path = make(tmp_path)
     assert path.read_text() == stack_file(source_stack()).read_text()  # copy and rename, nothing else
-    values = program_config(path)
-    assert values == check_stack(PROJECT_FILE, path, NAME)
-    assert {r.inputs["name"] for r in renderings[NAME].of_type("aws:ecs/cluster:Cluster")} == {f"mlfleet-{NAME}"}
+    assert program_config(path) == check_stack(PROJECT_FILE, path, NEW_ENVIRONMENT)
+    clusters = {r.inputs["name"] for r in renderings[NEW_ENVIRONMENT].of_type("aws:ecs/cluster:Cluster")}
+    assert clusters == {f"mlfleet-{NEW_ENVIRONMENT}"}
+
+
+def test_the_stack_with_its_home_outside_us_east_1_keeps_a_fleet_there(stack_configs):
+    from rule_stacks import HOME_ELSEWHERE, HOME_ELSEWHERE_REGION
+
+    config = stack_configs[HOME_ELSEWHERE]
+    assert config["aws:region"] == HOME_ELSEWHERE_REGION
+    assert "us-east-1" in json.loads(config["mlfleet:regions"])
 
 
 def test_project_defaults_reach_the_program_as_the_models_defaults(tmp_path):

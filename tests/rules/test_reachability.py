@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from new_environment import RULE_STACKS
+from rule_stacks import RULE_STACKS
 
 from components.config import parse_stack_config
 from components.network import service_calls

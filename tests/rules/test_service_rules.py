@@ -17,7 +17,7 @@ import api_models
 import pulumi_aws
 import pytest
 import service_rules
-from new_environment import RULE_STACKS
+from rule_stacks import RULE_STACKS
 from pulumi_harness import Recorded, Rendering
 from service_rules import RULES, Stack, rule_by_id
 
