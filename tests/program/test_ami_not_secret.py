@@ -6,13 +6,9 @@ way (tests/pulumi_harness.py), so these tests see what a real preview would show
 
 from __future__ import annotations
 
-import types
-
 import pulumi
 import pulumi_aws as aws
-import pytest
-from pulumi.runtime import rpc
-from pulumi_harness import STACKS, STOCK_AMI, render_in_region, render_stack
+from pulumi_harness import STOCK_AMI, render_in_region
 
 from components.ami import GpuAmi, GpuAmiArgs
 from components.ami.gpu_ami import STOCK_GPU_AMI_PARAMETER
@@ -51,28 +47,5 @@ def test_the_output_form_of_the_lookup_would_be_secret_even_for_insecure_value()
     assert _secretness(lookup) == {"value": True, "insecure": True}
 
 
-def secret_image_ids(rendering) -> list[str]:
-    """Launch templates whose image id the preview would show as [secret] (or that have no AMI id)."""
-    return [t.name for t in rendering.of_type("aws:ec2/launchTemplate:LaunchTemplate")
-            if rpc.is_rpc_secret(t.inputs["imageId"]) or not str(t.inputs["imageId"]).startswith("ami-")]
-
-
-@pytest.mark.parametrize("stack", STACKS)
-def test_every_launch_template_shows_its_image_id_in_clear(stack):
-    rendering = render_stack(stack)
-    assert rendering.of_type("aws:ec2/launchTemplate:LaunchTemplate")
-    assert secret_image_ids(rendering) == [], "the preview would show [secret] for the image id"
-
-
-def test_the_check_finds_the_lookup_as_it_was(monkeypatch):
-    """Issue 12's finding on a broken copy: the stock AMI id from the invoke output's `value`."""
-    from components.ami import gpu_ami
-
-    def old_lookup(name, opts=None):
-        output = aws.ssm.get_parameter_output(name=name, opts=pulumi.InvokeOutputOptions(parent=opts.parent))
-        return types.SimpleNamespace(insecure_value=output.value)
-
-    monkeypatch.setattr(gpu_ami.aws.ssm, "get_parameter", old_lookup)
-    rendering = render_stack("dev")
-    templates = [t.name for t in rendering.of_type("aws:ec2/launchTemplate:LaunchTemplate")]
-    assert templates and secret_image_ids(rendering) == templates
+# Every rendered launch template showing its image id in clear, and the check failing on the lookup as it
+# was, are in tests/rules/test_launch_templates.py (on every rule stack).
