@@ -598,6 +598,17 @@ def _tag_limits(stack: Stack):
                 yield f"{resource.name}: {where} uses the reserved prefix aws: in {reserved}"
 
 
+@rule("roles-detach-before-delete",
+      "botocore iam DeleteRole documentation ('you must delete the items attached to the role manually, or the "
+      "deletion fails'; DeleteConflictException); pulumi_aws iam.Role force_detach_policies ('Defaults to `false`')")
+def _roles_detach_before_delete(stack: Stack):
+    """Every role force-detaches policies before it is deleted: a policy a team attached by hand makes
+    DeleteRole fail with DeleteConflict, and `pulumi destroy` stops there."""
+    for role in stack.of_type("aws:iam/role:Role"):
+        if role.inputs.get("forceDetachPolicies") is not True:
+            yield f"{role.name}: no force_detach_policies, so DeleteRole fails while a policy is attached"
+
+
 def _policy_characters(document: str) -> int:
     """IAM counts a policy's characters without white space."""
     return len(re.sub(r"\s", "", document))

@@ -66,6 +66,10 @@ INSTALLED_SOURCES = [
     ("event-pattern-size", lambda: pulumi_aws.cloudwatch.EventRuleArgs.event_pattern.fget.__doc__ or "",
      "The event pattern size is 2048 by default"),
     ("visibility-covers-consumers", lambda: _doc("sqs", "CreateQueue", "Attributes"), "VisibilityTimeout – "),
+    ("roles-detach-before-delete", lambda: _doc("iam", "DeleteRole"),
+     "you must delete the items attached to the role manually, or the deletion fails"),
+    ("roles-detach-before-delete", lambda: pulumi_aws.iam.Role.force_detach_policies.fget.__doc__ or "",
+     "Whether to force detaching any policies the role has before destroying it. Defaults to `false`."),
     ("cost-allocation-tag-is-an-account-step",
      lambda: inspect.getsource(pulumi_aws.costexplorer.cost_allocation_tag),
      "it can take up to 24 hours for the tag keys to appear on Cost Allocation tag page for activation"),
@@ -107,6 +111,12 @@ def _by(name: str, resources: list[Recorded]) -> Recorded:
 
 QUEUE, LT, ASG, ALARM = "aws:sqs/queue:Queue", "aws:ec2/launchTemplate:LaunchTemplate", "aws:autoscaling/group:Group", \
     "aws:cloudwatch/metricAlarm:MetricAlarm"
+
+
+def _pop(type_token: str, key: str, name_part: str = ""):
+    def change(resources):
+        _one(resources, type_token, name_part).inputs.pop(key)
+    return change
 
 
 def _same_topic_name(resources):
@@ -282,6 +292,8 @@ BROKEN = [
     ("billing-metrics-in-us-east-1", "staging", _move_to(ALARM, "us-west-2", "estimated-charges"),
      "alarms on AWS/Billing in us-west-2"),
     ("one-resource-per-name", "prod", _same_topic_name, "aws:sns/topic:Topic 'mlfleet-prod-alerts' in us-east-1"),
+    ("roles-detach-before-delete", "prod", _pop("aws:iam/role:Role", "forceDetachPolicies", "-job"),
+     "no force_detach_policies"),
     ("cost-allocation-tag-is-an-account-step", "dev", _activate_cost_tag,
      "dev-cost-tag: activates 'mlfleet:environment' during `pulumi up`"),
     ("alarm-actions-in-region", "prod", _alarm_action_elsewhere, "is not in the alarm's region us-east-1"),
