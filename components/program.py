@@ -46,13 +46,17 @@ def deploy(cfg: StackConfig) -> dict:
         HomeRegionArgs(config=cfg, cost=cost, billing_provider=providers[BILLING_METRICS_REGION]),
         opts=with_provider(providers[cfg.home_region]),
     )
+    # A fleet region alerts on its own topic, mlfleet-<env>-alerts-<region>, except the home region (the home
+    # topic) and us-east-1 when home is elsewhere: the billing topic there already has that name, and SNS
+    # would hand a second CreateTopic the same topic, owned by two resources.
+    region_topics = {BILLING_METRICS_REGION: home.billing_topic_arn, cfg.home_region: home.alert_topic_arn}
     regions = {
         region: FleetRegion(
             f"{cfg.environment}-{region}",
             FleetRegionArgs(
                 region=region,
                 config=cfg,
-                alert_topic_arn=home.alert_topic_arn if region == cfg.home_region else None,
+                alert_topic_arn=region_topics.get(region),
                 manifest_ami_id=built[region].ami_id if region in built else None,
             ),
             opts=with_provider(providers[region]),
@@ -79,7 +83,7 @@ def deploy(cfg: StackConfig) -> dict:
     if cfg.slack_workspace_id and cfg.slack_channel_id:
         # The billing topic is the alert topic when home is us-east-1: SlackChannel takes each topic once.
         topics = [home.alert_topic_arn, home.billing_topic_arn]
-        topics += [r.alert_topic_arn for name, r in regions.items() if name != cfg.home_region]
+        topics += [r.alert_topic_arn for name, r in regions.items() if name not in region_topics]
         topics.append(jobs.slack_notification_topic_arn)  # submissions that asked for --notify slack
         SlackChannel(
             f"{cfg.environment}-slack",

@@ -196,6 +196,10 @@ def render_program(program, stack: str = "test", config: dict[str, Any] | None =
     collector = _WarningCollector()
     logger.handlers = [collector]
     logger.propagate = False
+    # A fresh root stack per rendering: set_mocks keeps the previous one, and with it every stack
+    # transformation registered before, so an earlier rendering's options would be overwritten by a later one
+    # of the same resource names (pulumi/runtime/mocks.py set_mocks, stack.py register_stack_transformation).
+    pulumi.runtime.settings.ROOT.set(None)
     pulumi.runtime.set_mocks(mocks, project="mlfleet", stack=stack, preview=False, logger=logger)
     pulumi.runtime.set_all_config(dict(config or {}))
     captured: dict[str, Any] = {}

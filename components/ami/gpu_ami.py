@@ -72,8 +72,10 @@ class GpuAmi(pulumi.ComponentResource):
                 resource=self,
             )
             # `insecure_value` of the plain invoke: pulumi-aws marks `value` secret whatever the parameter's type,
-            # and an invoke *output* is secret as a whole when any field is, so either would make the preview
-            # show `[secret]` where reviewers need the image id (a public AMI id is no secret).
+            # and an invoke *output* is secret as a whole when any field is, so the output form would make the
+            # preview show `[secret]` where reviewers need the image id (a public AMI id is no secret). The
+            # plain invoke drops the mark today (pulumi/runtime/invoke.py unwraps secrets); insecure_value is
+            # the field the provider documents as never sensitive, so it stays in clear if that changes.
             image_id = aws.ssm.get_parameter(name=STOCK_GPU_AMI_PARAMETER, opts=invoke(self)).insecure_value
         self.image_id = pulumi.Output.from_input(image_id)
         pulumi.log.info(f"{args.region}: GPU AMI from {self.source}", resource=self)

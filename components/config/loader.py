@@ -3,7 +3,8 @@
 ConfigError is a `pulumi.RunError`: Pulumi's Python program runner prints only the message of a RunError
 and a traceback for any other exception (pulumi/pulumi sdk/python/cmd/pulumi-language-python-exec:
 `except pulumi.RunError as e: pulumi.log.error(str(e))`, then `except Exception:` logs
-"Program failed with an unhandled exception" with the stack trace).
+"Program failed with an unhandled exception" with the stack trace). tests/rules/test_language_host.py
+checks it against a port of that handler.
 """
 
 from __future__ import annotations

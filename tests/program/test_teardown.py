@@ -7,9 +7,11 @@ so these tests see protect / retain_on_delete / depends_on exactly as the engine
 from __future__ import annotations
 
 import copy
+import dataclasses
 import fnmatch
 import functools
 import json
+import re
 
 import pytest
 
@@ -24,8 +26,8 @@ ROLE = "aws:iam/role:Role"
 
 
 @functools.cache
-def rendered(stack: str):
-    return render_stack(stack)
+def rendered(stack: str, **overrides):
+    return render_stack(stack, **overrides)
 
 
 @pytest.fixture(scope="module", params=STACKS)
@@ -83,7 +85,7 @@ def test_a_stack_imports_no_ledger_unless_it_adopts_one(rendering):
 def test_prod_adopts_its_kept_ledger_by_name_and_everything_still_points_at_it():
     """After `pulumi destroy`, prod's ledger is still there under its fixed name: with adoptJobLedger the
     next `up` imports it (the import ID of a table is its name), so CreateTable never runs."""
-    adopted = render_stack("prod", adoptJobLedger=True)
+    adopted = rendered("prod", adoptJobLedger=True)
     (table,) = adopted.of_type(TABLE)
     options = adopted.options[(TABLE, table.name)]
     assert options.import_id == table.inputs["name"] == "mlfleet-prod-jobs"
@@ -102,6 +104,68 @@ def test_prod_adopts_its_kept_ledger_by_name_and_everything_still_points_at_it()
                if any(a.startswith("dynamodb:") for a in statement["Action"]) for resource in statement["Resource"]]
     ledger_arns = (table_arn, f"{table_arn}/index/by-state", f"{table_arn}/stream/2026-11-23T00:00:00.000")
     assert granted and all(any(fnmatch.fnmatchcase(arn, r) for arn in ledger_arns) for r in granted if r != "*")
+
+
+# A resource the destroyed stack kept (retain_on_delete) under a fixed name is still there: the next `up`
+# must import it, because the owner refuses a second one of that name. One rule per retained type (the
+# sentence of the installed botocore model that states it); a retained type without a rule fails.
+NAME_TAKEN = {
+    TABLE: ("dynamodb", "CreateTable", "table names must be unique within each Region"),
+}
+
+
+def next_up_conflicts(destroyed, next_up) -> list[str]:
+    """What `next_up` would create again under a name the `destroyed` stack kept."""
+    problems = []
+    for (kind, name), options in destroyed.options.items():
+        if not options.retain_on_delete:
+            continue
+        physical = destroyed.named(name).inputs.get("name")
+        if kind not in NAME_TAKEN:
+            problems.append(f"{name}: {kind} is kept on destroy; add the owner's name rule to NAME_TAKEN")
+            continue
+        for again in next_up.of_type(kind):
+            adopted = next_up.options[(kind, again.name)].import_id == physical
+            if physical and again.inputs.get("name") == physical and not adopted:
+                service, operation, rule = NAME_TAKEN[kind]
+                problems.append(f"{again.name}: {service}:{operation} of {physical!r}, which the destroyed stack kept "
+                                f"({rule})")
+    return problems
+
+
+def test_the_next_up_after_destroy_takes_the_kept_ledger_back():
+    assert next_up_conflicts(rendered("prod"), rendered("prod", adoptJobLedger=True)) == []
+
+
+def test_the_next_up_without_adopting_would_create_the_ledger_again():
+    """Issue 12's finding on a broken copy: prod's next `up` as the stack file stands, without adopting."""
+    (problem,) = next_up_conflicts(rendered("prod"), rendered("prod"))
+    assert "dynamodb:CreateTable of 'mlfleet-prod-jobs'" in problem
+
+
+def test_a_kept_resource_of_a_type_without_a_name_rule_fails():
+    destroyed = copy.deepcopy(rendered("prod"))
+    queue = destroyed.of_type("aws:sqs/queue:Queue")[0]
+    key = ("aws:sqs/queue:Queue", queue.name)
+    destroyed.options[key] = dataclasses.replace(destroyed.options[key], retain_on_delete=True)
+    assert any("add the owner's name rule" in p for p in next_up_conflicts(destroyed, rendered("prod")))
+
+
+def test_each_rendering_keeps_its_own_options():
+    """Two renderings of the same resources, whichever came first: neither sees the other's options
+    (tests/pulumi_harness.py gives each its own root stack)."""
+    kept, adopted = rendered("prod"), rendered("prod", adoptJobLedger=True)
+    assert [o.import_id for o in kept.options.values() if o.import_id] == []
+    assert [o.import_id for o in adopted.options.values() if o.import_id] == ["mlfleet-prod-jobs"]
+
+
+@pytest.mark.parametrize("kind", sorted(NAME_TAKEN))
+def test_each_name_rule_is_what_the_installed_model_says(kind):
+    import botocore.session
+
+    service, operation, rule = NAME_TAKEN[kind]
+    model = botocore.session.get_session().get_service_model(service).operation_model(operation)
+    assert rule in " ".join(re.sub(r"<[^>]+>", "", model.documentation).split())
 
 
 def test_adopting_needs_the_ledger_to_have_been_kept():

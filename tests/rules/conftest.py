@@ -9,13 +9,38 @@ broken input, so the check itself can be seen to fail.
 from __future__ import annotations
 
 import pytest
-from pulumi_harness import STACKS, Rendering, render_config, render_stack
+from pulumi_harness import STACKS, Rendering, render_config, render_stack, stack_file_config
 
 
 @pytest.fixture(scope="session")
 def stack_renderings() -> dict[str, Rendering]:
     """Every committed stack rendered once per test session (rendering is deterministic)."""
     return {stack: render_stack(stack) for stack in STACKS}
+
+
+@pytest.fixture(scope="session")
+def extra_stack_configs(tmp_path_factory) -> dict[str, dict[str, str]]:
+    """The config the CLI hands the program for the stacks of tests/rules/rule_stacks.py."""
+    import rule_stacks
+
+    folder = tmp_path_factory.mktemp("rule-stacks")
+    return {
+        rule_stacks.NEW_ENVIRONMENT: rule_stacks.program_config(rule_stacks.make(folder)),
+        rule_stacks.HOME_ELSEWHERE: rule_stacks.program_config(rule_stacks.make_home_elsewhere(folder),
+                                                               rule_stacks.HOME_ELSEWHERE),
+    }
+
+
+@pytest.fixture(scope="session")
+def renderings(stack_renderings, extra_stack_configs) -> dict[str, Rendering]:
+    """What the rule checks run on: every committed stack and those of rule_stacks.py (RULE_STACKS)."""
+    return {**stack_renderings, **{name: render_config(values, name) for name, values in extra_stack_configs.items()}}
+
+
+@pytest.fixture(scope="session")
+def stack_configs(extra_stack_configs) -> dict[str, dict[str, str]]:
+    """The program's config of each rendering in `renderings`."""
+    return {**{stack: stack_file_config(stack) for stack in STACKS}, **extra_stack_configs}
 
 
 @pytest.fixture(scope="session")

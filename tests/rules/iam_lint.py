@@ -27,6 +27,20 @@ A statement fails on:
   (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_elements_condition_operators.html);
 - in a resource policy, a service principal allowed without `aws:SourceAccount`, `aws:SourceArn` or
   `aws:SourceOrgID` (https://docs.aws.amazon.com/IAM/latest/UserGuide/confused-deputy.html);
+- in an identity policy that scopes resources by a tag (`aws:ResourceTag/<key>`, `<service>:ResourceTag/<key>`),
+  an Allow of an action the reference files under the "Tagging" access level that could rewrite that
+  tag: unless it is limited to tagging on creation (`ec2:CreateAction`, `ecs:CreateAction`: "Users are not
+  permitted to tag any existing resources",
+  https://docs.aws.amazon.com/AmazonECS/latest/developerguide/supported-iam-actions-tagging.html,
+  https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/supported-iam-actions-tagging.html), it must name
+  the keys it writes with `ForAllValues:StringEquals` (or `StringLike`) on `aws:TagKeys`, none of them a
+  scoping key (https://docs.aws.amazon.com/IAM/latest/UserGuide/access_tags.html#access_tags_control-tag-keys),
+  and require tag keys in the request with `Null: {aws:TagKeys: false}`: ForAllValues is true for a
+  request without tag keys
+  (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_condition-single-vs-multi-valued-context-keys.html),
+  and EC2's DeleteTags without tags "delete[s] all user-defined tags" (botocore ec2 DeleteTags, Tags).
+  Scoping keys are read per document, which is per role while a tag-scoped role has one policy (a test
+  in test_iam_lint.py checks that it does);
 - an attached managed policy that is neither declared by the stack nor in AWS_MANAGED_POLICIES.
 
 Anything AWS accepts that the reference does not list goes in EXCEPTIONS, with its reason and the AWS
@@ -313,6 +327,48 @@ def arn_matches(resource: str, arn_format: str) -> bool:
 
 # --- the lint --------------------------------------------------------------------------------------
 
+_RESOURCE_TAG_KEY = re.compile(r"^[a-z0-9-]+:resourcetag/(.+)$", re.IGNORECASE)
+
+
+def scoping_tag_keys(policy: Mapping[str, Any]) -> frozenset[str]:
+    """The tag keys a document's Allow statements scope resources by (`aws:ResourceTag/<key>` and the like)."""
+    return frozenset(match[1] for s in _statements(policy) if s.get("Effect") == "Allow"
+                     for tests in (s.get("Condition") or {}).values() for key in tests or {}
+                     if (match := _RESOURCE_TAG_KEY.match(key)))
+
+
+def is_tagging(action: str) -> bool:
+    """Is `action` (as expand_action spells it) of the reference's "Tagging" access level?"""
+    prefix, _, name = action.partition(":")
+    return service(prefix)["privileges"][name].get("access_level") == "Tagging"
+
+
+def _tag_write_problems(statement: Mapping[str, Any], actions: list[str], scoping: frozenset[str]) -> list[str]:
+    """Why a statement's tag writes could rewrite a tag that scopes the same principal's permissions."""
+    writes = sorted(a for a in actions if is_tagging(a))
+    conditions = statement.get("Condition") or {}
+    on_create_only = any(key.lower().endswith(":createaction") for tests in conditions.values() for key in tests or {})
+    if not writes or not scoping or statement.get("Effect") != "Allow" or on_create_only:
+        return []
+    named: list[str] = []
+    for operator, tests in conditions.items():
+        if operator in ("ForAllValues:StringEquals", "ForAllValues:StringLike"):
+            named += [str(key) for name, value in (tests or {}).items() if name.lower() == "aws:tagkeys"
+                      for key in _list(value)]
+    problems = []
+    if not named:
+        problems.append("names no tag keys (ForAllValues:StringEquals aws:TagKeys), so it may rewrite "
+                        f"the scoping tag(s) {', '.join(sorted(scoping))}")
+    for pattern in named:
+        if any(fnmatch.fnmatchcase(key, pattern) for key in scoping):
+            problems.append(f"may write {pattern!r}, a tag that scopes this policy")
+    nulls = {k.lower(): str(v).lower() for k, v in (conditions.get("Null") or {}).items()}
+    if named and nulls.get("aws:tagkeys") != "false":
+        problems.append("lacks Null aws:TagKeys = false: a request without tag keys passes ForAllValues "
+                        "(and EC2's DeleteTags without tags deletes every tag)")
+    return [f"{', '.join(writes)} {p}" for p in problems]
+
+
 def _list(value: Any) -> list:
     return [] if value is None else list(value) if isinstance(value, (list, tuple)) else [value]
 
@@ -341,7 +397,8 @@ def _operator_known(operator: str) -> bool:
     return base in OPERATORS
 
 
-def lint_statement(statement: Mapping[str, Any], *, where: str, kind: str, index: int) -> list[Finding]:
+def lint_statement(statement: Mapping[str, Any], *, where: str, kind: str, index: int,
+                   scoping: frozenset[str] = frozenset()) -> list[Finding]:
     sid = str(statement.get("Sid", index))
     findings: list[Finding] = []
 
@@ -397,6 +454,10 @@ def lint_statement(statement: Mapping[str, Any], *, where: str, kind: str, index
                 if not _key_supported(key, supported) and not excepted("condition-key", action, key):
                     fail("condition-key", f"{action} does not support the condition key {key}")
 
+    if kind == IDENTITY:
+        for problem in _tag_write_problems(statement, actions, scoping):
+            fail("tag-write", problem)
+
     if kind == RESOURCE and statement.get("Effect") == "Allow":
         principal = statement.get("Principal")
         services = _list(principal.get("Service")) if isinstance(principal, Mapping) else []
@@ -408,5 +469,7 @@ def lint_statement(statement: Mapping[str, Any], *, where: str, kind: str, index
 
 
 def lint(document: Document) -> list[Finding]:
+    scoping = scoping_tag_keys(document.policy)
     return [finding for index, statement in enumerate(_statements(document.policy))
-            for finding in lint_statement(statement, where=document.where, kind=document.kind, index=index)]
+            for finding in lint_statement(statement, where=document.where, kind=document.kind, index=index,
+                                          scoping=scoping)]

@@ -282,6 +282,19 @@ def _billing_alarms_in_us_east_1(stack: Stack):
             yield f"{alarm.name}: alarms on AWS/Billing in {stack.region(alarm)}, where the metric does not exist"
 
 
+@rule("cost-allocation-tag-is-an-account-step",
+      "https://docs.aws.amazon.com/awsaccountbilling/latest/aboutv2/activating-tags.html; "
+      "https://docs.aws.amazon.com/awsaccountbilling/latest/aboutv2/custom-tags.html; "
+      "pulumi_aws costexplorer.CostAllocationTag documentation ('it can take up to 24 hours')")
+def _no_cost_allocation_tag_activation(stack: Stack):
+    """No stack activates a cost allocation tag: AWS lists a tag key for activation only once it appears in
+    billing data ("up to 24 hours" after the first tagged resource), and only the management account of an
+    organization (or an account in none) may activate it, so the first `pulumi up` of a new account, or any
+    `up` from a member account, would fail. It is a one-time account step (make cost-tag)."""
+    for activation in stack.of_type("aws:costexplorer/costAllocationTag:CostAllocationTag"):
+        yield f"{activation.name}: activates {activation.inputs.get('tagKey')!r} during `pulumi up`"
+
+
 @rule("alarm-actions-in-region",
       "https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/AlarmThatSendsEmail.html#alarms-and-actions")
 def _alarm_actions_in_the_alarm_region(stack: Stack):
@@ -496,6 +509,62 @@ def _asg_caps_hold(stack: Stack):
             yield f"{group.name}: instance refresh min healthy above max healthy"
 
 
+# --- names ---------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class UniqueName:
+    """A type whose name identifies one resource in its scope ("region", "account", or "global"), and what
+    the creating call does with a name that is taken: `evidence` is an error the call declares, or a phrase of
+    its documentation, in the installed botocore model."""
+    input: str
+    scope: str
+    service: str
+    operation: str
+    evidence: str
+
+
+UNIQUE_NAMES = {
+    "aws:autoscaling/group:Group": UniqueName("name", "region", "autoscaling", "CreateAutoScalingGroup",
+                                              "AlreadyExistsFault"),
+    "aws:budgets/budget:Budget": UniqueName("name", "account", "budgets", "CreateBudget", "DuplicateRecordException"),
+    "aws:cloudwatch/logGroup:LogGroup": UniqueName("name", "region", "logs", "CreateLogGroup",
+                                                   "ResourceAlreadyExistsException"),
+    "aws:cloudwatch/metricAlarm:MetricAlarm": UniqueName("name", "region", "cloudwatch", "PutMetricAlarm",
+                                                         "Creates or updates an alarm"),
+    "aws:dynamodb/table:Table": UniqueName("name", "region", "dynamodb", "CreateTable", "ResourceInUseException"),
+    "aws:lambda/function:Function": UniqueName("name", "region", "lambda", "CreateFunction", "ResourceConflictException"),
+    "aws:s3/bucket:Bucket": UniqueName("bucket", "global", "s3", "CreateBucket", "BucketAlreadyOwnedByYou"),
+    "aws:sns/topic:Topic": UniqueName("name", "region", "sns", "CreateTopic",
+                                      "if the requester already owns a topic with the specified name, that topic's "
+                                      "ARN is returned without creating a new topic"),
+    "aws:sqs/queue:Queue": UniqueName("name", "region", "sqs", "CreateQueue", "QueueNameExists"),
+    "aws:ssm/parameter:Parameter": UniqueName("name", "region", "ssm", "PutParameter", "ParameterAlreadyExists"),
+    "aws:ecr/pullThroughCacheRule:PullThroughCacheRule": UniqueName(
+        "ecrRepositoryPrefix", "region", "ecr", "CreatePullThroughCacheRule", "PullThroughCacheRuleAlreadyExistsException"),
+    "aws:ecr/repositoryCreationTemplate:RepositoryCreationTemplate": UniqueName(
+        "prefix", "region", "ecr", "CreateRepositoryCreationTemplate", "TemplateAlreadyExistsException"),
+}
+
+
+@rule("one-resource-per-name", "botocore: the creating call of each type in UNIQUE_NAMES (its name-taken error, or "
+                               "SNS CreateTopic's and CloudWatch PutMetricAlarm's create-or-return documentation)")
+def _one_resource_per_name(stack: Stack):
+    """Two resources of a stack never take the same name of a type in its scope: AWS refuses the second
+    creation, or hands it the first resource (SNS returns the existing topic, PutMetricAlarm overwrites the
+    alarm), so two Pulumi resources would own one AWS resource and fight over it."""
+    seen: dict[tuple[str, str, str], str] = {}
+    for type_token, unique in UNIQUE_NAMES.items():
+        for resource in stack.of_type(type_token):
+            name = resource.inputs.get(unique.input)
+            if not isinstance(name, str):
+                continue  # autonamed: unique by construction
+            scope = stack.region(resource) if unique.scope == "region" else unique.scope
+            first = seen.setdefault((type_token, scope, name), resource.name)
+            if first != resource.name:
+                yield (f"{first}, {resource.name}: both {type_token} {name!r} in {scope} "
+                       f"({unique.service}:{unique.operation}: {unique.evidence})")
+
+
 # --- tags, policies, keys -----------------------------------------------------------------------------------
 
 MAX_TAGS = 50
@@ -527,6 +596,17 @@ def _tag_limits(stack: Stack):
             reserved = sorted(k for k in tags if str(k).lower().startswith("aws:"))
             if reserved:
                 yield f"{resource.name}: {where} uses the reserved prefix aws: in {reserved}"
+
+
+@rule("roles-detach-before-delete",
+      "botocore iam DeleteRole documentation ('you must delete the items attached to the role manually, or the "
+      "deletion fails'; DeleteConflictException); pulumi_aws iam.Role force_detach_policies ('Defaults to `false`')")
+def _roles_detach_before_delete(stack: Stack):
+    """Every role force-detaches policies before it is deleted: a policy a team attached by hand makes
+    DeleteRole fail with DeleteConflict, and `pulumi destroy` stops there."""
+    for role in stack.of_type("aws:iam/role:Role"):
+        if role.inputs.get("forceDetachPolicies") is not True:
+            yield f"{role.name}: no force_detach_policies, so DeleteRole fails while a policy is attached"
 
 
 def _policy_characters(document: str) -> int:

@@ -28,6 +28,8 @@ import math
 import botocore.loaders
 import pytest
 
+from rule_stacks import RULE_STACKS
+
 from components.compute.fleet import refresh_min_healthy_percent
 from pulumi_harness import Recorded, Rendering
 
@@ -65,11 +67,11 @@ def cap_problems(rendering: Rendering) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
-def test_no_group_can_launch_above_its_max(stack_renderings, stack):
-    groups = stack_renderings[stack].of_type(ASG)
+@pytest.mark.parametrize("stack", RULE_STACKS)
+def test_no_group_can_launch_above_its_max(renderings, stack):
+    groups = renderings[stack].of_type(ASG)
     assert groups
-    assert cap_problems(stack_renderings[stack]) == []
+    assert cap_problems(renderings[stack]) == []
 
 
 def _broken(rendering: Rendering, change) -> Rendering:

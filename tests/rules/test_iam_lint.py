@@ -7,29 +7,30 @@ from __future__ import annotations
 import copy
 import fnmatch
 import json
+import re
 
 import pytest
 from iam_lint import (
     AWS_MANAGED_POLICIES, EXCEPTIONS, IDENTITY, RESOURCE, ROOT, RULE_SOURCE, TRUST, Document, arn_matches,
-    documented_policies, excepted, expand_action, lambda_permission_statement, lint, managed_policy_findings,
-    rendered_documents,
+    documented_policies, excepted, expand_action, is_tagging, lambda_permission_statement, lint,
+    managed_policy_findings, rendered_documents, scoping_tag_keys,
 )
+from rule_stacks import RULE_STACKS
 
 from lambdas.common import tags
 from lambdas.common.permissions import TAG_WRITES, needs, statements
 from lambdas.jobs import cli
-from pulumi_harness import ACCOUNT_ID, STACKS, stack_file_config
+from pulumi_harness import ACCOUNT_ID
 
 ENV_ARGS = {"account": ACCOUNT_ID, "region": "us-east-1", "environment": "dev"}
 
 
-def command_policy(stack: str) -> Document:
-    return Document(f"{stack}: mlfleet policy", IDENTITY,
-                    cli.policy(stack, stack_file_config(stack)["aws:region"], ACCOUNT_ID))
+def command_policy(stack: str, config: dict[str, str]) -> Document:
+    return Document(f"{stack}: mlfleet policy", IDENTITY, cli.policy(stack, config["aws:region"], ACCOUNT_ID))
 
 
-def every_document(rendering) -> list[Document]:
-    return [*rendered_documents(rendering), command_policy(rendering.stack)]
+def every_document(rendering, config: dict[str, str]) -> list[Document]:
+    return [*rendered_documents(rendering), command_policy(rendering.stack, config)]
 
 
 def allows(documents, action: str):
@@ -44,10 +45,10 @@ def allows(documents, action: str):
 
 # --- the stacks ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("stack", STACKS)
-def test_every_policy_of_the_stack_passes_the_iam_reference(stack_renderings, stack):
-    rendering = stack_renderings[stack]
-    documents = every_document(rendering)
+@pytest.mark.parametrize("stack", RULE_STACKS)
+def test_every_policy_of_the_stack_passes_the_iam_reference(renderings, stack_configs, stack):
+    rendering = renderings[stack]
+    documents = every_document(rendering, stack_configs[stack])
     kinds = {d.kind for d in documents}
     assert {IDENTITY, RESOURCE, TRUST} <= kinds, f"the collector found no {({IDENTITY, RESOURCE, TRUST} - kinds)}"
     findings = [f for d in documents for f in lint(d)] + managed_policy_findings(rendering)
@@ -61,9 +62,9 @@ def test_the_policies_the_docs_publish_pass_the_iam_reference():
     assert not findings, "\n".join(map(str, findings))
 
 
-def test_every_exception_is_still_needed(stack_renderings):
+def test_every_exception_is_still_needed(renderings, stack_configs):
     """An exception nothing uses any more is a hole waiting for a policy: remove it."""
-    documents = [d for r in stack_renderings.values() for d in every_document(r)] + documented_policies()
+    documents = [d for s, r in renderings.items() for d in every_document(r, stack_configs[s])] + documented_policies()
     used = set()
     for document in documents:
         for statement in document.policy["Statement"]:
@@ -80,18 +81,18 @@ def test_every_exception_is_still_needed(stack_renderings):
 
 # --- least privilege the issues asked for (issue 12, issue 13 "Least privilege, tightened") --------
 
-@pytest.mark.parametrize("stack", STACKS)
-def test_list_tasks_is_granted_on_star_for_the_environments_clusters_only(stack_renderings, stack):
-    grants = list(allows(every_document(stack_renderings[stack]), "ecs:ListTasks"))
+@pytest.mark.parametrize("stack", RULE_STACKS)
+def test_list_tasks_is_granted_on_star_for_the_environments_clusters_only(renderings, stack_configs, stack):
+    grants = list(allows(every_document(renderings[stack], stack_configs[stack]), "ecs:ListTasks"))
     assert grants
     for _, statement in grants:
         assert statement["Resource"] == ["*"]
         assert statement["Condition"] == {"ArnLike": {"ecs:cluster": f"arn:aws:ecs:*:{ACCOUNT_ID}:cluster/mlfleet-{stack}"}}
 
 
-@pytest.mark.parametrize("stack", STACKS)
-def test_tag_writes_name_the_keys_they_write_and_never_the_scoping_tags(stack_renderings, stack):
-    documents = every_document(stack_renderings[stack])
+@pytest.mark.parametrize("stack", RULE_STACKS)
+def test_tag_writes_name_the_keys_they_write_and_never_the_scoping_tags(renderings, stack_configs, stack):
+    documents = every_document(renderings[stack], stack_configs[stack])
     seen = 0
     for action in sorted(TAG_WRITES):
         for _, statement in allows(documents, action):
@@ -106,35 +107,35 @@ def test_tag_writes_name_the_keys_they_write_and_never_the_scoping_tags(stack_re
     assert seen >= 3  # the reaper, job events and the scheduler each write one tag
 
 
-@pytest.mark.parametrize("stack", STACKS)
-def test_queue_grants_name_the_exact_queues_and_users_cannot_dead_letter(stack_renderings, stack):
-    region = stack_file_config(stack)["aws:region"]
+@pytest.mark.parametrize("stack", RULE_STACKS)
+def test_queue_grants_name_the_exact_queues_and_users_cannot_dead_letter(renderings, stack_configs, stack):
+    region = stack_configs[stack]["aws:region"]
     queue = f"arn:aws:sqs:{region}:{ACCOUNT_ID}:mlfleet-{stack}-jobs"
-    documents = every_document(stack_renderings[stack])
+    documents = every_document(renderings[stack], stack_configs[stack])
     for document in documents:
         for statement in document.policy["Statement"]:
             for resource in statement.get("Resource", []) if isinstance(statement.get("Resource"), list) else []:
                 if resource.startswith("arn:aws:sqs:"):
                     assert resource in (queue, f"{queue}-dlq"), f"{document.where}: {resource}"
     assert not [s for d in documents for s in d.policy["Statement"] if "sqs:ChangeMessageVisibility" in s.get("Action", [])]
-    user = command_policy(stack).policy["Statement"]
+    user = command_policy(stack, stack_configs[stack]).policy["Statement"]
     assert [s["Resource"] for s in user if "sqs:SendMessage" in s["Action"]] == [[queue]]
     dead_letterers = {d.where for d, s in allows(documents, "sqs:SendMessage") if f"{queue}-dlq" in s["Resource"]}
     assert dead_letterers and all("scheduler" in w or "job-events" in w for w in dead_letterers)
 
 
-@pytest.mark.parametrize("stack", STACKS)
-def test_queues_and_topics_are_named_exactly_never_by_prefix(stack_renderings, stack):
+@pytest.mark.parametrize("stack", RULE_STACKS)
+def test_queues_and_topics_are_named_exactly_never_by_prefix(renderings, stack_configs, stack):
     """`mlfleet-dev-jobs*` also matches mlfleet-dev-jobs-dlq and mlfleet-dev-jobs2 (another environment)."""
-    prefixed = [(d.where, r) for d in every_document(stack_renderings[stack]) for s in d.policy["Statement"]
+    prefixed = [(d.where, r) for d in every_document(renderings[stack], stack_configs[stack]) for s in d.policy["Statement"]
                 for r in (s.get("Resource") if isinstance(s.get("Resource"), list) else [s.get("Resource")])
                 if isinstance(r, str) and r.startswith(("arn:aws:sqs:", "arn:aws:sns:")) and "*" in r.split(":", 5)[5]]
     assert prefixed == []
 
 
-@pytest.mark.parametrize("stack", STACKS)
-def test_task_definitions_are_registered_in_the_job_family_only(stack_renderings, stack):
-    documents = every_document(stack_renderings[stack])
+@pytest.mark.parametrize("stack", RULE_STACKS)
+def test_task_definitions_are_registered_in_the_job_family_only(renderings, stack_configs, stack):
+    documents = every_document(renderings[stack], stack_configs[stack])
     (grant,) = [s for _, s in allows(documents, "ecs:RegisterTaskDefinition")]
     assert grant["Resource"] == [f"arn:aws:ecs:*:{ACCOUNT_ID}:task-definition/mlfleet-{stack}-gpu-job:*"]
     (pass_role,) = [s for _, s in allows(documents, "iam:PassRole")]
@@ -255,6 +256,90 @@ def test_an_unlisted_managed_policy_fails(stack_renderings):
     changed.inputs["policyArn"] = "arn:aws:iam::aws:policy/AdministratorAccess"
     rendering.resources = [changed if r is attachment else r for r in rendering.resources]
     assert [f.rule for f in managed_policy_findings(rendering)] == ["managed-policy"]
+
+
+# --- tag writes that could rewrite the scoping tag (issue 12) --------------------------------------
+
+SCOPED = {"Sid": "Stop", "Effect": "Allow", "Action": ["ec2:StopInstances"], "Resource": ["arn:aws:ec2:*:1:instance/*"],
+          "Condition": {"StringEquals": {"aws:ResourceTag/mlfleet:environment": "dev"}}}
+TAG_WRITE = {"Sid": "Mark", "Effect": "Allow", "Action": ["ec2:CreateTags", "ec2:DeleteTags"],
+             "Resource": ["arn:aws:ec2:*:1:instance/*"],
+             "Condition": {"StringEquals": {"aws:ResourceTag/mlfleet:environment": "dev"},
+                           "ForAllValues:StringEquals": {"aws:TagKeys": ["mlfleet:idle-since"]},
+                           "Null": {"aws:TagKeys": "false"}}}
+
+
+def tag_write_findings(*statements_: dict) -> list[str]:
+    return [f.detail for f in lint(Document("test", IDENTITY, policy(*statements_))) if f.rule == "tag-write"]
+
+
+def test_a_tag_write_naming_its_own_keys_passes():
+    assert tag_write_findings(SCOPED, TAG_WRITE) == []
+    assert scoping_tag_keys(policy(SCOPED, TAG_WRITE)) == {"mlfleet:environment"}
+    assert is_tagging("ec2:CreateTags") and is_tagging("autoscaling:DeleteTags") and not is_tagging("ec2:StopInstances")
+
+
+def _without(statement: dict, operator: str) -> dict:
+    changed = copy.deepcopy(statement)
+    del changed["Condition"][operator]
+    return changed
+
+
+def _writing(statement: dict, *keys: str) -> dict:
+    changed = copy.deepcopy(statement)
+    changed["Condition"]["ForAllValues:StringEquals"]["aws:TagKeys"] = list(keys)
+    return changed
+
+
+@pytest.mark.parametrize("statement, words", [
+    # the statement as it was before the fix: scoped by the tag, free to rewrite it
+    (_without(_without(TAG_WRITE, "ForAllValues:StringEquals"), "Null"), "names no tag keys"),
+    (_writing(TAG_WRITE, "mlfleet:idle-since", "mlfleet:environment"), "may write 'mlfleet:environment'"),
+    (_writing(TAG_WRITE, "mlfleet:*"), "may write 'mlfleet:*'"),
+    (_without(TAG_WRITE, "Null"), "lacks Null aws:TagKeys = false"),
+], ids=["no-tag-keys", "scoping-key", "wildcard", "no-null"])
+def test_a_tag_write_that_could_rewrite_the_scoping_tag_fails(statement, words):
+    found = tag_write_findings(SCOPED, statement)
+    assert any(words in f for f in found), found
+
+
+def test_tag_writes_are_judged_only_where_a_tag_scopes_the_policy():
+    unscoped = {**_without(_without(TAG_WRITE, "ForAllValues:StringEquals"), "Null"), "Condition": {}}
+    assert tag_write_findings(unscoped) == []  # nothing in this policy is authorized by a tag
+    assert tag_write_findings(SCOPED, unscoped)  # the same statement beside a tag-scoped one fails
+    on_create = {"Effect": "Allow", "Action": ["ecs:TagResource"], "Resource": ["*"],
+                 "Condition": {"StringEquals": {"ecs:CreateAction": ["StartTask"]}}}
+    assert tag_write_findings(SCOPED, on_create) == []  # tags only what the call creates
+
+
+def test_the_installed_ec2_model_still_says_delete_tags_without_tags_deletes_all():
+    """The reason for Null aws:TagKeys = false, from botocore's EC2 model."""
+    import botocore.session
+
+    shape = botocore.session.get_session().get_service_model("ec2").operation_model("DeleteTags").input_shape
+    text = " ".join(re.sub(r"<[^>]+>", "", shape.members["Tags"].documentation).split())
+    assert "If you omit this parameter, we delete all user-defined tags for the specified resources" in text
+
+
+@pytest.mark.parametrize("stack", RULE_STACKS)
+def test_each_tag_scoped_role_holds_its_permissions_in_one_policy(renderings, stack):
+    """The tag-write rule reads scoping keys per document; that is per role only while each role whose
+    policy is scoped by a tag has that one inline policy and no other."""
+    rendering = renderings[stack]
+    roles = rendering.of_type("aws:iam/role:Role")
+    # A role is referenced by its id or its name (what the mocks answered, or the name mlfleet set).
+    role_of = {ref: r.name for r in roles
+               for ref in (r.generated.get("id"), r.generated.get("name"), r.inputs.get("name")) if ref}
+    policies: dict[str, list[dict]] = {}
+    for resource in rendering.of_type("aws:iam/rolePolicy:RolePolicy"):
+        policies.setdefault(role_of[resource.inputs["role"]], []).append(json.loads(resource.inputs["policy"]))
+    scoped = {role for role, documents in policies.items() if any(scoping_tag_keys(d) for d in documents)}
+    assert scoped
+    assert {role: len(policies[role]) for role in scoped if len(policies[role]) > 1} == {}
+    attachments = rendering.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+    attached = {role_of[a.inputs["role"]] for a in attachments}
+    inline = {r.name for r in roles if r.inputs.get("inlinePolicies")}
+    assert attached and not scoped & (attached | inline)
 
 
 def test_the_old_policies_fail_the_lint():

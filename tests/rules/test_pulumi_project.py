@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -79,21 +78,24 @@ def test_every_committed_stack_merges_and_the_program_renders_from_the_merged_co
     assert render_config(values, stack).snapshot() == stack_renderings[stack].snapshot()
 
 
-def _readme_new_environment_source() -> str:
-    """The stack file README's "Add an environment" section says to copy."""
-    section = (ROOT / "README.md").read_text().split("### Add an environment", 1)[1].split("\n#", 1)[0]
-    match = re.search(r"Copy `stacks/Pulumi\.([a-z0-9-]+)\.yaml` to `stacks/Pulumi\.<name>\.yaml`", section)
-    assert match, "README's 'Add an environment' no longer says which stack file to copy"
-    return match[1]
+def test_a_new_environment_made_by_the_readme_steps_merges_and_renders(tmp_path, renderings):
+    """tests/rules/rule_stacks.py follows the README; the other rule checks run on the same rendering."""
+    from rule_stacks import NEW_ENVIRONMENT, make, program_config, source_stack
+
+    assert source_stack() in STACKS
+    path = make(tmp_path)
+    assert path.read_text() == stack_file(source_stack()).read_text()  # copy and rename, nothing else
+    assert program_config(path) == check_stack(PROJECT_FILE, path, NEW_ENVIRONMENT)
+    clusters = {r.inputs["name"] for r in renderings[NEW_ENVIRONMENT].of_type("aws:ecs/cluster:Cluster")}
+    assert clusters == {f"mlfleet-{NEW_ENVIRONMENT}"}
 
 
-def test_a_new_environment_made_by_the_readme_steps_merges_and_renders(tmp_path):
-    source = _readme_new_environment_source()
-    new = tmp_path / "Pulumi.research.yaml"
-    shutil.copyfile(stack_file(source), new)  # copy, rename: the README's steps, literally
-    values = check_stack(PROJECT_FILE, new, "research")
-    rendering = render_config(values, "research")
-    assert {r.inputs["name"] for r in rendering.of_type("aws:ecs/cluster:Cluster")} == {"mlfleet-research"}
+def test_the_stack_with_its_home_outside_us_east_1_keeps_a_fleet_there(stack_configs):
+    from rule_stacks import HOME_ELSEWHERE, HOME_ELSEWHERE_REGION
+
+    config = stack_configs[HOME_ELSEWHERE]
+    assert config["aws:region"] == HOME_ELSEWHERE_REGION
+    assert "us-east-1" in json.loads(config["mlfleet:regions"])
 
 
 def test_project_defaults_reach_the_program_as_the_models_defaults(tmp_path):
@@ -125,6 +127,21 @@ def test_a_stack_that_omits_a_required_key_is_stopped_by_the_cli(tmp_path):
     with pytest.raises(PulumiConfigError,
                        match=r"^Stack 'dev' is missing configuration values 'alertEmails', 'fleets' and 'regions'$"):
         check_stack(PROJECT_FILE, edited_stack(tmp_path, "dev", alertEmails=None, fleets=None, regions=None), "dev")
+
+
+def test_the_project_file_as_it_was_stops_every_stack(tmp_path):
+    """Issue 12's finding on a broken copy: Pulumi.yaml's declarations without their defaults. Every key a
+    stack leaves out is then required, so dev stops before the program runs."""
+    document = yaml.safe_load(PROJECT_FILE.read_text())
+    for declaration in document["config"].values():
+        declaration.pop("default", None)
+    project = write(tmp_path / "Pulumi.yaml", document)
+    unset = sorted(set(document["config"]) - {key.name for key in load_stack_config(stack_file("dev"))})
+    assert len(unset) > 1
+    with pytest.raises(PulumiConfigError) as stopped:
+        check_stack(project, stack_file("dev"), "dev")
+    assert str(stopped.value) == ("Stack 'dev' is missing configuration values "
+                                  + ", ".join(f"'{k}'" for k in unset[:-1]) + f" and '{unset[-1]}'")
 
 
 def test_a_key_declared_without_default_is_required_even_where_the_model_has_one(tmp_path):

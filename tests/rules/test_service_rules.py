@@ -1,13 +1,14 @@
 """The service rules no model carries hold on every stack (tests/rules/service_rules.py).
 
-Every rule runs on the committed stacks and on the stack at the longest names and largest counts; each is
-shown failing on a deliberately broken copy.
+Every rule runs on the committed stacks, on a stack made by README's "Add an environment" steps and on the
+stack at the longest names and largest counts; each is shown failing on a deliberately broken copy.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import json
 import re
 from collections.abc import Callable
@@ -16,15 +17,16 @@ import api_models
 import pulumi_aws
 import pytest
 import service_rules
-from pulumi_harness import STACKS, Recorded, Rendering
+from rule_stacks import RULE_STACKS
+from pulumi_harness import Recorded, Rendering
 from service_rules import RULES, Stack, rule_by_id
 
-RENDERINGS = (*STACKS, "longest")
+RENDERINGS = (*RULE_STACKS, "longest")
 
 
 @pytest.fixture(scope="module")
-def stacks(stack_renderings, longest_rendering) -> dict[str, Stack]:
-    return {name: Stack(r) for name, r in {**stack_renderings, "longest": longest_rendering}.items()}
+def stacks(renderings, longest_rendering) -> dict[str, Stack]:
+    return {name: Stack(r) for name, r in {**renderings, "longest": longest_rendering}.items()}
 
 
 @pytest.mark.parametrize("stack", RENDERINGS)
@@ -64,7 +66,24 @@ INSTALLED_SOURCES = [
     ("event-pattern-size", lambda: pulumi_aws.cloudwatch.EventRuleArgs.event_pattern.fget.__doc__ or "",
      "The event pattern size is 2048 by default"),
     ("visibility-covers-consumers", lambda: _doc("sqs", "CreateQueue", "Attributes"), "VisibilityTimeout – "),
+    ("roles-detach-before-delete", lambda: _doc("iam", "DeleteRole"),
+     "you must delete the items attached to the role manually, or the deletion fails"),
+    ("roles-detach-before-delete", lambda: pulumi_aws.iam.Role.force_detach_policies.fget.__doc__ or "",
+     "Whether to force detaching any policies the role has before destroying it. Defaults to `false`."),
+    ("cost-allocation-tag-is-an-account-step",
+     lambda: inspect.getsource(pulumi_aws.costexplorer.cost_allocation_tag),
+     "it can take up to 24 hours for the tag keys to appear on Cost Allocation tag page for activation"),
 ]
+
+
+@pytest.mark.parametrize("type_token", sorted(service_rules.UNIQUE_NAMES))
+def test_each_unique_name_is_what_the_installed_model_says(type_token):
+    """The creating call declares the name-taken error, or documents that it returns or rewrites the
+    existing resource."""
+    unique = service_rules.UNIQUE_NAMES[type_token]
+    operation = api_models.service_model(unique.service).operation_model(unique.operation)
+    errors = {e.name for e in operation.error_shapes}
+    assert unique.evidence in errors or unique.evidence in _doc(unique.service, unique.operation)
 
 
 @pytest.mark.parametrize(("rule_id", "text", "phrase"), INSTALLED_SOURCES, ids=[s[0] for s in INSTALLED_SOURCES])
@@ -92,6 +111,26 @@ def _by(name: str, resources: list[Recorded]) -> Recorded:
 
 QUEUE, LT, ASG, ALARM = "aws:sqs/queue:Queue", "aws:ec2/launchTemplate:LaunchTemplate", "aws:autoscaling/group:Group", \
     "aws:cloudwatch/metricAlarm:MetricAlarm"
+
+
+def _pop(type_token: str, key: str, name_part: str = ""):
+    def change(resources):
+        _one(resources, type_token, name_part).inputs.pop(key)
+    return change
+
+
+def _same_topic_name(resources):
+    """Two topics of one region under one name, as a stack with its home outside us-east-1 had them."""
+    other = next(r for r in resources if r.type == "aws:sns/topic:Topic" and "us-east-1" in (r.provider or "")
+                 and r.inputs["name"] != "mlfleet-prod-alerts")
+    other.inputs["name"] = "mlfleet-prod-alerts"
+
+
+def _activate_cost_tag(resources):
+    """The stack as it was: the cost allocation tag activated by a resource of the stack."""
+    budget = _one(resources, "aws:budgets/budget:Budget")
+    resources.append(Recorded("aws:costexplorer/costAllocationTag:CostAllocationTag", "dev-cost-tag",
+                              {"tagKey": "mlfleet:environment", "status": "Active"}, budget.provider))
 
 
 def _duplicate_topic(resources):
@@ -252,6 +291,11 @@ BROKEN = [
      "shorter than prod-jobs-scheduler-function's timeout 180 s"),
     ("billing-metrics-in-us-east-1", "staging", _move_to(ALARM, "us-west-2", "estimated-charges"),
      "alarms on AWS/Billing in us-west-2"),
+    ("one-resource-per-name", "prod", _same_topic_name, "aws:sns/topic:Topic 'mlfleet-prod-alerts' in us-east-1"),
+    ("roles-detach-before-delete", "prod", _pop("aws:iam/role:Role", "forceDetachPolicies", "-job"),
+     "no force_detach_policies"),
+    ("cost-allocation-tag-is-an-account-step", "dev", _activate_cost_tag,
+     "dev-cost-tag: activates 'mlfleet:environment' during `pulumi up`"),
     ("alarm-actions-in-region", "prod", _alarm_action_elsewhere, "is not in the alarm's region us-east-1"),
     ("alarm-evaluation-window", "prod", _set(ALARM, "evaluationPeriods", 289.0, "-idle"), "more than 86400"),
     ("alarm-evaluation-window", "prod", _set(ALARM, "datapointsToAlarm", 400.0, "-idle"), "exceeds evaluationPeriods"),
