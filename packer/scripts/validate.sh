@@ -101,6 +101,20 @@ cloudwatch_config_valid() {
     systemctl is-active --quiet mlfleet-cloudwatch-agent.service
 }
 
+# The first ECS agent that shares GPUs through NVIDIA MPS (github.com/aws/amazon-ecs-agent release v1.107.0:
+# "Add MPS GPU Sharing capability"). ecs-init's package version is the agent's.
+readonly MPS_AGENT_MIN_VERSION=1.107.0
+
+gpu_sharing_ready() {  # what the agent checks before it advertises ecs.capability.gpu-sharing-mps
+  local agent
+  agent="$(rpm -q --qf '%{VERSION}' ecs-init)"
+  [[ "$(printf '%s\n%s\n' "$MPS_AGENT_MIN_VERSION" "$agent" | sort -V | head -n 1)" == "$MPS_AGENT_MIN_VERSION" ]] ||
+    { echo "ECS agent ${agent} is older than ${MPS_AGENT_MIN_VERSION}"; return 1; }
+  [[ -x /usr/bin/nvidia-cuda-mps-control ]] || { echo "no /usr/bin/nvidia-cuda-mps-control"; return 1; }
+  equals "nvidia-mps.service" "$(systemctl is-enabled nvidia-mps.service)" enabled &&
+    systemctl is-active --quiet nvidia-mps.service
+}
+
 images_present() {
   local image
   for image in $PREPULL_IMAGES; do
@@ -121,6 +135,7 @@ check "containerd runs with nofile ${OPEN_FILES_LIMIT}" daemon_limit containerd
 check "containers default to nofile ${OPEN_FILES_LIMIT}" docker_default_ulimit
 check "network sysctls from /etc/sysctl.d/90-mlfleet-network.conf are in effect" sysctls_in_effect
 check "CloudWatch agent configuration translates and the agent was configured at boot" cloudwatch_config_valid
+check "GPU sharing: ECS agent >= ${MPS_AGENT_MIN_VERSION}, MPS control daemon enabled and running" gpu_sharing_ready
 check "pre-pulled images are present" images_present
 check "SSM agent starts at boot" systemctl is-enabled --quiet amazon-ssm-agent.service
 

@@ -237,3 +237,41 @@ def test_top_level_packer_package_is_ours():
     import packer
 
     assert packer.__file__ == str(PACKER / "__init__.py"), "another installed package named packer would shadow ours"
+
+
+def test_the_image_enables_what_the_ecs_agent_needs_to_share_gpus():
+    # amazon-ecs-agent advertises ecs.capability.gpu-sharing-mps only with the MPS control binary present and
+    # nvidia-mps.service enabled (agent/gpu/nvidia_gpu_manager.go); the unit is the ECS GPU AMI's.
+    unit = (PACKER / "files" / "systemd" / "nvidia-mps.service").read_text()
+    assert "ExecStart=/usr/bin/nvidia-cuda-mps-control -f" in unit and "Before=ecs.service" in unit
+    assert "WantedBy=multi-user.target" in unit
+    ecs = (SCRIPTS / "30-ecs-agent.sh").read_text()
+    assert 'install -m 0644 "${FILES_DIR}/systemd/nvidia-mps.service" /etc/systemd/system/' in ecs
+    assert "systemctl enable nvidia-mps.service" in ecs
+    assert 'check "GPU sharing: ECS agent' in (SCRIPTS / "validate.sh").read_text()
+
+
+@pytest.mark.parametrize(("agent", "enabled", "binary", "passes"), [
+    ("1.107.0", "enabled", True, True), ("1.112.3", "enabled", True, True), ("1.106.9", "enabled", True, False),
+    ("1.99.0", "enabled", True, False), ("1.107.0", "disabled", True, False), ("1.107.0", "enabled", False, False),
+])
+def test_validation_of_gpu_sharing_fails_on_an_old_agent_or_a_disabled_daemon(tmp_path, agent, enabled, binary, passes):
+    script = (SCRIPTS / "validate.sh").read_text()
+    start = script.index("readonly MPS_AGENT_MIN_VERSION")
+    function = script[start:script.index("images_present() {")]
+    equals = script[script.index("equals() {"):script.index("driver_matches() {")]
+    control = tmp_path / "nvidia-cuda-mps-control"
+    if binary:
+        control.write_text("#!/bin/sh\n")
+        control.chmod(0o755)
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    (stubs / "rpm").write_text(f"#!/bin/sh\nprintf %s {agent}\n")
+    (stubs / "systemctl").write_text(f'#!/bin/sh\n[ "$1" = is-enabled ] && {{ echo {enabled}; '
+                                     f'[ {enabled} = enabled ]; exit $?; }}\nexit 0\n')
+    for stub in stubs.iterdir():
+        stub.chmod(0o755)
+    body = equals + function.replace("/usr/bin/nvidia-cuda-mps-control", str(control)) + "gpu_sharing_ready\n"
+    result = subprocess.run(["bash", "-c", body], capture_output=True, text=True,
+                            env={"PATH": f"{stubs}:/usr/bin:/bin"})
+    assert (result.returncode == 0) is passes, result.stdout + result.stderr
