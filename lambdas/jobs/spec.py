@@ -399,7 +399,7 @@ def _shared_gpu_fits(problems: list[str], matching: Sequence[InstanceType], gpu_
     if gpu_memory_mib > most:
         biggest = sorted({t.name for t in sharing if t.shareable_gpu_memory_mib == most})
         problems.append(f"gpu_memory_mib={gpu_memory_mib}: more GPU memory than one GPU of any {where} {matched} "
-                        f"can share (largest: {most} MiB per GPU, {', '.join(biggest)}); ask for gpus: 1 to have a "
+                        f"can share (largest: {most:,} MiB per GPU, {', '.join(biggest)}); ask for gpus: 1 to have a "
                         "whole GPU, or for less memory")
         return
     able = [t for t in sharing if t.shareable_gpu_memory_mib >= gpu_memory_mib]

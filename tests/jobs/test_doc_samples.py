@@ -56,6 +56,11 @@ def samples() -> dict[str, str]:
                      "1", "--vcpus", "4", "--memory", "16GiB", "--regions", "us-east-2", "--", "python", "train.py"]),
             command(["submit", "--dry-run", "--stack", "dev", "--image", IMAGE, "--gpus", "1", "--vcpus", "4",
                      "--memory", "14GiB", "--sweep", "seed=1,2,3", "--", "python", "train.py"]),
+            command(["submit", "--dry-run", "--stack", "dev", "--image", "ghcr.io/team/infer:7", "--gpu-memory", "6GiB",
+                     "--vcpus", "2", "--memory", "6GiB", "--sweep", "shard=0,1,2,3", "--", "python", "serve.py",
+                     "--shard", "{shard}"]),
+            command(["submit", "--dry-run", "--stack", "dev", "--image", "ghcr.io/team/infer:7", "--gpu-memory", "30GiB",
+                     "--vcpus", "2", "--memory", "6GiB", "--", "python", "serve.py"]),
         ]
         subscribe, submit, mine, cost = moto_samples()
         jobs += [subscribe, submit, mine, cost]
