@@ -226,9 +226,6 @@ def run(args) -> dict:
     if args.configuration_bound:
         if args.mode != "snapshot":
             raise BenchmarkError("--configuration-bound is computed for --mode snapshot only")
-        if args.share_fractional_gpus:
-            raise BenchmarkError("--configuration-bound does not model GPUs shared by jobs; with "
-                                 "--share-fractional-gpus, lower_bound_cost_usd is the sharing-aware bound")
         bound = snapshot_configuration_bound(placeable, types)
         result["configuration_lp_bound_usd"] = round(bound.cost, 2)
     for name in wanted:

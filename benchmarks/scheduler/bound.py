@@ -276,9 +276,10 @@ def snapshot_configuration_bound(jobs: list[TraceJob], types: list[InstanceType]
     eligible = {}
     kinds = []
     for job in jobs:
-        kind = ((job.gpus, job.vcpus, job.memory_mib), job.instance_type_pattern)
+        kind = ((job.gpus, job.vcpus, job.memory_mib), job.instance_type_pattern, job.gpu_memory_mib)
         if kind not in eligible:
             eligible[kind] = {i for i, t in enumerate(types) if t.holds(job)}
         kinds.append(kind)
     return configuration_bound(kinds, [(t.capacity, t.price) for t in types], eligible=eligible,
-                               shape_of=lambda kind: kind[0])
+                               shape_of=lambda kind: kind[0], gpu_memory_of=lambda kind: kind[2],
+                               box_gpu_memory=[t.gpu_memory for t in types])
