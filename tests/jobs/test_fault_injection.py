@@ -140,7 +140,9 @@ def scheduler_world(home, variant: str = "main") -> dict:
     ec2.create_tags(Resources=[a_id], Tags=[{"Key": tag_keys.EMPTY_SINCE,
                                              "Value": (NOW - timedelta(hours=1)).isoformat(timespec="seconds")}])
     open_admission()
-    set_teams(teams_json())  # the stack always writes its teams parameter; none listed
+    # Two teams without quotas (the jobs are the default team's): each run also reads the teams' running and
+    # starting jobs and reads and writes their decayed use (one ledger item), so those calls fail here too.
+    set_teams(teams_json({"research": (1, None), "vision": (2, None)}, default_team="research"))
     alert_topic()
     jobs = [put_job(0, spec()), put_job(1, spec(secrets={"WANDB_API_KEY": SECRET})), put_job(2, spec(gpus=4)),
             put_job(3, spec(gpus=4))]  # the last has no room: an instance is bought for it
@@ -444,7 +446,7 @@ def check_guard(world: dict, failed: set, injector: Faults) -> None:
 # As deployed in the home region (a fleet region too): its own clients and the ledger's lease are there.
 REAPER = reaper.Settings(environment=ENV, cluster_name=CLUSTER, fleet_asg_names=(ASG,), idle_window_minutes=60,
                          idle_cpu_percent=10, idle_gpu_percent=5, idle_grace_minutes=30, alert_topic_arn=ALERTS,
-                         jobs_table=f"mlfleet-{ENV}-jobs", home_region=HOME)
+                         jobs_table=f"mlfleet-{ENV}-jobs", home_region=HOME, disruption_budget_percent=50)
 NEXT_REAPER_RUN = timedelta(minutes=5)
 # The reads before any decision (lambdas/reaper/inventory.py): without them the run knows no machine.
 REAPER_READS = {("ec2", "DescribeInstances"), ("ecs", "ListContainerInstances"), ("ecs", "DescribeContainerInstances"),
@@ -453,9 +455,11 @@ REAPER_READS = {("ec2", "DescribeInstances"), ("ecs", "ListContainerInstances"),
 
 def reaper_world(home) -> dict:
     """busy: runs a task, still marked idle (unmarked); idle: marked past the grace period (removed through
-    the protocol); fresh: idle, unmarked (marked); loose: a standalone machine marked long ago (stopped)."""
-    instances = build_fleet(size=3, max_size=6)
-    (busy, busy_arn), (idle, _), (fresh, _) = sorted(instances.items())
+    the protocol); fresh: idle, unmarked (marked); loose: a standalone machine marked long ago (stopped);
+    raced: idle like `idle`, but a task is placed on it as the reaper drains it (the race of issue 13: the
+    protocol's re-check after the drain re-activates it, ACTIVE again and untagged, never terminated)."""
+    instances = build_fleet(size=4, max_size=6)
+    (busy, busy_arn), (idle, _), (fresh, _), (raced, raced_arn) = sorted(instances.items())
     alert_topic()
     ec2 = aws_client("ec2", HOME)
     (loose,) = [i["InstanceId"] for i in ec2.run_instances(
@@ -467,12 +471,30 @@ def reaper_world(home) -> dict:
     # three hours after the world was made (older than the idle window).
     now = datetime.now(timezone.utc) + timedelta(hours=3)
     marked = (now - timedelta(minutes=40)).isoformat(timespec="seconds")
-    ec2.create_tags(Resources=[busy, idle, loose], Tags=[{"Key": tag_keys.IDLE_SINCE, "Value": marked}])
+    ec2.create_tags(Resources=[busy, idle, raced, loose], Tags=[{"Key": tag_keys.IDLE_SINCE, "Value": marked}])
     for at in (now, now + NEXT_REAPER_RUN):
-        for instance_id in (busy, idle, fresh):
+        for instance_id in (busy, idle, fresh, raced):
             put_utilisation(instance_id, at, cpu=2, gpu=0, region=HOME)
         put_utilisation(loose, at, cpu=1, gpu=1, asg=None, region=HOME)
-    return {"home": home, "now": now, "busy": [busy], "busy_arn": busy_arn, "released": idle, "loose": loose}
+    world = {"home": home, "now": now, "busy": [busy], "busy_arns": [busy_arn], "released": idle, "loose": loose}
+    RACE.clear()
+    RACE.update(world=world, instance_id=raced, arn=raced_arn)
+    return world
+
+
+# The machine the reaper world's race is about, and that world (the stub below reads them).
+RACE: dict = {}
+
+
+def task_placed_while_draining(params: dict) -> None:
+    """Before ECS answers the drain of the raced machine, a job's task is placed on it (once), as the
+    scheduler might have done between the reaper's read and its drain; moto then answers the drain."""
+    if params.get("status") == "DRAINING" and RACE.get("arn") in params.get("containerInstances", []) \
+            and RACE["instance_id"] not in RACE["world"]["busy"]:
+        start_task(RACE["arn"], "a job placed while the reaper drained its machine", 0)
+        RACE["world"]["busy"].append(RACE["instance_id"])  # from now on a machine with work
+        RACE["world"]["busy_arns"].append(RACE["arn"])
+    return None
 
 
 def reaper_run(world: dict, later: timedelta = timedelta(0)) -> None:
@@ -502,7 +524,8 @@ def check_reaper(world: dict, failed: set, injector: Faults) -> None:
         i["InstanceId"] for i in aws_client("autoscaling", HOME).describe_auto_scaling_groups(
             AutoScalingGroupNames=[ASG])["AutoScalingGroups"][0]["Instances"]}, world["result"]
     ecs, ec2 = aws_client("ecs", HOME), aws_client("ec2", HOME)
-    assert ecs.list_tasks(cluster=CLUSTER, containerInstance=world["busy_arn"], desiredStatus="RUNNING")["taskArns"]
+    for arn in world["busy_arns"]:  # the work on them goes on
+        assert ecs.list_tasks(cluster=CLUSTER, containerInstance=arn, desiredStatus="RUNNING")["taskArns"], arn
     state = ec2.describe_instances(InstanceIds=[world["loose"]])["Reservations"][0]["Instances"][0]["State"]["Name"]
     assert state in ("stopping", "stopped"), state
 
@@ -517,7 +540,8 @@ SCENARIOS = {
     "job-events": (events_world, events_run, check_events, {}),
     "job-events-stream": (stream_world, stream_run, check_stream, {}),
     "budget-guard": (guard_world, guard_run, check_guard, {}),
-    "reaper": (reaper_world, reaper_run, check_reaper, {}),
+    "reaper": (reaper_world, reaper_run, check_reaper,
+               {("ecs", "UpdateContainerInstancesState"): task_placed_while_draining}),
 }
 # Each entry point of each function, with the scenarios of one invocation of it: an operation is failed in
 # the first scenario that calls it (the scheduler's variants make the same run).
