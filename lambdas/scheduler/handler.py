@@ -659,8 +659,12 @@ def settle_start(settings: Settings, ledger: L.Ledger, claimed: L.JobRecord, pla
                                  reason="task started", now=now, current=claimed, runs=claimed.runs + 1,
                                  placement=L.Placement(**{**vars(placement), "task_arn": started.task_arn}))
         if not done.applied and done.record is not None and done.record.state == L.CANCELLED:
-            actions.stop_task(client("ecs", placement.region), placement.cluster, started.task_arn,
-                              "job cancelled while starting")
+            # Should this stop fail, the task's own RUNNING event makes the job-events function stop it (a task
+            # of a job the ledger no longer runs); the start itself happened and is logged below.
+            with per_item("stop-cancelled-failed", summary["errors"], job_id=job_id, task_arn=started.task_arn,
+                          action="the task's state event stops it (job events)"):
+                actions.stop_task(client("ecs", placement.region), placement.cluster, started.task_arn,
+                                  "job cancelled while starting")
         log_decision("start", job_id=job_id, attempt=attempt, task_arn=started.task_arn,
                      instance_id=placement.instance_id, region=placement.region, recorded=done.applied)
         summary["started"].append(job_id)

@@ -16,12 +16,13 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from conftest import (
-    CLUSTER, ENV, FAMILY, HOME, aws_client, build_fleet, job_service_value, open_admission, publish_job_service, run_mlfleet,
-    scheduler_settings,
+    CLUSTER, ENV, FAMILY, HOME, aws_client, build_fleet, event_settings, job_service_value, open_admission,
+    publish_job_service, run_mlfleet, scheduler_settings,
 )
-from faults import error_response
+from faults import KINDS, error_response
 
 from lambdas.common.catalog import load_catalog
+from lambdas.job_events import handler as job_events
 from lambdas.jobs import cli
 from lambdas.jobs import ledger as L
 from lambdas.jobs.spec import OVERRIDES_LIMIT, Job, SpecError, assign_ids, parse_spec
@@ -291,3 +292,39 @@ def test_a_started_task_is_never_started_again_when_its_claim_write_times_out(wo
     ecs = aws_client("ecs", HOME)
     assert len(ecs.list_tasks(cluster=CLUSTER, startedBy=job_id)["taskArns"]) == 1
     assert FAMILY in ecs.describe_tasks(cluster=CLUSTER, tasks=[record.placement.task_arn])["tasks"][0]["taskDefinitionArn"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_job_cancelled_while_starting_has_its_task_stopped_even_when_the_stop_fails(world, kind):
+    """The user cancels between the claim and StartTask's answer: the scheduler stops the task it started.
+    When that StopTask throttles, is refused or its answer is lost, the run goes on (one error, named) and
+    the task's RUNNING event makes the job-events function stop it: the cancelled job runs nowhere."""
+    home, faults, _ = world
+    (job_id,) = queue_jobs(1)
+    other = queue_jobs(1, first=1)[0]
+
+    def cancel_meanwhile(params: dict) -> None:
+        if params.get("startedBy") == job_id:
+            assert ledger().cancel(ledger().get(job_id), reason="cancelled by ana", now=NOW.timestamp()).applied
+        return None  # moto starts the task
+
+    faults.stubs[("ecs", "StartTask")] = cancel_meanwhile
+    with faults.active(("ecs", "StopTask"), kind):
+        first = run(home)
+    assert ("ecs", "StopTask") in {op for op, _ in faults.injected}
+    assert [(e["decision"], e["job_id"]) for e in first["errors"]] == [("stop-cancelled-failed", job_id)]
+    assert sorted(first["started"]) == sorted([job_id, other])  # both tasks were started
+    ecs = aws_client("ecs", HOME)
+    (task,) = ecs.describe_tasks(cluster=CLUSTER, tasks=ecs.list_tasks(cluster=CLUSTER, startedBy=job_id)["taskArns"])[
+        "tasks"]
+    # ECS's event for the task, as EventBridge brings it to the job-events function.
+    event = {"detail-type": "ECS Task State Change", "source": "aws.ecs", "region": HOME, "time": NOW.isoformat(),
+             "detail": {"clusterArn": task["clusterArn"], "taskArn": task["taskArn"], "startedBy": job_id,
+                        "lastStatus": "RUNNING", "desiredStatus": task["desiredStatus"],
+                        "overrides": task["overrides"], "containers": [{"name": "job"}]}}
+    job_events.handle(event, event_settings(home), now=NOW)
+
+    assert ledger().get(job_id).state == L.CANCELLED and ledger().get(other).state == L.RUNNING
+    (task,) = ecs.describe_tasks(cluster=CLUSTER, tasks=[task["taskArn"]])["tasks"]
+    assert task["desiredStatus"] == "STOPPED"
+    assert run(home, 1)["errors"] == []
