@@ -65,13 +65,14 @@ FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "te
 SUB = "sub-20261122115000-f00d00"
 ALERTS = f"arn:aws:sns:{HOME}:123456789012:mlfleet-{ENV}-alerts"
 SECRET = f"/mlfleet/{ENV}/wandb-key"
+NOTIFY_TOPIC, SLACK_TOPIC = f"mlfleet-{ENV}-job-notifications", f"mlfleet-{ENV}-job-notifications-slack"
 NOTIFIED = "ana@example.com"
 
 
 def spec(gpus: int = 1, **extra):
     return parse_spec({"image": "ghcr.io/team/train:7", "command": ["python", "train.py"], "gpus": gpus, "vcpus": 1,
                        "memory_mib": 1024, **extra}, fleet_regions=(HOME,), catalog=load_catalog(),
-                      default_max_attempts=3, environment=ENV, notify_channels=("email",))
+                      default_max_attempts=3, environment=ENV, notify_channels=("email", "slack"))
 
 
 def ledger() -> L.Ledger:
@@ -283,7 +284,8 @@ def check_scheduler(world: dict, failed: set, injector: Faults) -> None:
 def event_settings(home) -> job_events.Settings:
     return job_events.Settings(environment=ENV, jobs_table=home["table"], jobs_queue_url=home["queue"],
                                jobs_dlq_url=home["dlq"], fleets=fleets_json(), rebalance_timeout_minutes=30,
-                               notify_email_topic_arn="arn:aws:sns:us-east-1:123456789012:mlfleet-dev-job-notifications")
+                               notify_email_topic_arn=f"arn:aws:sns:{HOME}:123456789012:{NOTIFY_TOPIC}",
+                               notify_slack_topic_arn=f"arn:aws:sns:{HOME}:123456789012:{SLACK_TOPIC}")
 
 
 def task_event(job_id: str, task_arn: str, attempt: int, last: str, exit_code: int | None = None) -> dict:
@@ -376,13 +378,12 @@ def check_events(world: dict, failed: set, injector: Faults) -> None:
 
 # --- job events: the ledger's stream of ended jobs (notifications) ---------------------------------------
 
-NOTIFY_TOPIC = f"mlfleet-{ENV}-job-notifications"
-
-
 def stream_world(home) -> dict:
-    """A submission that asked to be told, both its jobs ended, as the ledger's stream brings them."""
+    """A submission that asked to be told (an address and the Slack channel), both its jobs ended, as the
+    ledger's stream brings them."""
     aws_client("sns", HOME).create_topic(Name=NOTIFY_TOPIC)
-    told = spec(notify=[NOTIFIED])
+    aws_client("sns", HOME).create_topic(Name=SLACK_TOPIC)
+    told = spec(notify=[NOTIFIED, "slack"])
     jobs = [put_job(0, told, L.SUCCEEDED, attempt=1, runs=1), put_job(1, told, L.FAILED, attempt=1, runs=3)]
     dynamodb = aws_client("dynamodb", HOME)
     records = [{"eventSource": "aws:dynamodb", "eventName": "MODIFY", "dynamodb": {"NewImage": dynamodb.get_item(
@@ -402,10 +403,14 @@ def check_stream(world: dict, failed: set, injector: Faults) -> None:
     if world["raised"]:
         job_events.ended_jobs(world["records"], event_settings(world["home"]), now=NOW)  # the retried batch
     assert ledger().get(world["first"]).notified_at is not None
-    published = [p for p in injector.carried_out("sns", "Publish") if p["TopicArn"].endswith(f":{NOTIFY_TOPIC}")]
-    # Once; twice only when the first message went out but its answer was lost (the mark was taken back).
-    assert 1 <= len(published) <= (2 if (("sns", "Publish"), "timeout") in failed else 1), published
-    assert json.loads(published[-1]["MessageAttributes"]["notify"]["StringValue"]) == [NOTIFIED]
+    # Each channel once; twice only when its first message went out but the answer was lost (its mark was
+    # taken back).
+    for topic in (NOTIFY_TOPIC, SLACK_TOPIC):
+        published = [p for p in injector.carried_out("sns", "Publish") if p["TopicArn"].endswith(f":{topic}")]
+        assert 1 <= len(published) <= (2 if (("sns", "Publish"), "timeout") in failed else 1), (topic, published)
+    email = [p for p in injector.carried_out("sns", "Publish") if p["TopicArn"].endswith(f":{NOTIFY_TOPIC}")]
+    assert json.loads(email[-1]["MessageAttributes"]["notify"]["StringValue"]) == [NOTIFIED]
+    assert ledger().get(world["first"]).notified == ("email", "slack")
 
 
 # --- budget guard -------------------------------------------------------------------------------------
