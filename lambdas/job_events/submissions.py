@@ -39,8 +39,8 @@ def submissions_to_check(records: Iterable[Mapping]) -> list[str]:
     """Submissions of the stream records whose job ended and whose spec asks for a notification."""
     found: dict[str, None] = {}
     for record in records:
-        image = (record.get("dynamodb") or {}).get("NewImage") or {}
         try:
+            image = record["dynamodb"]["NewImage"]
             job = L.decode(image)
         except Exception as error:  # a record this code cannot read: not one to announce; say so, go on
             log_decision("stream-record-skipped", error=f"{type(error).__name__}: {str(error)[:200]}")

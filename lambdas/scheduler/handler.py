@@ -137,8 +137,11 @@ class Settings:
 def handler(event, context=None, *, settings: Settings | None = None, now: datetime | None = None):
     settings = settings or from_env(Settings)
     now = now or datetime.now(timezone.utc)
+    # The schedule's event ({"source": "aws.events"}) or the command's ({"trigger": "submit", ...}); anyone
+    # allowed to invoke the function chooses the payload, and it only names the run in the log.
     event = event if isinstance(event, dict) else {}
-    trigger = event.get("source") or event.get("trigger") or "invoke"
+    trigger = next((str(v)[:100] for v in (event.get("source"), event.get("trigger")) if isinstance(v, str) and v),
+                   "invoke")
     remaining = context.get_remaining_time_in_millis if context is not None else (lambda: 900_000)
     owner = f"scheduler:{getattr(context, 'aws_request_id', None) or uuid.uuid4()}"
     dynamodb = client("dynamodb")
