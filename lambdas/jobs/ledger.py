@@ -79,11 +79,20 @@ WRITE_PERMISSIONS = (
 # these attributes only (dynamodb:Attributes names every attribute a request touches, the key included;
 # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/specifying-conditions.html).
 CANCEL_ATTRIBUTES = ("job_id", "state", "updated_at", "version", "reasons", "reserved")
+# Every job id as an IAM pattern (lambdas/jobs/spec.py _JOB_ID: sub-<14 digits>-<6 hex>-<5 digits>). The
+# table's other items (the placement lease, the teams' use) have keys no job id can take: users may not
+# write them. IAM cannot require a write's condition expression: that the command's puts only create
+# (attribute_not_exists) and its updates only cancel (version and state) is its code's, and the updates'
+# attributes are bounded here too.
+JOB_KEYS = "sub-" + "?" * 14 + "-" + "?" * 6 + "-" + "?" * 5
 USER_PERMISSIONS = (
     *READ_PERMISSIONS,
-    needs("dynamodb:PutItem", resources=TABLE_ARNS[:1], why="submit new jobs (the command puts only new items)"),
+    needs("dynamodb:PutItem", resources=TABLE_ARNS[:1],
+          condition={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [JOB_KEYS]}},
+          why="submit new jobs (the command puts only new items, and only job records)"),
     needs("dynamodb:UpdateItem", resources=TABLE_ARNS[:1],
           condition={"ForAllValues:StringEquals": {"dynamodb:Attributes": list(CANCEL_ATTRIBUTES)},
+                     "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [JOB_KEYS]},
                      "StringEqualsIfExists": {"dynamodb:ReturnValues": ["NONE", "UPDATED_OLD", "UPDATED_NEW"]}},
           why="cancel jobs: state, history and version, nothing else of a record"),
 )

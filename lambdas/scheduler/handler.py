@@ -525,7 +525,8 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
             break
         machine = machines[placement.machine_key]
         fleet = next(f for f in fleets if (f.region, f.fleet) == (machine.region, machine.fleet))
-        definitions.setdefault(machine.region, actions.TaskDefinitions(client("ecs", machine.region)))
+        definitions.setdefault(machine.region, actions.TaskDefinitions(client("ecs", machine.region),
+                                                                           settings.environment))
         with per_item("start-failed-unexpectedly", summary["errors"], job_id=placement.job_id,
                       instance_id=machine.instance_id):
             start_one(settings, ledger, quarantine, records[placement.job_id], machine, fleet,
