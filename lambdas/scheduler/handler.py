@@ -189,8 +189,11 @@ def run(settings: Settings, remaining_ms: Callable[[], int], now: datetime | Non
     starts_allowed = flag.is_open and shares is not None
     # Every run reads the fleets, pending jobs or not: the empty machines it bought are given back when
     # nothing waits (lambdas/scheduler/releases.py), and admission closed stops starts, not releases.
-    place_and_scale(settings, fleets, catalog, ledger, quarantine, pending if starts_allowed else [], remaining_ms, now, summary,
-                    held, shares)
+    # Anything the plan or its execution could not foresee fails this stage, not the run: the quarantine,
+    # its alert and the messages' deletion below still happen (each job's own failures are per item inside).
+    with per_item("place-and-scale-failed", summary["errors"], action="nothing more started or bought this run"):
+        place_and_scale(settings, fleets, catalog, ledger, quarantine, pending if starts_allowed else [], remaining_ms,
+                        now, summary, held, shares)
 
     summary["quarantined"].extend(quarantine.sweep(stamp, summary["errors"]))
     with per_item("quarantine-alert-failed", summary["errors"]):
@@ -391,6 +394,23 @@ def job_request(record: L.JobRecord, fleet_regions: Collection[str],
                       priority=spec.priority)
 
 
+def plannable(pending: list[L.JobRecord], fleet_regions: Collection[str], beliefs: dict[str, RuntimeEstimate],
+              quarantine: Quarantine, now: float, summary: dict) -> list[JobRequest]:
+    """The planner's request for each pending job; a record that cannot become one (a value the planner
+    cannot use, which decoding did not catch) is quarantined, never left to fail every run's plan."""
+    requests = []
+    for record in pending:
+        try:
+            requests.append(job_request(record, fleet_regions, beliefs.get(record.job_id)))
+        except Exception as error:  # noqa: BLE001 (one record's, whatever it is)
+            log_decision("job-request-failed", job_id=record.job_id, error=describe(error), action="quarantined")
+            with per_item("quarantine-failed", summary["errors"], job_id=record.job_id):
+                if quarantine.item(L.Undecodable(record.job_id, L.encode(record),
+                                                 f"cannot be planned: {describe(error)}"), now):
+                    summary["quarantined"].append(record.job_id)
+    return requests
+
+
 def runtime_beliefs(ledger: L.Ledger, records: list[L.JobRecord], errors: list[dict] | None = None,
                     ) -> dict[str, RuntimeEstimate]:
     """Per job: what its spec estimates and what the finished jobs of its submission took (read for the
@@ -488,8 +508,9 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
     beliefs = runtime_beliefs(ledger, [*pending, *running.values()], summary["errors"])
     in_view = list(machines.values())
     boot_s = releases.boot_seconds(in_view) or releases.UNMEASURED_BOOT_S
+    requests = plannable(pending, regions(fleets), beliefs, quarantine, now.timestamp(), summary)
     the_plan = plan(
-        [job_request(r, regions(fleets), beliefs.get(r.job_id)) for r in pending],
+        requests,
         [Machine(key=m.container_instance_arn, instance_id=m.instance_id, region=m.region, fleet=m.fleet,
                  instance_type=m.instance_type, availability_zone=m.availability_zone, lifecycle=m.lifecycle,
                  free_gpus=m.free_gpus, free_vcpus=m.free_vcpus, free_memory_mib=m.free_memory_mib,

@@ -184,6 +184,12 @@ def raw_item(ledger, job_id: str = JOB) -> dict:
     (lambda item: item["spec"]["M"].update(command={"S": "run"}), "spec.command is not a list of strings"),
     (lambda item: item["spec"]["M"].update(environment={"M": {"A": {"N": "1"}}}), "spec.environment is not a mapping"),
     (lambda item: item.update(placement={"M": {"nowhere": {"S": "x"}}}), "TypeError"),
+    # Values parse_spec refuses, which the planner would trip over in every run.
+    (lambda item: item["spec"]["M"].update(instance_type_pattern={"S": "g5.(12"}),
+     "spec.instance_type_pattern='g5.(12' is not a regular expression"),
+    (lambda item: item["spec"]["M"].update(lifecycle={"S": "reserved"}), "spec.lifecycle='reserved' is not one of"),
+    (lambda item: item["spec"]["M"].update(expected_runtime_s={"N": "0"}),
+     "spec.expected_runtime_s=0.0 is not a positive number"),
 ])
 def test_decode_names_what_is_wrong_with_an_item(ledger, change, field):
     item = raw_item(ledger)

@@ -31,6 +31,7 @@ from lambdas.jobs.quarantine import Quarantine
 from lambdas.jobs.spec import assign_ids, parse_spec
 from lambdas.reaper.handler import trigger_of
 from lambdas.scheduler import handler as scheduler
+from lambdas.scheduler.planning import Fleet, Limits, Machine, plan
 from lambdas.scheduler.state import Received
 
 NOW = datetime(2026, 11, 22, 12, tzinfo=timezone.utc)
@@ -355,3 +356,44 @@ def test_any_invocation_payload_names_the_reapers_trigger(event):
                                                               st.just({1: "a", "b": 2})), max_size=3))
 def test_a_decision_is_logged_whatever_its_fields_hold(fields):
     assert log_decision("property", **fields)["decision"] == "property"
+
+
+# --- ledger records: whatever a hand edit or an older writer leaves -----------------------------------------
+
+# Numbers DynamoDB stores (at most 38 significant digits, exponents -130 to 125).
+storable = st.floats(-1, 1e12, allow_nan=False).filter(lambda x: x == 0 or abs(x) > 1e-100)
+SPEC_VALUES = {
+    "instance_type_pattern": st.one_of(st.none(), st.sampled_from(["(", "[", "g5\\..*", "*", "a{99999999999}"]),
+                                       st.text(max_size=8)),
+    "lifecycle": st.one_of(st.none(), st.sampled_from(["spot", "on-demand", "weird"]), st.text(max_size=5)),
+    "regions": st.lists(st.sampled_from([HOME, "us-west-2", "mars-1", ""]), max_size=2),
+    "gpus": st.integers(-1, 10**9), "vcpus": st.one_of(st.integers(-1, 10**6), storable),
+    "memory_mib": st.integers(-1, 10**12), "max_attempts": st.integers(-1, 10**6),
+    "expected_runtime_s": st.one_of(st.none(), st.integers(-5, 10**9), storable),
+    "priority": st.integers(-2, 12), "team": st.one_of(st.none(), st.text(max_size=8)),
+    "checkpoint_interval_minutes": st.one_of(st.none(), st.integers(-1, 10**9)),
+}
+PLAN_MACHINE = Machine(key="m", instance_id="i-1", region=HOME, fleet="gpu1", instance_type="g5.12xlarge",
+                       availability_zone=f"{HOME}a", lifecycle="spot", free_gpus=4, free_vcpus=48,
+                       free_memory_mib=180_000, price_per_hour=2.0)
+PLAN_FLEET = Fleet(region=HOME, fleet="gpu1", asg_name=f"mlfleet-{ENV}-gpu1", instance_types=("g5.12xlarge",),
+                   current_instances=1, pending_instances=0, max_instances=4)
+
+
+@settings(max_examples=200, deadline=None)
+@given(changes=st.lists(st.sampled_from(sorted(SPEC_VALUES)), min_size=1, max_size=4, unique=True)
+       .flatmap(lambda keys: st.fixed_dictionaries({k: SPEC_VALUES[k] for k in keys})))
+def test_a_record_that_decodes_can_be_planned(changes):
+    """A QUEUED record whose spec a hand edit changed (values of the right types, any content) either fails
+    to decode (the scheduler quarantines it) or the planner takes it: it never makes the run's plan raise,
+    which would stop every job (issue 13). Found: an instance_type_pattern that is not a regular expression."""
+    job = assign_ids(SUB, [spec()])[0]
+    item = L.encode(L.new_record(job, NOW.timestamp()))
+    document = {k: L._from_dynamo(L._deserializer.deserialize(v)) for k, v in item.items()}
+    document["spec"].update(changes)
+    try:
+        record = L.decode({k: L._serializer.serialize(v) for k, v in L._to_dynamo(document).items()})
+    except L.DecodeError:
+        return
+    plan([scheduler.job_request(record, (HOME,))], [PLAN_MACHINE], [PLAN_FLEET], load_catalog(),
+         Limits(max_hourly_usd=100, current_hourly_usd=0), now=NOW.timestamp())
