@@ -397,3 +397,44 @@ def test_a_record_that_decodes_can_be_planned(changes):
         return
     plan([scheduler.job_request(record, (HOME,))], [PLAN_MACHINE], [PLAN_FLEET], load_catalog(),
          Limits(max_hourly_usd=100, current_hourly_usd=0), now=NOW.timestamp())
+
+
+PLACEMENT_VALUES = {
+    "instance_type": st.one_of(st.sampled_from(["g5.xlarge", "g5.12xlarge", "p9.huge"]), st.text(max_size=8)),
+    "region": st.sampled_from([HOME, "us-west-2", "mars-1", ""]),
+    "lifecycle": st.one_of(st.none(), st.sampled_from(["spot", "on-demand", "weird"])),
+    "price_per_hour": st.one_of(st.none(), st.integers(-1, 10**6), storable),
+    "placed_at": st.one_of(st.none(), st.integers(-1, 2 * 10**9), storable),
+}
+
+
+@settings(MOTO, max_examples=30)
+@given(spec_changes=st.lists(st.sampled_from(sorted(SPEC_VALUES)), max_size=3, unique=True)
+       .flatmap(lambda keys: st.fixed_dictionaries({k: SPEC_VALUES[k] for k in keys})),
+       placement_changes=st.lists(st.sampled_from(sorted(PLACEMENT_VALUES)), max_size=3, unique=True)
+       .flatmap(lambda keys: st.fixed_dictionaries({k: PLACEMENT_VALUES[k] for k in keys})),
+       exit_code=st.one_of(st.none(), st.integers(0, 255)))
+def test_the_stop_of_a_hand_edited_running_record_moves_it_on_or_quarantines_it(home, spec_changes, placement_changes,
+                                                                                 exit_code):
+    """A RUNNING record a hand edit changed (spec and placement values of the right types, any content):
+    its task's stop never fails the event (which Lambda would retry and drop, leaving the job RUNNING for
+    ever): the job moves on from RUNNING, or it is quarantined."""
+    job = assign_ids(SUB, [spec()])[0]
+    placement = L.Placement(HOME, "gpu1", CLUSTER, "arn:ci", "i-1", "g5.xlarge", TASK_ARN, "spot", 0.5,
+                            NOW.timestamp() - 3600)
+    record = L.JobRecord(**{**vars(L.new_record(job, NOW.timestamp())), "state": L.RUNNING, "attempt": 1, "runs": 1,
+                            "placement": placement})
+    document = {k: L._from_dynamo(L._deserializer.deserialize(v)) for k, v in L.encode(record).items()}
+    document["spec"].update(spec_changes)
+    document["placement"].update(placement_changes)
+    item = {k: L._serializer.serialize(v) for k, v in L._to_dynamo(document).items()}
+    aws_client("dynamodb", HOME).put_item(TableName=home["table"], Item=item)
+    result = job_events.handle(task_event(job.job_id, 1, "STOPPED", exit_code, "EssentialContainerExited"),
+                               event_settings(home), now=NOW)
+    assert result["errors"] == 0
+    try:
+        after = ledger().get(job.job_id)
+    except L.UndecodableRecord as error:
+        assert error.bad.quarantined
+        return
+    assert after.state in (L.SUCCEEDED, L.QUEUED, L.FAILED)
