@@ -47,6 +47,8 @@ from lambdas.jobs.ledger import TERMINAL
 DEAD_LETTER_AFTER_RECEIVES = 5
 DEAD_LETTER_RETENTION_SECONDS = 14 * 24 * 3600  # the SQS maximum: two weeks to look at a failed job
 SCHEDULER_TIMEOUT_SECONDS = 180
+# 1,024 MB gives the scheduler about 0.58 vCPU; benchmarks/scheduler_scale.py measures a 50,000-job run within both.
+SCHEDULER_MEMORY_MIB = 1024
 SCHEDULE = "rate(1 minute)"
 REBALANCE_CHECK_SCHEDULE = "rate(5 minutes)"
 # The ledger's stream feeds the job-events function only the records of jobs that ended (Lambda event
@@ -241,7 +243,7 @@ class JobService(pulumi.ComponentResource):
                 function="scheduler",
                 description="Places queued GPU jobs on the fleets and buys capacity within the caps",
                 timeout_seconds=SCHEDULER_TIMEOUT_SECONDS,
-                memory_mib=1024,
+                memory_mib=SCHEDULER_MEMORY_MIB,
                 variables={**variables, "ACCOUNT_ID": args.account_id, **releases},
                 **common,
             ),

@@ -33,5 +33,12 @@ def _default(value: Any) -> Any:
 def log_decision(decision: str, **fields: Any) -> dict[str, Any]:
     """Write one structured line `{"decision": ..., **fields}` and return it (tests assert on it)."""
     record = {"decision": decision, **fields}
-    _LOGGER.info(json.dumps(record, default=_default, sort_keys=True))
+    try:
+        line = json.dumps(record, default=_default, sort_keys=True)
+    except (TypeError, ValueError, RecursionError) as error:
+        # A field JSON cannot hold (nested past the interpreter's limit, keys of mixed types): the decision
+        # is still logged, with what could not be, rather than the caller's work failing over its log line.
+        line = json.dumps({"decision": decision, "unloggable_fields": sorted(map(str, fields)),
+                           "log_error": f"{type(error).__name__}: {str(error)[:200]}"}, sort_keys=True)
+    _LOGGER.info(line)
     return record

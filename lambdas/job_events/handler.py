@@ -97,8 +97,8 @@ class RetryLater(Exception):
     """Some items of the event failed for a reason that may pass; Lambda delivers the event again."""
 
 
-def handler(event, context=None):
-    settings = from_env(Settings)
+def handler(event, context=None, settings: Settings | None = None):
+    settings = settings or from_env(Settings)
     if is_stream_batch(event):
         return ended_jobs(event["Records"], settings)
     return handle(event, settings)

@@ -8,10 +8,12 @@ that cannot start, a person cancelling. For each submission in a batch that aske
    still shows active is read again from the table (consistently) before the submission counts as
    running. Reading stops at the first job really active, so a large submission costs one query, not
    one read per job, while it runs.
-2. the submission's first job is marked `notified_at` with a conditional write (Ledger.mark_notified):
-   of two invocations that both see the end (a retried batch, two batches), only one marks, so the
-   message goes out once. If publishing fails, or the mark's own answer is lost, the mark is taken back
-   and the batch fails, so Lambda delivers it again (a message whose answer was lost may go out twice).
+2. for each channel (e-mail, Slack), the submission's first job is marked with a conditional write
+   (Ledger.mark_notified: `notified` lists the channels told, `notified_at` says when the first was): of
+   two invocations that both see the end (a retried batch, two batches), only one marks, so the message
+   goes out once. If publishing fails, or the mark's own answer is lost, that channel's mark is taken back
+   and the batch fails, so Lambda delivers it again and only the channels not yet told are told (a message
+   whose answer was lost may go out twice).
 3. e-mail: one message to the job-notification topic with the attribute `notify` listing the addresses;
    each address's subscription filters on it (lambdas/jobs/cli/notify.py). Slack: a custom notification
    (the format AWS Chatbot renders: https://docs.aws.amazon.com/chatbot/latest/adminguide/custom-notifs.html)
@@ -37,8 +39,8 @@ def submissions_to_check(records: Iterable[Mapping]) -> list[str]:
     """Submissions of the stream records whose job ended and whose spec asks for a notification."""
     found: dict[str, None] = {}
     for record in records:
-        image = (record.get("dynamodb") or {}).get("NewImage") or {}
         try:
+            image = record["dynamodb"]["NewImage"]
             job = L.decode(image)
         except Exception as error:  # a record this code cannot read: not one to announce; say so, go on
             log_decision("stream-record-skipped", error=f"{type(error).__name__}: {str(error)[:200]}")
@@ -137,30 +139,44 @@ def announce(ledger: L.Ledger, sns, *, environment: str, submission_id: str, ema
     wanted = first.spec.notify
     if not wanted:
         return "nobody to tell"
+    summary = summarize(environment, records)
+    addresses = [w for w in wanted if w != SLACK]
+    messages = {}  # channel -> the publish that tells it
+    if addresses:
+        subject, text = email(summary)
+        messages["email"] = dict(TopicArn=email_topic_arn, Subject=subject, Message=text, MessageAttributes={
+            ATTRIBUTE: {"DataType": "String.Array", "StringValue": json.dumps(addresses)}})
+    if SLACK in wanted:
+        if slack_topic_arn:
+            messages["slack"] = dict(TopicArn=slack_topic_arn, Message=chatbot(summary))
+        else:
+            log_decision("notify-skipped", submission_id=submission_id, reason="no Slack channel in this environment")
+    if not messages:
+        return "nobody to tell"
+    told = [channel for channel, message in messages.items() if tell(ledger, sns, first.job_id, channel, message, now)]
+    if not told:
+        return "already announced"
+    log_decision("submission-ended", submission_id=submission_id, notified=list(wanted), channels=told,
+                 states=dict(summary.states), usd=round(summary.usd, 4))
+    return "announced"
+
+
+def tell(ledger: L.Ledger, sns, first_job_id: str, channel: str, message: Mapping, now: float) -> bool:
+    """Publish `message` on `channel` unless it was told already; True when it is told now. The channel is
+    marked first (a conditional write: of two invocations only one marks) and the mark taken back when the
+    publish fails or the mark's own answer is lost, so the retried batch tells this channel, and only it."""
     try:
-        marked = ledger.mark_notified(first.job_id, now)
+        marked = ledger.mark_notified(first_job_id, now, channel)
     except Exception:
         # The mark may have been written and its answer lost: take it back (best effort), so the retried
         # batch announces rather than finding it marked and staying silent.
-        ledger.mark_notified(first.job_id, now, undo=True)
+        ledger.mark_notified(first_job_id, now, channel, undo=True)
         raise
     if not marked:
-        return "already announced"
-    summary = summarize(environment, records)
-    addresses = [w for w in wanted if w != SLACK]
+        return False
     try:
-        if addresses:
-            subject, text = email(summary)
-            sns.publish(TopicArn=email_topic_arn, Subject=subject, Message=text, MessageAttributes={
-                ATTRIBUTE: {"DataType": "String.Array", "StringValue": json.dumps(addresses)}})
-        if SLACK in wanted:
-            if slack_topic_arn:
-                sns.publish(TopicArn=slack_topic_arn, Message=chatbot(summary))
-            else:
-                log_decision("notify-skipped", submission_id=submission_id, reason="no Slack channel in this environment")
+        sns.publish(**message)
     except Exception:
-        ledger.mark_notified(first.job_id, now, undo=True)  # so that the retried batch announces it
+        ledger.mark_notified(first_job_id, now, channel, undo=True)  # so that the retried batch tells it
         raise
-    log_decision("submission-ended", submission_id=submission_id, notified=list(wanted), states=dict(summary.states),
-                 usd=round(summary.usd, 4))
-    return "announced"
+    return True

@@ -61,6 +61,8 @@ TRANSITIONS: Mapping[str, frozenset[str]] = {
     QUARANTINED: frozenset(),
 }
 MAX_REASONS = 20
+# Where the end of a submission is announced (lambdas/job_events/submissions.py), each marked on its own.
+NOTIFY_CHANNELS = ("email", "slack")
 # A reason is one line for people; error texts are cut so twenty of them stay far below 400 KB.
 MAX_REASON_CHARS = 1_000
 BY_STATE, BY_SUBMISSION = "by-state", "by-submission"
@@ -77,11 +79,20 @@ WRITE_PERMISSIONS = (
 # these attributes only (dynamodb:Attributes names every attribute a request touches, the key included;
 # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/specifying-conditions.html).
 CANCEL_ATTRIBUTES = ("job_id", "state", "updated_at", "version", "reasons", "reserved")
+# Every job id as an IAM pattern (lambdas/jobs/spec.py _JOB_ID: sub-<14 digits>-<6 hex>-<5 digits>). The
+# table's other items (the placement lease, the teams' use) have keys no job id can take: users may not
+# write them. IAM cannot require a write's condition expression: that the command's puts only create
+# (attribute_not_exists) and its updates only cancel (version and state) is its code's, and the updates'
+# attributes are bounded here too.
+JOB_KEYS = "sub-" + "?" * 14 + "-" + "?" * 6 + "-" + "?" * 5
 USER_PERMISSIONS = (
     *READ_PERMISSIONS,
-    needs("dynamodb:PutItem", resources=TABLE_ARNS[:1], why="submit new jobs (the command puts only new items)"),
+    needs("dynamodb:PutItem", resources=TABLE_ARNS[:1],
+          condition={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [JOB_KEYS]}},
+          why="submit new jobs (the command puts only new items, and only job records)"),
     needs("dynamodb:UpdateItem", resources=TABLE_ARNS[:1],
           condition={"ForAllValues:StringEquals": {"dynamodb:Attributes": list(CANCEL_ATTRIBUTES)},
+                     "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [JOB_KEYS]},
                      "StringEqualsIfExists": {"dynamodb:ReturnValues": ["NONE", "UPDATED_OLD", "UPDATED_NEW"]}},
           why="cancel jobs: state, history and version, nothing else of a record"),
 )
@@ -185,6 +196,8 @@ class JobRecord:
     cost: Cost | None = None
     exit_code: int | None = None  # of the job's last run, when it had one
     notified_at: float | None = None  # on a submission's first job: when the submission's end was announced
+    # ... and on which channels (NOTIFY_CHANNELS) so far: each is told once, whatever fails on another.
+    notified: tuple[str, ...] = ()
 
     @property
     def attempts_left(self) -> bool:
@@ -257,6 +270,7 @@ def encode(record: JobRecord) -> dict:
         document["cost"] = dict(vars(record.cost))
     for key in ("owner", "exit_code", "notified_at"):
         document[key] = getattr(record, key)
+    document["notified"] = list(record.notified) or None
     return {k: _serializer.serialize(v) for k, v in _to_dynamo(document).items()}
 
 
@@ -294,6 +308,12 @@ def decode(item: Mapping) -> JobRecord:
         if cost and not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in cost.values()):
             raise DecodeError(f"field cost={str(cost)[:80]!r} is not a map of numbers")
         exit_code = _field(document, "exit_code", int, optional=True, signed=True)
+        notified_at = _field(document, "notified_at", float, optional=True)
+        notified = _field(document, "notified", list, optional=True)
+        if notified is None:  # written before the channels were kept: a mark meant every channel was told
+            notified = list(NOTIFY_CHANNELS) if notified_at is not None else []
+        if not all(channel in NOTIFY_CHANNELS for channel in notified):
+            raise DecodeError(f"field notified={str(notified)[:80]!r} is not a list of {', '.join(NOTIFY_CHANNELS)}")
         return JobRecord(
             job_id=_field(document, "job_id", str), submission_id=_field(document, "submission_id", str),
             index=_field(document, "index", int), state=state, attempt=_field(document, "attempt", int),
@@ -305,7 +325,7 @@ def decode(item: Mapping) -> JobRecord:
             reasons=tuple(reasons), version=_field(document, "version", int, optional=True, default=0),
             reserved=(reserved["region"], reserved["fleet"], reserved["box"]) if reserved else None,
             owner=_field(document, "owner", str, optional=True), cost=Cost(**cost) if cost else None,
-            exit_code=exit_code, notified_at=_field(document, "notified_at", float, optional=True),
+            exit_code=exit_code, notified_at=notified_at, notified=tuple(notified),
         )
     except DecodeError:
         raise
@@ -495,13 +515,19 @@ class Ledger:
         record, moved_on = self._expected(job_id, (expect_state,), expect_attempt)
         return moved_on or self._next_version(record, updated_at=now, **changes)
 
-    def mark_notified(self, job_id: str, now: float, *, undo: bool = False) -> bool:
-        """Set (or, with `undo`, clear) `notified_at` on a submission's first job, once: False, changing
-        nothing, when it is already in that condition or another writer changed the job meanwhile."""
+    def mark_notified(self, job_id: str, now: float, channel: str, *, undo: bool = False) -> bool:
+        """Note (or, with `undo`, take back) that `channel` was told of the end of the submission whose first
+        job this is, once: False, changing nothing, when it is already so or another writer changed the job
+        meanwhile. `notified_at` is when the first channel was marked, None again once none is."""
+        if channel not in NOTIFY_CHANNELS:
+            raise ValueError(f"channel {channel!r} is not one of {NOTIFY_CHANNELS}")
         record = self.get(job_id)
-        if record is None or (record.notified_at is None) == undo:
+        if record is None or (channel not in record.notified) == undo:
             return False
-        return self._next_version(record, notified_at=None if undo else now).applied
+        told = set(record.notified) - {channel} if undo else {*record.notified, channel}
+        channels = tuple(c for c in NOTIFY_CHANNELS if c in told)
+        return self._next_version(record, notified=channels,
+                                  notified_at=(record.notified_at or now) if channels else None).applied
 
     def _expected(self, job_id: str, states: tuple[str, ...], attempt: int | None,
                   current: JobRecord | None = None) -> tuple[JobRecord | None, Outcome | None]:

@@ -576,6 +576,18 @@ def spec_from_document(document: Mapping) -> JobSpec:
             spec.gpu_memory_mib < 0 or (spec.gpus == 0) == (spec.gpu_memory_mib == 0):
         raise ValueError(f"spec sizes out of range: gpus={spec.gpus}, gpu_memory_mib={spec.gpu_memory_mib}, "
                          f"vcpus={spec.vcpus}, memory_mib={spec.memory_mib}, max_attempts={spec.max_attempts}")
+    # What the planner compiles or compares (lambdas/scheduler/planning/constraints.py): a value parse_spec
+    # would refuse fails here, for this record alone, not in the middle of every run's plan.
+    if spec.instance_type_pattern is not None:
+        try:
+            re.compile(spec.instance_type_pattern)
+        except (re.error, RecursionError, OverflowError) as error:
+            raise ValueError(f"spec.instance_type_pattern={spec.instance_type_pattern[:80]!r} is not a regular "
+                             f"expression ({error})") from None
+    if spec.lifecycle is not None and spec.lifecycle not in LIFECYCLES:
+        raise ValueError(f"spec.lifecycle={spec.lifecycle[:40]!r} is not one of {', '.join(LIFECYCLES)}")
+    if spec.expected_runtime_s is not None and not spec.expected_runtime_s > 0:
+        raise ValueError(f"spec.expected_runtime_s={spec.expected_runtime_s!r} is not a positive number")
     return spec
 
 

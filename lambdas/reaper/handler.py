@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
@@ -75,9 +75,13 @@ class Settings:
 
 
 def trigger_of(event) -> str:
-    event = event or {}
+    """What started the run, for its log and report; any event means "look at everything now", so an
+    event of another shape (anyone allowed to invoke the function chooses it) is a manual run."""
+    if not isinstance(event, Mapping):
+        return "manual"
     if event.get("source") == "aws.cloudwatch" and "alarmData" in event:
-        return f"alarm {event.get('alarmArn', '').rsplit(':', 1)[-1]}"
+        alarm = event.get("alarmArn")
+        return f"alarm {alarm.rsplit(':', 1)[-1][:200] if isinstance(alarm, str) else '?'}"
     if event.get("detail-type") == "Scheduled Event":
         return "schedule"
     return "manual"

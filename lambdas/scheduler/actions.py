@@ -19,6 +19,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from ..common.errors import describe, error_code, is_transient, was_not_sent
 from ..common.logs import log_decision
 from ..common.permissions import ISO_8601_TIME, PUBLISH_TO_ENCRYPTED_TOPICS, needs
+from ..common.tags import ENVIRONMENT as ENVIRONMENT_TAG
 from ..jobs.credentials import container_secrets
 from ..jobs.ledger import JobRecord
 from ..jobs.spec import OVERRIDES_LIMIT, JobSpec, container_overrides, gpu_requirement, overrides_size
@@ -44,8 +45,13 @@ PERMISSIONS = (
     needs("ecs:TagResource", resources=("arn:{partition}:ecs:*:{account}:task/mlfleet-{environment}/*", JOB_FAMILY_REVISIONS),
           condition={"StringEquals": {"ecs:CreateAction": ["StartTask", "RegisterTaskDefinition"]}},
           why="tag tasks with their job and attempt, and per-image revisions like the family"),
+    # Conditions the request must meet (the IAM reference lists both keys for RegisterTaskDefinition): the
+    # revision is tagged with its environment (TaskDefinitions always sends the tag), and no container of it
+    # is privileged (a job image never needs the host's devices beyond its GPUs, which ECS assigns).
     needs("ecs:RegisterTaskDefinition", resources=(JOB_FAMILY_REVISIONS,),
-          why="a revision of the environment's job family per image"),
+          condition={"StringEquals": {f"aws:RequestTag/{ENVIRONMENT_TAG}": "{environment}"},
+                     "BoolIfExists": {"ecs:privileged": "false"}},
+          why="a revision of the environment's job family per image, tagged with the environment, unprivileged"),
     needs("ecs:ListTaskDefinitions", "ecs:DescribeTaskDefinition",
           why="find the family's revisions (these actions take no resource ARN)"),
     needs("iam:PassRole", resources=("arn:{partition}:iam::{account}:role/mlfleet/{environment}/*",),
@@ -100,6 +106,9 @@ class TaskDefinitions:
     with only the image, the secrets and the GPU requirement (`gpu_key`) set.
     """
     ecs: object
+    # The environment the revisions are tagged with (the scheduler's IAM policy registers only revisions
+    # carrying it); None keeps the family's tags as they are.
+    environment: str | None = None
     _cache: dict = field(default_factory=dict)
 
     def revision_for(self, family: str, image: str, secrets: Mapping[str, str] | None = None,
@@ -138,7 +147,9 @@ class TaskDefinitions:
             *(r for r in containers[0].get("resourceRequirements") or () if r.get("type") != "GPU"),
             _gpu_requirement(gpu)]
         copied = {k: base[k] for k in COPIED_FIELDS if base.get(k)}
-        tags = described.get("tags") or []
+        tags = [t for t in described.get("tags") or [] if self.environment is None or t["key"] != ENVIRONMENT_TAG]
+        if self.environment is not None:
+            tags.append({"key": ENVIRONMENT_TAG, "value": self.environment})
         registered = self.ecs.register_task_definition(family=family, containerDefinitions=containers, **copied,
                                                        **({"tags": tags} if tags else {}))["taskDefinition"]
         log_decision("register-task-definition", family=family, image=image, revision=registered["revision"],

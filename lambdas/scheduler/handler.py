@@ -137,8 +137,11 @@ class Settings:
 def handler(event, context=None, *, settings: Settings | None = None, now: datetime | None = None):
     settings = settings or from_env(Settings)
     now = now or datetime.now(timezone.utc)
+    # The schedule's event ({"source": "aws.events"}) or the command's ({"trigger": "submit", ...}); anyone
+    # allowed to invoke the function chooses the payload, and it only names the run in the log.
     event = event if isinstance(event, dict) else {}
-    trigger = event.get("source") or event.get("trigger") or "invoke"
+    trigger = next((str(v)[:100] for v in (event.get("source"), event.get("trigger")) if isinstance(v, str) and v),
+                   "invoke")
     remaining = context.get_remaining_time_in_millis if context is not None else (lambda: 900_000)
     owner = f"scheduler:{getattr(context, 'aws_request_id', None) or uuid.uuid4()}"
     dynamodb = client("dynamodb")
@@ -186,8 +189,11 @@ def run(settings: Settings, remaining_ms: Callable[[], int], now: datetime | Non
     starts_allowed = flag.is_open and shares is not None
     # Every run reads the fleets, pending jobs or not: the empty machines it bought are given back when
     # nothing waits (lambdas/scheduler/releases.py), and admission closed stops starts, not releases.
-    place_and_scale(settings, fleets, catalog, ledger, quarantine, pending if starts_allowed else [], remaining_ms, now, summary,
-                    held, shares)
+    # Anything the plan or its execution could not foresee fails this stage, not the run: the quarantine,
+    # its alert and the messages' deletion below still happen (each job's own failures are per item inside).
+    with per_item("place-and-scale-failed", summary["errors"], action="nothing more started or bought this run"):
+        place_and_scale(settings, fleets, catalog, ledger, quarantine, pending if starts_allowed else [], remaining_ms,
+                        now, summary, held, shares)
 
     summary["quarantined"].extend(quarantine.sweep(stamp, summary["errors"]))
     with per_item("quarantine-alert-failed", summary["errors"]):
@@ -388,6 +394,23 @@ def job_request(record: L.JobRecord, fleet_regions: Collection[str],
                       priority=spec.priority, gpu_memory_mib=spec.gpu_memory_mib)
 
 
+def plannable(pending: list[L.JobRecord], fleet_regions: Collection[str], beliefs: dict[str, RuntimeEstimate],
+              quarantine: Quarantine, now: float, summary: dict) -> list[JobRequest]:
+    """The planner's request for each pending job; a record that cannot become one (a value the planner
+    cannot use, which decoding did not catch) is quarantined, never left to fail every run's plan."""
+    requests = []
+    for record in pending:
+        try:
+            requests.append(job_request(record, fleet_regions, beliefs.get(record.job_id)))
+        except Exception as error:  # noqa: BLE001 (one record's, whatever it is)
+            log_decision("job-request-failed", job_id=record.job_id, error=describe(error), action="quarantined")
+            with per_item("quarantine-failed", summary["errors"], job_id=record.job_id):
+                if quarantine.item(L.Undecodable(record.job_id, L.encode(record),
+                                                 f"cannot be planned: {describe(error)}"), now):
+                    summary["quarantined"].append(record.job_id)
+    return requests
+
+
 def runtime_beliefs(ledger: L.Ledger, records: list[L.JobRecord], errors: list[dict] | None = None,
                     ) -> dict[str, RuntimeEstimate]:
     """Per job: what its spec estimates and what the finished jobs of its submission took (read for the
@@ -501,8 +524,9 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
     in_view = list(machines.values())
     boot_s = releases.boot_seconds(in_view) or releases.UNMEASURED_BOOT_S
     no_sharing = fleets_without_gpu_sharing(in_view, catalog)
+    requests = plannable(pending, regions(fleets), beliefs, quarantine, now.timestamp(), summary)
     the_plan = plan(
-        [job_request(r, regions(fleets), beliefs.get(r.job_id)) for r in pending],
+        requests,
         [Machine(key=m.container_instance_arn, instance_id=m.instance_id, region=m.region, fleet=m.fleet,
                  instance_type=m.instance_type, availability_zone=m.availability_zone, lifecycle=m.lifecycle,
                  free_gpus=m.free_gpus, free_vcpus=m.free_vcpus, free_memory_mib=m.free_memory_mib,
@@ -540,7 +564,8 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
             break
         machine = machines[placement.machine_key]
         fleet = next(f for f in fleets if (f.region, f.fleet) == (machine.region, machine.fleet))
-        definitions.setdefault(machine.region, actions.TaskDefinitions(client("ecs", machine.region)))
+        definitions.setdefault(machine.region, actions.TaskDefinitions(client("ecs", machine.region),
+                                                                           settings.environment))
         with per_item("start-failed-unexpectedly", summary["errors"], job_id=placement.job_id,
                       instance_id=machine.instance_id):
             start_one(settings, ledger, quarantine, records[placement.job_id], machine, fleet,
@@ -677,8 +702,12 @@ def settle_start(settings: Settings, ledger: L.Ledger, claimed: L.JobRecord, pla
                                  reason="task started", now=now, current=claimed, runs=claimed.runs + 1,
                                  placement=L.Placement(**{**vars(placement), "task_arn": started.task_arn}))
         if not done.applied and done.record is not None and done.record.state == L.CANCELLED:
-            actions.stop_task(client("ecs", placement.region), placement.cluster, started.task_arn,
-                              "job cancelled while starting")
+            # Should this stop fail, the task's own RUNNING event makes the job-events function stop it (a task
+            # of a job the ledger no longer runs); the start itself happened and is logged below.
+            with per_item("stop-cancelled-failed", summary["errors"], job_id=job_id, task_arn=started.task_arn,
+                          action="the task's state event stops it (job events)"):
+                actions.stop_task(client("ecs", placement.region), placement.cluster, started.task_arn,
+                                  "job cancelled while starting")
         log_decision("start", job_id=job_id, attempt=attempt, task_arn=started.task_arn,
                      instance_id=placement.instance_id, region=placement.region, recorded=done.applied)
         summary["started"].append(job_id)

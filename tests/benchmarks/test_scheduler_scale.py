@@ -19,6 +19,13 @@ def fresh_clients():
     reset_clients()
 
 
+def test_the_benchmark_measures_against_the_scheduler_lambdas_own_limits():
+    from components.jobs import jobs
+
+    assert (bench.LAMBDA_TIMEOUT_S, bench.LAMBDA_MEMORY_MIB) == (jobs.SCHEDULER_TIMEOUT_SECONDS, jobs.SCHEDULER_MEMORY_MIB)
+    assert bench.LAMBDA_VCPU_SHARE == jobs.SCHEDULER_MEMORY_MIB / 1769
+
+
 def test_a_small_run_completes_and_reports_its_figures(capsys):
     assert bench.main(["--jobs", "600", "--instances", "60", "--json"]) == 0
     figures = json.loads(capsys.readouterr().out)

@@ -49,13 +49,16 @@ class Faults:
     stubs: dict[Operation, Callable[[dict], dict | None]] = field(default_factory=dict)
     # Only while armed are faults injected (stubs always answer): setup and recovery runs go clean.
     armed: bool = False
+    # Which calls of the failing operations to fail, by their parameters (None: every call): one call site
+    # of an operation the handler makes in several places (the e-mail or the Slack publish).
+    when: Callable[[dict], bool] | None = None
     injected: list[tuple[Operation, str]] = field(default_factory=list)
     # Calls that took effect (AWS, here moto, carried them out), with their parameters.
     effective: list[tuple[Operation, dict]] = field(default_factory=list)
 
     def reset(self, stubs: dict | None = None) -> None:
         """Forget what was recorded and injected (a new case), keeping the installed hooks."""
-        self.calls, self.failing, self.injected, self.effective, self.armed = [], {}, [], [], False
+        self.calls, self.failing, self.injected, self.effective, self.armed, self.when = [], {}, [], [], False, None
         self.stubs = dict(stubs or {})
 
     def install(self) -> None:
@@ -76,7 +79,7 @@ class Faults:
     def _before_call(self, model, context, **kwargs):
         operation = self._operation(model)
         self.calls.append(operation)
-        kind = self.failing.get(operation) if self.armed else None
+        kind = self.failing.get(operation) if self.armed and self._chosen(context) else None
         if kind in ("throttle", "validation"):
             self.injected.append((operation, kind))
             service = operation[0]
@@ -98,20 +101,25 @@ class Faults:
         operation = self._operation(model)
         if http_response.status_code < 300:
             self.effective.append((operation, context.get("faults.params", {})))
-        if self.armed and self.failing.get(operation) == "timeout":
+        if self.armed and self.failing.get(operation) == "timeout" and self._chosen(context):
             self.injected.append((operation, "timeout"))
             raise ReadTimeoutError(endpoint_url=f"https://{operation[0]}.invalid/ ({operation[1]}: response lost)")
 
+    def _chosen(self, context) -> bool:
+        return self.when is None or self.when(context.get("faults.params", {}))
+
     @contextmanager
-    def active(self, operation: Operation | list[Operation] | None = None, kind: str | None = None) -> Iterator[Faults]:
-        """Inject `kind` on every call of the operation(s) inside the block (none when operation is None)."""
+    def active(self, operation: Operation | list[Operation] | None = None, kind: str | None = None,
+               when: Callable[[dict], bool] | None = None) -> Iterator[Faults]:
+        """Inject `kind` on every call of the operation(s) inside the block (none when operation is None),
+        or on those whose parameters `when` accepts."""
         operations = operation if isinstance(operation, list) else [operation] if operation else []
         self.failing = {op: kind for op in operations}
-        self.armed = True
+        self.armed, self.when = True, when
         try:
             yield self
         finally:
-            self.armed = False
+            self.armed, self.when = False, None
             self.failing = {}
 
     def operations(self) -> list[Operation]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
+from pathlib import Path
 
 import boto3
 import pytest
@@ -110,6 +111,14 @@ def test_every_call_of_a_session_is_granted_by_the_command_policy_and_every_gran
     assert {a for a in made if not any(granted(a, s) for s in document["Statement"])} == set()
     unused = {a for s in document["Statement"] for a in s["Action"] if a not in made}
     assert unused == set(), f"granted but never called: {unused}"
+    # Every ledger write names a job record, as the policy's dynamodb:LeadingKeys condition requires.
+    keys = [p["Key"]["job_id"]["S"] for a, p in requests if a == "dynamodb:UpdateItem"] + \
+           [p["Item"]["job_id"]["S"] for a, p in requests if a == "dynamodb:PutItem"] + \
+           [w["Put"]["Item"]["job_id"]["S"] for a, p in requests if a == "dynamodb:TransactWriteItems"
+            for w in p["TransactItems"]]
+    (pattern,) = {tuple(s["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"])
+                  for s in document["Statement"] if {"dynamodb:PutItem", "dynamodb:UpdateItem"} & set(s["Action"])}
+    assert len(keys) >= 3 and all(fnmatch.fnmatchcase(key, pattern[0]) for key in keys), keys
 
 
 def attribute_names(params: dict) -> set[str]:
@@ -213,3 +222,9 @@ def test_a_malformed_parameter_is_one_clear_error(service, capsys):
         assert mlfleet("list")[0] == 2
         error = capsys.readouterr().err
         assert "is not a job-service description" in error and "Traceback" not in error, value
+
+
+def test_the_policy_shown_in_docs_jobs_md_is_the_one_the_command_prints():
+    document = (Path(__file__).resolve().parents[2] / "docs" / "jobs.md").read_text()
+    (shown,) = re.findall(r"in us-east-1 and account 123456789012:\n\n```json\n(.*?)\n```", document, re.S)
+    assert json.loads(shown) == cli.policy("dev", "us-east-1", "123456789012")

@@ -148,9 +148,25 @@ def test_cost_owner_exit_code_and_the_notified_mark_round_trip(ledger):
     record = ledger.get(JOB)
     assert (record.cost, record.exit_code, record.placement.price_per_hour, record.state) == (
         cost, 143, 0.4321, L.CANCELLED)
-    assert ledger.mark_notified(JOB, 4.0) and not ledger.mark_notified(JOB, 5.0)  # once
-    assert ledger.get(JOB).notified_at == 4.0
-    assert ledger.mark_notified(JOB, 6.0, undo=True) and ledger.get(JOB).notified_at is None
+    assert ledger.mark_notified(JOB, 4.0, "email") and not ledger.mark_notified(JOB, 5.0, "email")  # once
+    assert (ledger.get(JOB).notified_at, ledger.get(JOB).notified) == (4.0, ("email",))
+    assert ledger.mark_notified(JOB, 5.0, "slack") and ledger.get(JOB).notified == ("email", "slack")
+    assert ledger.get(JOB).notified_at == 4.0  # when the first channel was marked
+    assert ledger.mark_notified(JOB, 6.0, "email", undo=True) and ledger.get(JOB).notified == ("slack",)
+    assert not ledger.mark_notified(JOB, 6.0, "email", undo=True)
+    assert ledger.mark_notified(JOB, 6.0, "slack", undo=True)
+    assert (ledger.get(JOB).notified_at, ledger.get(JOB).notified) == (None, ())
+    with pytest.raises(ValueError, match="channel 'sms'"):
+        ledger.mark_notified(JOB, 7.0, "sms")
+
+
+def test_a_mark_written_before_channels_were_kept_means_every_channel_was_told(ledger):
+    item = raw_item(ledger)
+    ledger.dynamodb.put_item(TableName=ledger.table, Item={**item, "notified_at": {"N": "4"}})
+    assert ledger.get(JOB).notified == L.NOTIFY_CHANNELS and not ledger.mark_notified(JOB, 5.0, "slack")
+    ledger.dynamodb.put_item(TableName=ledger.table, Item={**item, "notified": {"L": [{"S": "pager"}]}})
+    with pytest.raises(L.UndecodableRecord, match="field notified"):
+        ledger.get(JOB)
 
 
 def raw_item(ledger, job_id: str = JOB) -> dict:
@@ -168,6 +184,12 @@ def raw_item(ledger, job_id: str = JOB) -> dict:
     (lambda item: item["spec"]["M"].update(command={"S": "run"}), "spec.command is not a list of strings"),
     (lambda item: item["spec"]["M"].update(environment={"M": {"A": {"N": "1"}}}), "spec.environment is not a mapping"),
     (lambda item: item.update(placement={"M": {"nowhere": {"S": "x"}}}), "TypeError"),
+    # Values parse_spec refuses, which the planner would trip over in every run.
+    (lambda item: item["spec"]["M"].update(instance_type_pattern={"S": "g5.(12"}),
+     "spec.instance_type_pattern='g5.(12' is not a regular expression"),
+    (lambda item: item["spec"]["M"].update(lifecycle={"S": "reserved"}), "spec.lifecycle='reserved' is not one of"),
+    (lambda item: item["spec"]["M"].update(expected_runtime_s={"N": "0"}),
+     "spec.expected_runtime_s=0.0 is not a positive number"),
 ])
 def test_decode_names_what_is_wrong_with_an_item(ledger, change, field):
     item = raw_item(ledger)

@@ -15,6 +15,7 @@ import json
 import boto3
 import pytest
 from conftest import ENV, HOME, create_notification_topics, job_service_value, open_admission, publish_job_service
+from faults import KINDS
 
 from lambdas.common.aws import client
 from lambdas.job_events import handler as events
@@ -198,3 +199,28 @@ def test_a_job_record_that_cannot_be_read_is_quarantined_and_the_rest_of_its_sub
     with pytest.raises(L.UndecodableRecord) as unreadable:
         ledger().get(broken.job_id)
     assert unreadable.value.bad.quarantined and len(received(ana)) == 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_failed_slack_publish_retries_slack_only_and_the_email_goes_out_once(world, faults, kind):
+    """Each channel is marked on its own: the e-mail went out, the Slack publish throttled, was refused or
+    lost its answer; the retried batch tells Slack and does not send the e-mail again (before, the one mark
+    was taken back and the retry sent the e-mail twice)."""
+    topics, settings = world
+    ana = inbox(topics["email"], notify.filter_policy("ana@example.com"))
+    slack = inbox(topics["slack"])
+    submission = submit("ana@example.com", "slack", jobs=1)
+    (job,) = ledger().by_submission(submission)
+    end(job.job_id)
+    with faults.active(("sns", "Publish"), kind, when=lambda params: params.get("TopicArn") == topics["slack"]), \
+            pytest.raises(events.RetryLater):
+        events.ended_jobs(stream(job.job_id), settings)
+    assert faults.injected == [(("sns", "Publish"), kind)]
+    assert ledger().get(job.job_id).notified == ("email",)
+
+    assert events.ended_jobs(stream(job.job_id), settings)["submissions"] == {submission: "announced"}  # the retry
+    assert len(received(ana)) == 1
+    # Slack once; twice only when the first message went out and its answer was lost.
+    assert len(received(slack)) == (2 if kind == "timeout" else 1)
+    assert ledger().get(job.job_id).notified == ("email", "slack")
+    assert events.ended_jobs(stream(job.job_id), settings)["submissions"] == {submission: "already announced"}

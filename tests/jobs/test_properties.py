@@ -1,6 +1,8 @@
 """Property tests over every event and message shape the handlers accept, and malformed variants of each:
-job messages (scheduler), EventBridge EC2 and ECS events and the scheduled check (job events), SNS budget
-records (budget guard). No exception escapes a handler for any input; well-formed inputs still act.
+job messages and invocation payloads (scheduler), EventBridge EC2 and ECS events, the scheduled check and
+the ledger's stream batches (job events), SNS budget records (budget guard), invocation payloads (reaper:
+the schedule's, an alarm's, anything else), and the decision log every handler writes. No exception
+escapes a handler for any input; well-formed inputs still act.
 
 The handlers run against moto with a small world set up once per test; hypothesis draws the inputs.
 """
@@ -11,7 +13,7 @@ import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from conftest import CLUSTER, ENV, HOME, aws_client, build_fleet, fleets_json, open_admission
+from conftest import CLUSTER, ENV, HOME, aws_client, build_fleet, fleets_json, open_admission, scheduler_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,13 +21,17 @@ from lambdas.budget_guard import handler as guard
 from lambdas.budget_guard.budget_message import parse_budget_message, refusal
 from lambdas.common import admission
 from lambdas.common.catalog import load_catalog
+from lambdas.common.lease import LEASE_KEY
+from lambdas.common.logs import log_decision
 from lambdas.job_events import decide as D
 from lambdas.job_events import handler as job_events
 from lambdas.jobs import ledger as L
 from lambdas.jobs.queue import JobMessage, MessageError, parse_message
 from lambdas.jobs.quarantine import Quarantine
 from lambdas.jobs.spec import assign_ids, parse_spec
+from lambdas.reaper.handler import trigger_of
 from lambdas.scheduler import handler as scheduler
+from lambdas.scheduler.planning import Fleet, Limits, Machine, plan
 from lambdas.scheduler.state import Received
 
 NOW = datetime(2026, 11, 22, 12, tzinfo=timezone.utc)
@@ -246,3 +252,189 @@ def test_the_property_strategies_produce_both_kinds(home):
     with pytest.raises(D.EventError):
         D.parse_event({"detail-type": D.TASK_STATE_CHANGE, "region": HOME, "detail": []})
     assert timedelta(0) <= NOW - D.parse_event({"detail-type": D.SCHEDULED, "time": "2026-11-22T12:00:00"}).time
+
+
+# --- the ledger's stream of ended jobs (job events) ------------------------------------------------------
+
+def ended_job_record(home) -> dict:
+    """The stream record of a job that ended, whose submission asked to be told (one address)."""
+    job = assign_ids(SUB, [parse_spec({"image": "img:1", "command": ["run"], "gpus": 1, "vcpus": 1, "memory_mib": 1024,
+                                       "notify": ["ana@example.com"]}, fleet_regions=(HOME,), catalog=load_catalog(),
+                                      default_max_attempts=3, notify_channels=("email",))])[0]
+    led = ledger()
+    if led.get(job.job_id) is None:
+        led.put_new(L.new_record(job, NOW.timestamp()))
+        led.transition(job.job_id, L.CANCELLED, expect_states=[L.QUEUED], expect_attempt=0, reason="cancelled by ana",
+                       now=NOW.timestamp())
+    image = aws_client("dynamodb", HOME).get_item(TableName=home["table"], Key={"job_id": {"S": job.job_id}})["Item"]
+    return {"eventID": "1", "eventName": "MODIFY", "eventSource": "aws:dynamodb", "awsRegion": HOME,
+            "dynamodb": {"Keys": {"job_id": {"S": job.job_id}}, "NewImage": image, "StreamViewType": "NEW_IMAGE"}}
+
+
+def stream_record_mutations(record: dict) -> st.SearchStrategy:
+    """The record with its stream part or its new image broken (a key dropped, a value replaced), or junk."""
+    return st.one_of(
+        st.just(record),
+        mutations(record["dynamodb"]).map(lambda d: {**record, "dynamodb": d}),
+        mutations(record["dynamodb"]["NewImage"]).map(lambda image: {**record, "dynamodb": {
+            **record["dynamodb"], "NewImage": image}}),
+        json_value.map(lambda junk: {"eventSource": "aws:dynamodb", "dynamodb": junk}),
+    )
+
+
+@pytest.fixture
+def stream_world(home):
+    aws_client("sns", HOME).create_topic(Name=f"mlfleet-{ENV}-job-notifications")
+    return home, ended_job_record(home)
+
+
+@MOTO
+@given(data=st.data())
+def test_no_stream_batch_makes_the_job_events_handler_raise_and_an_ended_submission_is_announced_once(stream_world,
+                                                                                                       data):
+    """Any batch of stream records (each well-formed or broken): the handler routes it as a stream batch,
+    never raises (nothing failed at AWS, so no retry is asked for), and announces the submission of a
+    readable record exactly once, however many batches carry it."""
+    home, record = stream_world
+    batch = data.draw(st.lists(stream_record_mutations(record), min_size=1, max_size=4))
+    led = ledger()
+    job_id = record["dynamodb"]["Keys"]["job_id"]["S"]
+    announced_before = led.get(job_id).notified == ("email",)
+    result = job_events.handler({"Records": batch}, settings=event_settings(home))
+    assert set(result) == {"submissions"}
+    readable = any(r == record for r in batch)
+    if readable:
+        expected = "already announced" if announced_before else "announced"
+        assert result["submissions"] == {SUB: expected}
+        assert led.get(job_id).notified == ("email",)
+
+
+# --- the scheduler's and the reaper's invocations ----------------------------------------------------------
+
+scheduler_events = st.one_of(
+    st.just({"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}),
+    st.builds(lambda s: {"trigger": "submit", "submission_id": s}, st.text(max_size=40)),
+    json_value, st.dictionaries(st.sampled_from(["source", "trigger", "detail"]), json_value, max_size=3),
+    st.integers(2_000, 10_000).map(lambda d: {"source": nested(d), "trigger": nested(d)}),
+)
+
+
+@settings(MOTO, max_examples=15)
+@given(event=scheduler_events)
+def test_any_invocation_payload_runs_the_scheduler_and_gives_the_lease_back(home, event):
+    """The schedule's event, the command's, or anything someone allowed to invoke it sends: one run, no
+    error, the queued job started (once), the placement lease given back."""
+    build = not aws_client("ecs", HOME).list_clusters()["clusterArns"]
+    if build:
+        build_fleet(size=1)
+        open_admission()
+        known = assign_ids(SUB, [spec()])[0]
+        ledger().put_new(L.new_record(known, NOW.timestamp()))
+    summary = scheduler.handler(event, None, settings=scheduler_settings(home), now=NOW)
+    assert summary["errors"] == [] and summary["started"] == ([f"{SUB}-00000"] if build else [])
+    assert "Item" not in aws_client("dynamodb", HOME).get_item(TableName=home["table"], Key={"job_id": {"S": LEASE_KEY}})
+
+
+reaper_events = st.one_of(
+    st.just({"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}),
+    st.builds(lambda arn: {"source": "aws.cloudwatch", "alarmArn": arn, "alarmData": {"state": {"value": "ALARM"}}},
+              st.one_of(st.text(max_size=60), json_value)),
+    json_value, st.integers(2_000, 10_000).map(nested),
+    st.dictionaries(st.sampled_from(["source", "detail-type", "alarmArn", "alarmData"]), json_value, max_size=4),
+)
+
+
+@given(event=reaper_events)
+def test_any_invocation_payload_names_the_reapers_trigger(event):
+    trigger = trigger_of(event)
+    assert trigger in ("schedule", "manual") or trigger.startswith("alarm ")
+    if isinstance(event, dict) and event.get("detail-type") == "Scheduled Event" and event.get("source") != "aws.cloudwatch":
+        assert trigger == "schedule"
+
+
+@given(fields=st.dictionaries(st.text(max_size=10), st.one_of(json_value, st.integers(2_000, 10_000).map(nested),
+                                                              st.just({1: "a", "b": 2})), max_size=3))
+def test_a_decision_is_logged_whatever_its_fields_hold(fields):
+    assert log_decision("property", **fields)["decision"] == "property"
+
+
+# --- ledger records: whatever a hand edit or an older writer leaves -----------------------------------------
+
+# Numbers DynamoDB stores (at most 38 significant digits, exponents -130 to 125).
+storable = st.floats(-1, 1e12, allow_nan=False).filter(lambda x: x == 0 or abs(x) > 1e-100)
+SPEC_VALUES = {
+    "instance_type_pattern": st.one_of(st.none(), st.sampled_from(["(", "[", "g5\\..*", "*", "a{99999999999}"]),
+                                       st.text(max_size=8)),
+    "lifecycle": st.one_of(st.none(), st.sampled_from(["spot", "on-demand", "weird"]), st.text(max_size=5)),
+    "regions": st.lists(st.sampled_from([HOME, "us-west-2", "mars-1", ""]), max_size=2),
+    "gpus": st.integers(-1, 10**9), "vcpus": st.one_of(st.integers(-1, 10**6), storable),
+    "memory_mib": st.integers(-1, 10**12), "max_attempts": st.integers(-1, 10**6),
+    "expected_runtime_s": st.one_of(st.none(), st.integers(-5, 10**9), storable),
+    "priority": st.integers(-2, 12), "team": st.one_of(st.none(), st.text(max_size=8)),
+    "checkpoint_interval_minutes": st.one_of(st.none(), st.integers(-1, 10**9)),
+}
+PLAN_MACHINE = Machine(key="m", instance_id="i-1", region=HOME, fleet="gpu1", instance_type="g5.12xlarge",
+                       availability_zone=f"{HOME}a", lifecycle="spot", free_gpus=4, free_vcpus=48,
+                       free_memory_mib=180_000, price_per_hour=2.0)
+PLAN_FLEET = Fleet(region=HOME, fleet="gpu1", asg_name=f"mlfleet-{ENV}-gpu1", instance_types=("g5.12xlarge",),
+                   current_instances=1, pending_instances=0, max_instances=4)
+
+
+@settings(max_examples=200, deadline=None)
+@given(changes=st.lists(st.sampled_from(sorted(SPEC_VALUES)), min_size=1, max_size=4, unique=True)
+       .flatmap(lambda keys: st.fixed_dictionaries({k: SPEC_VALUES[k] for k in keys})))
+def test_a_record_that_decodes_can_be_planned(changes):
+    """A QUEUED record whose spec a hand edit changed (values of the right types, any content) either fails
+    to decode (the scheduler quarantines it) or the planner takes it: it never makes the run's plan raise,
+    which would stop every job (issue 13). Found: an instance_type_pattern that is not a regular expression."""
+    job = assign_ids(SUB, [spec()])[0]
+    item = L.encode(L.new_record(job, NOW.timestamp()))
+    document = {k: L._from_dynamo(L._deserializer.deserialize(v)) for k, v in item.items()}
+    document["spec"].update(changes)
+    try:
+        record = L.decode({k: L._serializer.serialize(v) for k, v in L._to_dynamo(document).items()})
+    except L.DecodeError:
+        return
+    plan([scheduler.job_request(record, (HOME,))], [PLAN_MACHINE], [PLAN_FLEET], load_catalog(),
+         Limits(max_hourly_usd=100, current_hourly_usd=0), now=NOW.timestamp())
+
+
+PLACEMENT_VALUES = {
+    "instance_type": st.one_of(st.sampled_from(["g5.xlarge", "g5.12xlarge", "p9.huge"]), st.text(max_size=8)),
+    "region": st.sampled_from([HOME, "us-west-2", "mars-1", ""]),
+    "lifecycle": st.one_of(st.none(), st.sampled_from(["spot", "on-demand", "weird"])),
+    "price_per_hour": st.one_of(st.none(), st.integers(-1, 10**6), storable),
+    "placed_at": st.one_of(st.none(), st.integers(-1, 2 * 10**9), storable),
+}
+
+
+@settings(MOTO, max_examples=30)
+@given(spec_changes=st.lists(st.sampled_from(sorted(SPEC_VALUES)), max_size=3, unique=True)
+       .flatmap(lambda keys: st.fixed_dictionaries({k: SPEC_VALUES[k] for k in keys})),
+       placement_changes=st.lists(st.sampled_from(sorted(PLACEMENT_VALUES)), max_size=3, unique=True)
+       .flatmap(lambda keys: st.fixed_dictionaries({k: PLACEMENT_VALUES[k] for k in keys})),
+       exit_code=st.one_of(st.none(), st.integers(0, 255)))
+def test_the_stop_of_a_hand_edited_running_record_moves_it_on_or_quarantines_it(home, spec_changes, placement_changes,
+                                                                                 exit_code):
+    """A RUNNING record a hand edit changed (spec and placement values of the right types, any content):
+    its task's stop never fails the event (which Lambda would retry and drop, leaving the job RUNNING for
+    ever): the job moves on from RUNNING, or it is quarantined."""
+    job = assign_ids(SUB, [spec()])[0]
+    placement = L.Placement(HOME, "gpu1", CLUSTER, "arn:ci", "i-1", "g5.xlarge", TASK_ARN, "spot", 0.5,
+                            NOW.timestamp() - 3600)
+    record = L.JobRecord(**{**vars(L.new_record(job, NOW.timestamp())), "state": L.RUNNING, "attempt": 1, "runs": 1,
+                            "placement": placement})
+    document = {k: L._from_dynamo(L._deserializer.deserialize(v)) for k, v in L.encode(record).items()}
+    document["spec"].update(spec_changes)
+    document["placement"].update(placement_changes)
+    item = {k: L._serializer.serialize(v) for k, v in L._to_dynamo(document).items()}
+    aws_client("dynamodb", HOME).put_item(TableName=home["table"], Item=item)
+    result = job_events.handle(task_event(job.job_id, 1, "STOPPED", exit_code, "EssentialContainerExited"),
+                               event_settings(home), now=NOW)
+    assert result["errors"] == 0
+    try:
+        after = ledger().get(job.job_id)
+    except L.UndecodableRecord as error:
+        assert error.bad.quarantined
+        return
+    assert after.state in (L.SUCCEEDED, L.QUEUED, L.FAILED)

@@ -16,12 +16,13 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from conftest import (
-    CLUSTER, ENV, FAMILY, HOME, aws_client, build_fleet, job_service_value, open_admission, publish_job_service, run_mlfleet,
-    scheduler_settings,
+    CLUSTER, ENV, FAMILY, HOME, aws_client, build_fleet, event_settings, job_service_value, open_admission,
+    publish_job_service, run_mlfleet, scheduler_settings,
 )
-from faults import error_response
+from faults import KINDS, error_response
 
 from lambdas.common.catalog import load_catalog
+from lambdas.job_events import handler as job_events
 from lambdas.jobs import cli
 from lambdas.jobs import ledger as L
 from lambdas.jobs.spec import OVERRIDES_LIMIT, Job, SpecError, assign_ids, parse_spec
@@ -291,3 +292,98 @@ def test_a_started_task_is_never_started_again_when_its_claim_write_times_out(wo
     ecs = aws_client("ecs", HOME)
     assert len(ecs.list_tasks(cluster=CLUSTER, startedBy=job_id)["taskArns"]) == 1
     assert FAMILY in ecs.describe_tasks(cluster=CLUSTER, tasks=[record.placement.task_arn])["tasks"][0]["taskDefinitionArn"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_job_cancelled_while_starting_has_its_task_stopped_even_when_the_stop_fails(world, kind):
+    """The user cancels between the claim and StartTask's answer: the scheduler stops the task it started.
+    When that StopTask throttles, is refused or its answer is lost, the run goes on (one error, named) and
+    the task's RUNNING event makes the job-events function stop it: the cancelled job runs nowhere."""
+    home, faults, _ = world
+    (job_id,) = queue_jobs(1)
+    other = queue_jobs(1, first=1)[0]
+
+    def cancel_meanwhile(params: dict) -> None:
+        if params.get("startedBy") == job_id:
+            assert ledger().cancel(ledger().get(job_id), reason="cancelled by ana", now=NOW.timestamp()).applied
+        return None  # moto starts the task
+
+    faults.stubs[("ecs", "StartTask")] = cancel_meanwhile
+    with faults.active(("ecs", "StopTask"), kind):
+        first = run(home)
+    assert ("ecs", "StopTask") in {op for op, _ in faults.injected}
+    assert [(e["decision"], e["job_id"]) for e in first["errors"]] == [("stop-cancelled-failed", job_id)]
+    assert sorted(first["started"]) == sorted([job_id, other])  # both tasks were started
+    ecs = aws_client("ecs", HOME)
+    (task,) = ecs.describe_tasks(cluster=CLUSTER, tasks=ecs.list_tasks(cluster=CLUSTER, startedBy=job_id)["taskArns"])[
+        "tasks"]
+    # ECS's event for the task, as EventBridge brings it to the job-events function.
+    event = {"detail-type": "ECS Task State Change", "source": "aws.ecs", "region": HOME, "time": NOW.isoformat(),
+             "detail": {"clusterArn": task["clusterArn"], "taskArn": task["taskArn"], "startedBy": job_id,
+                        "lastStatus": "RUNNING", "desiredStatus": task["desiredStatus"],
+                        "overrides": task["overrides"], "containers": [{"name": "job"}]}}
+    job_events.handle(event, event_settings(home), now=NOW)
+
+    assert ledger().get(job_id).state == L.CANCELLED and ledger().get(other).state == L.RUNNING
+    (task,) = ecs.describe_tasks(cluster=CLUSTER, tasks=[task["taskArn"]])["tasks"]
+    assert task["desiredStatus"] == "STOPPED"
+    assert run(home, 1)["errors"] == []
+
+
+def test_a_record_whose_spec_the_planner_cannot_use_is_quarantined_and_blocks_nobody(world):
+    """A hand edit left an instance_type_pattern that is not a regular expression: before, the planner's
+    re.compile raised in every run and nothing started anywhere; now the record fails to decode."""
+    home, _, _ = world
+    (bad,) = queue_jobs(1)
+    item = aws_client("dynamodb", HOME).get_item(TableName=home["table"], Key={"job_id": {"S": bad}})["Item"]
+    item["spec"]["M"]["instance_type_pattern"] = {"S": "g5.(12"}
+    aws_client("dynamodb", HOME).put_item(TableName=home["table"], Item=item)
+    good = queue_jobs(1, first=1)
+
+    summary = run(home)
+
+    assert summary["errors"] == [] and summary["started"] == good and summary["quarantined"] == [bad]
+    (parked,) = ledger().quarantined()
+    assert "spec.instance_type_pattern='g5.(12' is not a regular expression" in parked.error
+
+
+def test_a_job_request_that_fails_unforeseen_quarantines_that_job_alone(world, monkeypatch):
+    """Defence in depth: whatever one decodable record makes the planner's request raise (a value no check
+    foresaw), that job is quarantined and the others are planned."""
+    home, _, _ = world
+    bad, *good = queue_jobs(3)
+    real = scheduler.job_request
+
+    def request(record, *args, **kwargs):
+        if record.job_id == bad:
+            raise OverflowError("a value no check foresaw")
+        return real(record, *args, **kwargs)
+
+    monkeypatch.setattr(scheduler, "job_request", request)
+    summary = run(home)
+    assert summary["errors"] == [] and sorted(summary["started"]) == good and summary["quarantined"] == [bad]
+    (parked,) = ledger().quarantined()
+    assert parked.error == "cannot be planned: OverflowError: a value no check foresaw"
+
+
+def test_a_plan_that_fails_unforeseen_leaves_the_rest_of_the_run(world, monkeypatch):
+    """The plan as a whole raising is one error of the run: the quarantine of unreadable records, its alert
+    and the deletion of the messages the ledger reflects still happen."""
+    home, faults, _ = world
+    (queued,) = queue_jobs(1)
+    broken = f"{SUB}-00099"
+    put_raw(broken)
+    aws_client("sqs", HOME).send_message(QueueUrl=home["queue"], MessageBody=json.dumps({"job_id": queued, "attempt": 0}))
+    real = scheduler.plan
+    monkeypatch.setattr(scheduler, "plan", lambda *a, **k: (_ for _ in ()).throw(ZeroDivisionError("unforeseen")))
+
+    summary = run(home)
+
+    assert [e["decision"] for e in summary["errors"]] == ["place-and-scale-failed"]
+    assert summary["quarantined"] == [broken] and summary["started"] == []
+    assert [p for p in faults.carried_out("sns", "Publish") if "quarantined" in p["Subject"]]
+    assert aws_client("sqs", HOME).get_queue_attributes(QueueUrl=home["queue"], AttributeNames=[
+        "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"])["Attributes"] == {
+        "ApproximateNumberOfMessages": "0", "ApproximateNumberOfMessagesNotVisible": "0"}
+    monkeypatch.setattr(scheduler, "plan", real)
+    assert run(home, 1)["started"] == [queued]

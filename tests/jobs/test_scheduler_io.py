@@ -17,6 +17,7 @@ from botocore.stub import Stubber
 from conftest import ASG, CLUSTER, FAMILY, FLEET_TYPE, HOME, build_fleet, fleets_json
 
 from lambdas.common.catalog import load_catalog
+from lambdas.common.permissions import statements
 from lambdas.jobs.fleets import REBALANCE_TAG, parse_fleets
 from lambdas.scheduler import actions, state
 
@@ -156,3 +157,28 @@ def test_spot_prices_fall_back_to_the_catalog_when_the_api_refuses(aws):
         patch.setattr("lambdas.common.spot_prices.client", lambda service, region=None: ec2)
         stub.add_client_error("describe_spot_price_history", "UnauthorizedOperation")
         assert state.spot_prices_for(HOME, [FLEET_TYPE], load_catalog()) == {}
+
+
+def test_a_registered_revision_carries_its_environment_tag_as_the_scheduler_policy_requires(fleet):
+    """The scheduler may register a revision only with `aws:RequestTag/mlfleet:environment` equal to its
+    environment (lambdas/scheduler/actions.py; moto does not evaluate IAM, so the request is checked
+    against the policy's condition here): the tag is sent even when the family's latest revision has none,
+    or another environment's value."""
+    ecs = boto3.client("ecs", HOME)
+    base = ecs.describe_task_definition(taskDefinition=FAMILY, include=["TAGS"])["taskDefinition"]
+    ecs.untag_resource(resourceArn=base["taskDefinitionArn"], tagKeys=["mlfleet:environment"])
+    ecs.tag_resource(resourceArn=base["taskDefinitionArn"], tags=[{"key": "team", "value": "vision"}])
+    sent = []
+    ecs_of_the_scheduler = boto3.client("ecs", HOME)
+    ecs_of_the_scheduler.meta.events.register("provide-client-params.ecs.RegisterTaskDefinition",
+                                              lambda params, **_: sent.append(params))
+    arn = actions.TaskDefinitions(ecs_of_the_scheduler, "dev").arn_for(FAMILY, "ghcr.io/team/train:3")
+    (grant,) = [s for s in statements([p for p in actions.PERMISSIONS if "ecs:RegisterTaskDefinition" in p.actions],
+                                      account="123456789012", region=HOME, environment="dev")]
+    ((key, value),) = grant["Condition"]["StringEquals"].items()
+    (request,) = sent
+    assert {t["key"]: t["value"] for t in request["tags"]}[key.removeprefix("aws:RequestTag/")] == value == "dev"
+    assert grant["Condition"]["BoolIfExists"] == {"ecs:privileged": "false"}
+    assert not any(c.get("privileged") for c in request["containerDefinitions"])
+    assert ecs.describe_task_definition(taskDefinition=arn, include=["TAGS"])["tags"] == [
+        {"key": "team", "value": "vision"}, {"key": "mlfleet:environment", "value": "dev"}]

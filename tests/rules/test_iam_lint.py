@@ -19,8 +19,12 @@ from rule_stacks import RULE_STACKS
 
 from lambdas.common import tags
 from lambdas.common.permissions import TAG_WRITES, needs, statements
+from lambdas.common.catalog import load_catalog
+from lambdas.common.lease import LEASE_KEY
 from lambdas.jobs import cli
-from pulumi_harness import ACCOUNT_ID
+from lambdas.jobs.spec import assign_ids, parse_spec
+from lambdas.scheduler.teams import USAGE_KEY
+from pulumi_harness import ACCOUNT_ID, STACKS, stack_file_config
 
 ENV_ARGS = {"account": ACCOUNT_ID, "region": "us-east-1", "environment": "dev"}
 
@@ -132,12 +136,18 @@ def test_queues_and_topics_are_named_exactly_never_by_prefix(renderings, stack_c
                 if isinstance(r, str) and r.startswith(("arn:aws:sqs:", "arn:aws:sns:")) and "*" in r.split(":", 5)[5]]
     assert prefixed == []
 
+SPEC = parse_spec({"image": "img:1", "command": ["run"], "gpus": 1, "vcpus": 1, "memory_mib": 1024},
+                  fleet_regions=("us-east-1",), catalog=load_catalog(), default_max_attempts=3)
+
 
 @pytest.mark.parametrize("stack", RULE_STACKS)
 def test_task_definitions_are_registered_in_the_job_family_only(renderings, stack_configs, stack):
     documents = every_document(renderings[stack], stack_configs[stack])
     (grant,) = [s for _, s in allows(documents, "ecs:RegisterTaskDefinition")]
     assert grant["Resource"] == [f"arn:aws:ecs:*:{ACCOUNT_ID}:task-definition/mlfleet-{stack}-gpu-job:*"]
+    # Registered only tagged with its environment, and never with a privileged container.
+    assert grant["Condition"] == {"StringEquals": {f"aws:RequestTag/{tags.ENVIRONMENT}": stack},
+                                  "BoolIfExists": {"ecs:privileged": "false"}}
     (pass_role,) = [s for _, s in allows(documents, "iam:PassRole")]
     assert pass_role["Condition"] == {"StringEquals": {"iam:PassedToService": "ecs-tasks.amazonaws.com"}}
     assert pass_role["Resource"] == [f"arn:aws:iam::{ACCOUNT_ID}:role/mlfleet/{stack}/*"]
@@ -149,6 +159,11 @@ def test_the_command_may_only_read_put_and_cancel_in_the_ledger():
     assert set(dynamodb) == {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem"}
     assert dynamodb["dynamodb:UpdateItem"]["Condition"]["ForAllValues:StringEquals"]["dynamodb:Attributes"] == [
         "job_id", "state", "updated_at", "version", "reasons", "reserved"]
+    # Writes of job records only: every job id, never the placement lease nor the teams' use.
+    for action in ("dynamodb:PutItem", "dynamodb:UpdateItem"):
+        (keys,) = dynamodb[action]["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]
+        assert fnmatch.fnmatchcase(assign_ids("sub-20261122120000-abcdef", [SPEC] * 3)[2].job_id, keys)
+        assert not any(fnmatch.fnmatchcase(key, keys) for key in (LEASE_KEY, USAGE_KEY, "sub-1", "sub-20261122120000"))
 
 
 def test_a_tag_write_without_its_tag_keys_is_refused_where_it_is_declared():
