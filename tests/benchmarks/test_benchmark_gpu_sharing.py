@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks.scheduler.__main__ import BenchmarkError, check_packing, instance_types, main
-from benchmarks.scheduler.bound import VIEWS, aggregate_bound, dual_feasible, replay_bound
+from benchmarks.scheduler.bound import VIEWS, aggregate_bound, dual_feasible, replay_bound, snapshot_configuration_bound
 from benchmarks.scheduler.simulate import Simulation
 from benchmarks.scheduler.strategies import MlfleetStrategy
 from benchmarks.scheduler.trace import TraceError, TraceJob, read_trace
@@ -179,7 +179,26 @@ def test_a_replay_with_sharing_reports_it_and_packs_fractional_pods_onto_shared_
     assert shared["lower_bound_cost_usd"] < whole["lower_bound_cost_usd"]
 
 
-def test_the_configuration_bound_is_refused_with_sharing(tmp_path, capsys):
-    path = write(tmp_path, "submit_s,duration_s,gpus,vcpus,memory_mib\n0,60,1,2,4096\n")
-    assert main(["--trace", str(path), "--configuration-bound", "--share-fractional-gpus", "--json"]) == 2
-    assert "does not model GPUs shared" in capsys.readouterr().err
+def test_the_configuration_bound_packs_each_gpu_exactly():
+    # Three jobs of 60% of a T4 never share one; two of 40% each fit beside one of them: three GPUs. The
+    # bound finds that, never exceeds the brute-force optimum nor falls below the class LP's bound.
+    types = [BY_NAME["g4dn.xlarge"], BY_NAME["g4dn.12xlarge"]]
+    jobs = [TraceJob(f"j{n}", 0, 3600, 0, 1, 1024, None, gpu_memory_mib=int(T4 * (0.6 if n < 3 else 0.4)))
+            for n in range(5)]
+    bound = snapshot_configuration_bound(jobs, types)
+    assert bound.converged and bound.cost == pytest.approx(exact_cost(jobs, types))
+    assert bound.cost >= aggregate_bound(jobs, types) - 1e-6
+    assert bound.cost == pytest.approx(3 * BY_NAME["g4dn.xlarge"].price)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(1, T4), st.integers(1, 8), st.integers(256, 30_000)),
+                min_size=1, max_size=4))
+def test_the_sharing_configuration_bound_never_exceeds_the_exact_optimum(shapes):
+    jobs = [TraceJob(f"j{n}", 0, 3600, 0 if shared else 1, vcpus, memory, None,
+                     gpu_memory_mib=gpu_memory if shared else 0) for n, (shared, gpu_memory, vcpus, memory)
+            in enumerate(shapes)]
+    jobs = [j for j in jobs if any(t.holds(j) for t in SMALL)]
+    if jobs:
+        bound = snapshot_configuration_bound(jobs, SMALL)
+        assert bound.converged and aggregate_bound(jobs, SMALL) - 1e-6 <= bound.cost <= exact_cost(jobs, SMALL) + 1e-6

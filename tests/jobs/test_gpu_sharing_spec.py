@@ -39,7 +39,7 @@ def test_a_job_asks_for_gpu_memory_instead_of_gpus_and_round_trips_through_the_l
     ({"gpu_memory_mib": "6GiB"}, "gpu_memory_mib='6GiB': must be an integer"),
     ({"gpu_memory_mib": 6000, "gpu_compute_percent": 101}, "gpu_compute_percent=101: must be <= 100"),
     ({"gpus": 1, "gpu_compute_percent": 50}, "only for a job that shares a GPU"),
-    ({"gpu_memory_mib": A10G + 1}, f"largest: {A10G} MiB per GPU, g5.12xlarge, g5.xlarge"),
+    ({"gpu_memory_mib": A10G + 1}, f"largest: {A10G:,} MiB per GPU, g5.12xlarge, g5.xlarge"),
     ({"gpu_memory_mib": 6000, "vcpus": 64}, "with that much GPU memory to share holds that much"),
 ])
 def test_what_a_job_sharing_a_gpu_may_not_ask_is_named(keys, fragment):
