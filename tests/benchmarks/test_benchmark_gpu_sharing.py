@@ -88,6 +88,11 @@ def packs(jobs, instances) -> bool:
         return True
     boxes = [[list(i.capacity), {}] for i in instances]  # free (GPUs, vCPUs, MiB), GPU -> memory left
 
+    def take(free: list, job, sign: int, gpus: int) -> None:
+        free[0] -= sign * gpus
+        free[1] -= sign * job.vcpus
+        free[2] -= sign * job.memory_mib
+
     def place(n: int) -> bool:
         if n == len(jobs):
             return True
@@ -97,10 +102,10 @@ def packs(jobs, instances) -> bool:
                 continue
             if not job.shares_gpu:
                 if free[0] >= job.gpus:
-                    free[0] -= job.gpus; free[1] -= job.vcpus; free[2] -= job.memory_mib
+                    take(free, job, 1, job.gpus)
                     if place(n + 1):
                         return True
-                    free[0] += job.gpus; free[1] += job.vcpus; free[2] += job.memory_mib
+                    take(free, job, -1, job.gpus)
                 continue
             for gpu in [*shared, None]:
                 opened = gpu is None
@@ -111,10 +116,12 @@ def packs(jobs, instances) -> bool:
                     shared[gpu] = instances[0].gpu_memory
                     free[0] -= 1
                 if shared[gpu] >= job.gpu_memory_mib:
-                    shared[gpu] -= job.gpu_memory_mib; free[1] -= job.vcpus; free[2] -= job.memory_mib
+                    shared[gpu] -= job.gpu_memory_mib
+                    take(free, job, 1, 0)
                     if place(n + 1):
                         return True
-                    shared[gpu] += job.gpu_memory_mib; free[1] += job.vcpus; free[2] += job.memory_mib
+                    shared[gpu] += job.gpu_memory_mib
+                    take(free, job, -1, 0)
                 if opened:
                     del shared[gpu]
                     free[0] += 1

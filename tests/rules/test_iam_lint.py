@@ -24,7 +24,7 @@ from lambdas.common.lease import LEASE_KEY
 from lambdas.jobs import cli
 from lambdas.jobs.spec import assign_ids, parse_spec
 from lambdas.scheduler.teams import USAGE_KEY
-from pulumi_harness import ACCOUNT_ID, STACKS, stack_file_config
+from pulumi_harness import ACCOUNT_ID
 
 ENV_ARGS = {"account": ACCOUNT_ID, "region": "us-east-1", "environment": "dev"}
 
