@@ -122,7 +122,8 @@ def metrics(sim: Simulation) -> dict:
     if sim.snapshot:
         cost = sum(b.price for b in sim.boxes)
         bought_gpus = sum(b.type.gpus for b in sim.boxes)
-        utilization = sum(s.job.trace_gpus for s in states if s.state == "running") / bought_gpus if bought_gpus else 0.0
+        utilization = sum(s.job.gpu_memory_mib / s.box.type.gpu_memory if s.job.shares_gpu else s.job.gpus
+                          for s in states if s.state == "running") / bought_gpus if bought_gpus else 0.0
         completed, lost, waits = by_state["running"], by_state["waiting"], [0.0]
         done = [s for s in states if s.state == "running"]
     else:

@@ -320,7 +320,8 @@ class Simulation:
         box.free = [box.free[0], box.free[1] + job.vcpus, box.free[2] + job.memory_mib]
         box.jobs.discard(job.job_id)
         ran = self.now - state.started
-        state.gpu_seconds += ran * job.trace_gpus
+        # GPU time held: its GPUs, or the part of one its memory is on this instance's GPUs.
+        state.gpu_seconds += ran * (job.gpu_memory_mib / box.type.gpu_memory if job.shares_gpu else job.gpus)
         if state.checkpoint_s and state.state == "running":
             state.progress = min(job.duration_s, state.progress + ran // state.checkpoint_s * state.checkpoint_s)
         state.box = None
