@@ -227,8 +227,12 @@ def run(args) -> dict:
     if args.configuration_bound:
         if args.mode != "snapshot":
             raise BenchmarkError("--configuration-bound is computed for --mode snapshot only")
-        bound = snapshot_configuration_bound(placeable, types)
+        bound = snapshot_configuration_bound(placeable, types, args.configuration_bound_minutes * 60)
         result["configuration_lp_bound_usd"] = round(bound.cost, 2)
+        if not bound.converged:  # Farley's bound, still a lower bound; the LP lies between it and the master
+            result["configuration_lp_bound_note"] = (
+                f"stopped after {bound.iterations} rounds ({args.configuration_bound_minutes:g} min of CPU): Farley's "
+                f"lower bound; the last master LP was ${bound.master_cost:,.2f}/h")
     for name in wanted:
         started = time.perf_counter()
         try:
@@ -281,6 +285,8 @@ def main(argv=None) -> int:
                         help="replay: also report each strategy's cumulative cost every this many hours")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--limit", type=int, help="only the first N jobs of the trace (quick runs)")
+    parser.add_argument("--configuration-bound-minutes", type=float, default=30.0,
+                        help="CPU minutes the configuration bound may take before it reports Farley's bound (30)")
     parser.add_argument("--share-fractional-gpus", action="store_true",
                         help="openb pods with gpu_milli < 1000 ask for that share of one GPU's memory and share GPUs "
                              "(ECS MPS); without it every pod takes num_gpu whole GPUs")

@@ -35,7 +35,6 @@ GPUs from one instance and vCPUs from another.
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,7 +43,7 @@ import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
-from benchmarks.configuration_bound import ConfigurationBound, configuration_bound
+from benchmarks.configuration_bound import VIEWS, ConfigurationBound, configuration_bound, dual_feasible
 from benchmarks.scheduler.simulate import InstanceType
 from benchmarks.scheduler.trace import TraceJob
 from lambdas.scheduler.planning import resource_prices
@@ -82,16 +81,6 @@ def job_classes(jobs: Sequence[TraceJob], types: Sequence[InstanceType]) -> tupl
 def gpu_demand(job: TraceJob) -> int:
     """A job's demand on the GPU row of its class: GPUs, or one job for a job sharing a GPU."""
     return 1 if job.shares_gpu else job.gpus
-
-
-def dual_feasible(k: int, x: float) -> float:
-    """The view's dual-feasible function of a job's share of a GPU: the identity (k = 0), else u_k."""
-    if k == 0 or abs((k + 1) * x - round((k + 1) * x)) < 1e-12:
-        return x
-    return math.floor((k + 1) * x) / k
-
-
-VIEWS = 4  # the identity, u_1, u_2, u_3
 
 
 class ClassLP:
@@ -269,7 +258,8 @@ def _gpu_total(lp: ClassLP, intervals) -> tuple[float, float, float]:
     return tuple(float(x) for x in total.sum(axis=0))
 
 
-def snapshot_configuration_bound(jobs: list[TraceJob], types: list[InstanceType]) -> ConfigurationBound:
+def snapshot_configuration_bound(jobs: list[TraceJob], types: list[InstanceType],
+                                 time_limit_s: float | None = None) -> ConfigurationBound:
     """The configuration LP over kinds (size, and the types the job may use: its GPU model)."""
     if not jobs:
         return ConfigurationBound(0, 0, 0, True)
@@ -282,4 +272,4 @@ def snapshot_configuration_bound(jobs: list[TraceJob], types: list[InstanceType]
         kinds.append(kind)
     return configuration_bound(kinds, [(t.capacity, t.price) for t in types], eligible=eligible,
                                shape_of=lambda kind: kind[0], gpu_memory_of=lambda kind: kind[2],
-                               box_gpu_memory=[t.gpu_memory for t in types])
+                               box_gpu_memory=[t.gpu_memory for t in types], time_limit_s=time_limit_s)
