@@ -227,7 +227,7 @@ def shared_gpus(uses: Iterable[tuple[str | None, int]], gpu_memory_mib: int,
     return tuple(max(0, x) for x in [*left.values(), *(gpu_memory_mib - m for m in unknown)])
 
 
-def shareable_memory(spec, ci: Mapping) -> int:
+def machine_gpu_memory(spec, ci: Mapping) -> int:
     """Memory per GPU jobs sharing one may be planned onto on this machine: the catalog's, never more than
     the smallest total ECS reports for its GPUs; 0 without the agent's MPS capability."""
     if spec is None or not any(a.get("name") == GPU_SHARING_CAPABILITY for a in ci.get("attributes") or ()):
@@ -344,7 +344,7 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
         gpus_used, vcpus_used, memory_used = use.gpus, use.vcpus, use.memory_mib
         known = instance_type in catalog
         spec = catalog.get(instance_type) if known else None
-        gpu_memory = shareable_memory(spec, ci)
+        gpu_memory = machine_gpu_memory(spec, ci)
         shared = shared_gpus(use.shared, gpu_memory or (spec.shareable_gpu_memory_mib if spec else 0),
                              ci.get("gpuDevices") or ())
         # ECS's own remainingResources bound CPU and memory; the catalog bounds them too, in case the

@@ -11,7 +11,7 @@ from lambdas.jobs.ledger import JobRecord, Placement
 from lambdas.jobs.spec import SpecError, container_overrides, parse_spec, spec_from_document
 from lambdas.jobs.teams import TeamsSettings
 from lambdas.scheduler.actions import WHOLE_GPU, _gpu_requirement, gpu_key
-from lambdas.scheduler.state import GPU_SHARING_CAPABILITY, requested_resources, shareable_memory, shared_gpus
+from lambdas.scheduler.state import GPU_SHARING_CAPABILITY, machine_gpu_memory, requested_resources, shared_gpus
 from lambdas.scheduler.teams import gpus_held, held_gpus
 
 CATALOG = load_catalog()
@@ -98,10 +98,10 @@ def test_each_shared_gpus_memory_left_is_the_least_of_ours_and_ecss(uses, device
 def test_a_machine_shares_only_with_the_agents_capability_and_within_the_total_ecs_reports():
     g5 = CATALOG.get("g5.xlarge")
     capable = {"attributes": [{"name": GPU_SHARING_CAPABILITY}]}
-    assert shareable_memory(g5, capable) == A10G
-    assert shareable_memory(g5, {**capable, "gpuDevices": [{"gpuId": "a", "totalMemoryInMiB": 20_000}]}) == 20_000
-    assert shareable_memory(g5, {"attributes": [{"name": "ecs.capability.docker-plugin.local"}]}) == 0
-    assert shareable_memory(None, capable) == 0  # a type the catalog does not know
+    assert machine_gpu_memory(g5, capable) == A10G
+    assert machine_gpu_memory(g5, {**capable, "gpuDevices": [{"gpuId": "a", "totalMemoryInMiB": 20_000}]}) == 20_000
+    assert machine_gpu_memory(g5, {"attributes": [{"name": "ecs.capability.docker-plugin.local"}]}) == 0
+    assert machine_gpu_memory(None, capable) == 0  # a type the catalog does not know
 
 
 def record(spec_, instance_type=None) -> JobRecord:
