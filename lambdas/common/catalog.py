@@ -101,6 +101,12 @@ class InstanceType:
         nominal = min(stated, self.gpu_memory_mib) if self.gpu_memory_mib else stated
         return int(nominal * SHAREABLE_GPU_MEMORY_SHARE)
 
+    def gpu_fraction(self, gpu_memory_mib: int) -> float:
+        """The part of one of its GPUs a job sharing it holds with this much memory (a whole GPU when its
+        GPUs cannot be shared): what the job costs and counts for its team."""
+        shareable = self.shareable_gpu_memory_mib
+        return min(1.0, gpu_memory_mib / shareable) if shareable else 1.0
+
     def regions(self) -> tuple[str, ...]:
         return tuple(region for region, _, _ in self.prices)
 

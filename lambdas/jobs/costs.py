@@ -41,10 +41,7 @@ def dominant_share(spec: JobSpec, instance: InstanceType) -> float:
     sharing a GPU holds the part of one GPU its memory is of that GPU's shareable memory."""
     shares = [spec.vcpus / instance.schedulable_vcpus, spec.memory_mib / instance.schedulable_memory_mib]
     if instance.gpus:
-        gpus = spec.gpus
-        if spec.shares_gpu:
-            shareable = instance.shareable_gpu_memory_mib
-            gpus = min(1.0, spec.gpu_memory_mib / shareable) if shareable else 1.0
+        gpus = instance.gpu_fraction(spec.gpu_memory_mib) if spec.shares_gpu else spec.gpus
         shares.append(gpus / instance.gpus)
     return min(1.0, max(shares))
 

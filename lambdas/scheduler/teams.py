@@ -44,8 +44,9 @@ def gpus_held(record: JobRecord, catalog=None) -> float:
     if not spec.shares_gpu:
         return float(spec.gpus)
     placed = record.placement.instance_type if record.placement else None
-    shareable = catalog.get(placed).shareable_gpu_memory_mib if catalog is not None and placed in catalog else 0
-    return min(1.0, spec.gpu_memory_mib / shareable) if shareable else 1.0
+    if catalog is None or placed not in catalog:
+        return 1.0  # not placed yet, or a type the catalog does not know: a whole GPU at most
+    return catalog.get(placed).gpu_fraction(spec.gpu_memory_mib)
 
 
 def read_usage(dynamodb, table: str) -> tuple[dict[str, float], float | None]:
