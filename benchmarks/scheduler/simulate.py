@@ -12,6 +12,9 @@ catalog's on-demand price there.
   with probability R per instance-hour (an exponential clock from launch), after AWS's 2-minute notice,
   at which it stops taking work and its jobs are stopped. A checkpointing job saves its progress every
   `checkpoint_s` of running and a requeued attempt resumes from the last save; any other job starts over.
+  A run the spot market ended after the job saved a checkpoint in it gives the job its attempts back (the
+  retry rule of docs/jobs.md, "Retries": progress was made and the job did not fail), for every strategy
+  that retries.
   What happens to stopped jobs, which instances are bought and when idle ones go is each strategy's
   policy (strategies.py). Cost is dollars over the trace.
 
@@ -148,6 +151,12 @@ class JobState:
     checkpoint_s: float | None = None  # None: the job does not checkpoint
     hint_s: float | None = None  # the runtime estimate its spec carries (the true duration, with error)
     slot: int | None = None  # the shared GPU it runs on (a job sharing a GPU)
+    resumed_from: float = 0.0  # its progress when its current run started
+    forgiven: int = 0  # runs not counted as attempts: up to the last the spot market ended after a checkpoint
+
+    @property
+    def attempts_used(self) -> int:
+        return self.runs - self.forgiven
 
     @property
     def remaining_s(self) -> float:
@@ -308,6 +317,7 @@ class Simulation:
         del self.waiting[job.job_id]
         state.state, state.box, state.started = "running", box, self.now
         state.runs += 1
+        state.resumed_from = state.progress
         state.token += 1
         if state.first_start is None:
             state.first_start = self.now
@@ -329,14 +339,18 @@ class Simulation:
             box.idle_since = self.now
             self.strategy.on_idle(self, box)
 
-    def requeue(self, state: JobState, reason: str) -> None:
-        """Back to the queue with the attempt counted, or dead-lettered with the reason when none is left."""
-        if state.runs < self.max_attempts:
+    def requeue(self, state: JobState, reason: str, *, interrupted: bool = False) -> None:
+        """Back to the queue with the attempt counted, or dead-lettered with the reason when none is left.
+        `interrupted`: the spot market ended the run; if the job saved a checkpoint in it, it has its attempts
+        back (attempts bound the runs in a row that make no progress)."""
+        if interrupted and state.progress > state.resumed_from:
+            state.forgiven = state.runs
+        if state.attempts_used < self.max_attempts:
             state.state = "waiting"
             self.waiting[state.job.job_id] = state
         else:
             state.state = "dead_lettered"
-            state.reason = f"{reason}; attempts exhausted ({state.runs} of {self.max_attempts})"
+            state.reason = f"{reason}; attempts exhausted ({state.attempts_used} of {self.max_attempts})"
 
     def lose(self, state: JobState, reason: str) -> None:
         state.state, state.reason = "lost", reason

@@ -73,7 +73,7 @@ class _Reaped:
         pass  # an instance outlives its jobs: removal decides when it goes
 
     def on_interrupted(self, sim: Simulation, state: JobState) -> None:
-        sim.requeue(state, "spot interruption")
+        sim.requeue(state, "spot interruption", interrupted=True)
 
     def on_reclaimed(self, sim: Simulation, box: Box) -> None:
         sim.launch(box.type, lifecycle=box.lifecycle)  # the Auto Scaling group keeps its desired capacity
@@ -158,7 +158,7 @@ class MlfleetStrategy(_Reaped):
         jobs = [JobRequest(s.job.job_id, s.job.submission_id, s.job.gpus, s.job.vcpus, s.job.memory_mib,
                            s.job.instance_type_pattern, submitted_at=s.job.submit_s, reserved=self._reservation(s),
                            runtime=self._belief(sim, s), checkpoint_interval_s=s.checkpoint_s,
-                           attempts_left=max(1, sim.max_attempts - s.runs), gpu_memory_mib=s.job.gpu_memory_mib)
+                           attempts_left=max(1, sim.max_attempts - s.attempts_used), gpu_memory_mib=s.job.gpu_memory_mib)
                 for s in sim.waiting.values()]
         hourly = sum(b.price for b in sim.alive.values())
         prices = {(self.region, name): t.price for name, t in self.types.items()}
@@ -246,7 +246,7 @@ class OneInstancePerJobStrategy:
         sim.terminate(box)  # the job is done: its instance goes
 
     def on_interrupted(self, sim: Simulation, state: JobState) -> None:
-        sim.requeue(state, "spot interruption")
+        sim.requeue(state, "spot interruption", interrupted=True)
 
     def on_reclaimed(self, sim: Simulation, box: Box) -> None:
         pass  # recovery buys a new instance for the job at the next run
@@ -335,7 +335,7 @@ class KarpenterWhenEmptyStrategy:
         pass  # emptiness (on_idle) removes it
 
     def on_interrupted(self, sim: Simulation, state: JobState) -> None:
-        sim.requeue(state, "spot interruption")
+        sim.requeue(state, "spot interruption", interrupted=True)
 
     def on_reclaimed(self, sim: Simulation, box: Box) -> None:
         pass  # no group: the recreated pods are provisioned for

@@ -11,7 +11,14 @@ Events (forwarded from every fleet region to the home region's default bus):
   - "ECS Task State Change": keeps the ledger true. What a stopped task means (the retry rules):
       * the spot market took the machine (stopCode SpotInterruption or TerminationNotice), or the host
         failed (stoppedReason "Host EC2 (instance ...) stopped/terminated."): requeued while attempts
-        remain, whatever the exit code (a job that exits 0 on SIGTERM has not necessarily finished);
+        remain, whatever the exit code (a job that exits 0 on SIGTERM has not necessarily finished).
+        If the job saved a checkpoint during that run (an object under its checkpoint location newer
+        than the run's start), it gets its attempts back (`runs` 0): it made progress, and the machine,
+        not the job, ended the run. So `max_attempts` bounds the runs in a row that end without
+        progress: a weeks-long job on spot instances that live a day would otherwise be dead-lettered
+        however well it checkpoints (and its interruptions before its first save would still add up).
+        SkyPilot's managed jobs do not count preemptions at all (`max_restarts_on_errors` counts
+        user-code failures); this rule still stops a job that saves nothing;
       * exit code 0: SUCCEEDED;
       * an exit code the spec lists in `retry_on_exit_codes`: requeued while attempts remain;
       * any other exit code: FAILED at once, with the exit code and ECS's reason in the record;
@@ -179,10 +186,17 @@ class Decision:
     stop_task: str | None = None  # a task ARN to stop (in the event's cluster)
 
 
-def _after_run(record: JobRecord, reason: str, changes: Mapping[str, Any]) -> Decision:
-    """A run of the job's current attempt ended and may be retried: requeue, or fail when none is left."""
+def _after_run(record: JobRecord, reason: str, changes: Mapping[str, Any], *,
+               checkpoint_saved_at: float | None = None) -> Decision:
+    """A run of the job's current attempt ended and may be retried: requeue, or fail when none is left.
+    `checkpoint_saved_at`: for a run the machine ended, the newest checkpoint's time (None: none known)."""
     runs = record.runs + (1 if record.state == STARTING else 0)  # STARTING: the task ran, not yet counted
     common = dict(job_id=record.job_id, expect_state=record.state, expect_attempt=record.attempt)
+    if saved_during_run(record, checkpoint_saved_at):
+        # Progress since the run started: the count of runs in a row without progress starts again.
+        saved = datetime.fromtimestamp(checkpoint_saved_at, timezone.utc).isoformat(timespec="seconds")
+        return Decision(**common, reason=f"{reason}; attempts given back: checkpoint saved at {saved} in this run",
+                        to_state=QUEUED, changes={**changes, "runs": 0}, send_message_attempt=record.attempt)
     if runs < record.spec.max_attempts:
         return Decision(**common, reason=reason, to_state=QUEUED, changes={**changes, "runs": runs},
                         send_message_attempt=record.attempt)
@@ -200,6 +214,18 @@ def is_host_failure(event: TaskStateChange) -> bool:
     return event.stopped_reason.startswith(HOST_FAILURE_PREFIX)
 
 
+def machine_ended(event: TaskStateChange) -> bool:
+    """The task stopped because its machine went (the spot market, a host failure), not because of the job."""
+    return event.last_status == "STOPPED" and (event.stop_code in SPOT_STOP_CODES or is_host_failure(event))
+
+
+def saved_during_run(record: JobRecord, checkpoint_saved_at: float | None) -> bool:
+    """A checkpoint newer than the start of the job's current run: the run made progress the next resumes.
+    A job that never reached RUNNING, or whose start is not in its reasons, saved nothing that counts."""
+    started = record.started_at if record.state == RUNNING else None
+    return checkpoint_saved_at is not None and started is not None and checkpoint_saved_at > started
+
+
 def _charge(record: JobRecord, event: TaskStateChange, catalog: Catalog | None) -> dict[str, Any]:
     """The cost of the run that ended, as a ledger change ({} when there is nothing to charge)."""
     if catalog is None or event.stopped_at is None:
@@ -208,7 +234,10 @@ def _charge(record: JobRecord, event: TaskStateChange, catalog: Catalog | None) 
     return {"cost": cost} if cost is not None else {}
 
 
-def decide_task_change(event: TaskStateChange, record: JobRecord | None, catalog: Catalog | None = None) -> Decision:
+def decide_task_change(event: TaskStateChange, record: JobRecord | None, catalog: Catalog | None = None, *,
+                       checkpoint_saved_at: float | None = None) -> Decision:
+    """`checkpoint_saved_at`: when the machine ended the run, the newest checkpoint's time (the handler
+    reads it only then; None: none, or unknown)."""
     job = event.job_id or "-"
     if record is None or event.attempt is None:
         return Decision(job, "not an mlfleet job task (no ledger entry or no attempt)")
@@ -238,9 +267,11 @@ def decide_task_change(event: TaskStateChange, record: JobRecord | None, catalog
     changes = {**_charge(record, event, catalog), "exit_code": event.exit_code}
     why = f" ({event.stopped_reason})" if event.stopped_reason else ""
     if event.stop_code in SPOT_STOP_CODES:
-        return _after_run(record, f"spot interruption ({event.stop_code}: {event.stopped_reason})".strip(), changes)
+        return _after_run(record, f"spot interruption ({event.stop_code}: {event.stopped_reason})".strip(), changes,
+                          checkpoint_saved_at=checkpoint_saved_at)
     if is_host_failure(event):
-        return _after_run(record, f"host failure: {event.stopped_reason}", changes)
+        return _after_run(record, f"host failure: {event.stopped_reason}", changes,
+                          checkpoint_saved_at=checkpoint_saved_at)
     if event.exit_code == 0:
         return Decision(record.job_id, "exit code 0", to_state=SUCCEEDED, expect_state=record.state,
                         expect_attempt=record.attempt,
@@ -255,15 +286,17 @@ def decide_task_change(event: TaskStateChange, record: JobRecord | None, catalog
 
 
 def decide_interruption(instance_id: str, records: Sequence[JobRecord], *, now: float | None = None,
-                        catalog: Catalog | None = None) -> list[Decision]:
+                        catalog: Catalog | None = None,
+                        checkpoints_saved_at: Mapping[str, float] | None = None) -> list[Decision]:
     """Every job started on the instance goes back to the queue (or fails, with no attempt left), its run
-    charged up to the warning (`now`)."""
+    charged up to the warning (`now`). `checkpoints_saved_at`: job id -> its newest checkpoint's time."""
     decisions = []
     for record in records:
         if record.state not in (STARTING, RUNNING) or record.placement is None or record.placement.instance_id != instance_id:
             continue
         cost = run_cost(record, now, catalog) if now is not None and catalog is not None else None
-        decision = _after_run(record, f"spot interruption of {instance_id}", {"cost": cost} if cost else {})
+        decision = _after_run(record, f"spot interruption of {instance_id}", {"cost": cost} if cost else {},
+                              checkpoint_saved_at=(checkpoints_saved_at or {}).get(record.job_id))
         task = record.placement.task_arn
         decisions.append(Decision(**{**vars(decision), "stop_task": task}))
     return decisions

@@ -3,7 +3,8 @@ the job ledger true and put interrupted jobs back in the queue (decide.py has th
 stream of ended jobs announces the end of each submission that asked for it (submissions.py).
 
 Environment: ENVIRONMENT, JOBS_TABLE, JOBS_QUEUE_URL, JOBS_DLQ_URL, FLEETS, REBALANCE_TIMEOUT_MINUTES,
-NOTIFY_EMAIL_TOPIC_ARN, NOTIFY_SLACK_TOPIC_ARN (empty without a Slack channel).
+NOTIFY_EMAIL_TOPIC_ARN, NOTIFY_SLACK_TOPIC_ARN (empty without a Slack channel), ACCOUNT_ID (names the
+checkpoint buckets: without it every interruption uses an attempt).
 Events arrive from every fleet region through EventBridge rules forwarding to the home region's
 default bus, plus a schedule (every 5 minutes) for the rebalance timeout; stream batches arrive from the
 ledger's DynamoDB stream through an event source mapping (synchronous: a failed batch is retried).
@@ -24,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from ..common.aws import chunks, client, paginate
 from ..common.catalog import load_catalog
@@ -35,6 +36,7 @@ from ..common.settings import from_env
 from ..common.tags import ENVIRONMENT
 from . import decide as D
 from . import submissions
+from ..jobs import checkpoints
 from ..jobs import ledger as L
 from ..jobs import queue
 from ..jobs.fleets import REBALANCE_TAG, parse_fleets
@@ -42,6 +44,9 @@ from ..jobs.quarantine import Quarantine
 from ..jobs.spec import is_job_id
 
 CLUSTER_ARN = "arn:{partition}:ecs:*:{account}:cluster/mlfleet-{environment}"
+# The most checkpoint objects read to find a job's newest (ListObjectsV2 returns keys in name order, not
+# time order, so all are read); a job keeps a few.
+CHECKPOINT_LISTING_KEYS = 5000
 
 INSTANCES = ("arn:{partition}:ec2:*:{account}:instance/*",)
 
@@ -73,6 +78,12 @@ PERMISSIONS = (
     needs("dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator",
           resources=("arn:{partition}:dynamodb:{region}:{account}:table/" + L.TABLE_NAME + "/stream/*",),
           why="read the ledger's stream of ended jobs"),
+    # ListBucket within jobs/ of this environment's checkpoint buckets, in this account
+    # (lambdas/jobs/checkpoints.py names them; components/storage/checkpoints.py job_access_policy).
+    needs("s3:ListBucket", resources=("arn:{partition}:s3:::mlfleet-{environment}-{account}-*",),
+          condition={"StringEquals": {"aws:ResourceAccount": "{account}"},
+                     "StringLike": {"s3:prefix": checkpoints.PREFIX + "*"}},
+          why="did an interrupted job save a checkpoint in its run (then the run uses no attempt)"),
     needs("dynamodb:ListStreams", why="find the ledger's stream (ListStreams has no resource type)"),
     needs("sns:Publish", resources=("arn:{partition}:sns:{region}:{account}:mlfleet-{environment}-job-notifications",
                                     "arn:{partition}:sns:{region}:{account}:mlfleet-{environment}-job-notifications-slack"),
@@ -91,6 +102,7 @@ class Settings:
     rebalance_timeout_minutes: int
     notify_email_topic_arn: str
     notify_slack_topic_arn: str = ""  # no Slack channel in the stack
+    account_id: str = ""  # names the checkpoint buckets; empty: no checkpoint is looked for
 
 
 class RetryLater(Exception):
@@ -178,7 +190,11 @@ def task_changed(event: D.TaskStateChange, ledger: L.Ledger, settings: Settings,
         log_decision("job-event", job_id=event.job_id, reason=f"job record cannot be read: {error.bad.error}",
                      action="quarantined", task_arn=event.task_arn)
         return {"job_id": event.job_id, "to_state": None, "applied": None, "reason": "quarantined"}
-    decision = D.decide_task_change(event, record, load_catalog())
+    saved = None
+    if (record is not None and D.machine_ended(event) and record.state == L.RUNNING
+            and event.attempt == record.attempt):
+        saved = checkpoint_saved_at(record, settings)
+    decision = D.decide_task_change(event, record, load_catalog(), checkpoint_saved_at=saved)
     return apply(decision, ledger, settings, event.region, event.cluster_arn, now)
 
 
@@ -250,9 +266,12 @@ def interrupt(event: D.InstanceEvent, ledger: L.Ledger, settings: Settings, now:
                          container_instances=active)
     records = [*ledger.by_state(L.RUNNING), *ledger.by_state(L.STARTING)]
     placements = {r.job_id: r.placement for r in records}
+    saved = {r.job_id: checkpoint_saved_at(r, settings) for r in records
+             if r.state == L.RUNNING and r.placement is not None and r.placement.instance_id == event.instance_id}
     results = []
     for decision in D.decide_interruption(event.instance_id, records, now=event.time.timestamp(),
-                                          catalog=load_catalog()):
+                                          catalog=load_catalog(),
+                                          checkpoints_saved_at={k: v for k, v in saved.items() if v is not None}):
         placement = placements[decision.job_id]
         with per_item("interrupt-job-failed", failures, job_id=decision.job_id, instance_id=event.instance_id):
             results.append(apply(decision, ledger, settings, placement.region, placement.cluster, now))
@@ -262,6 +281,31 @@ def interrupt(event: D.InstanceEvent, ledger: L.Ledger, settings: Settings, now:
             if stopped:
                 log_decision("stop-tasks", instance_id=event.instance_id, cluster=cluster, tasks=stopped)
     return results
+
+
+def checkpoint_saved_at(record: L.JobRecord, settings: Settings) -> float | None:
+    """When the job's newest checkpoint was saved (epoch seconds), read from its location in the region it
+    ran in (a requeued job runs there again: lambdas/jobs/checkpoints.py). None when there is none, or the
+    bucket cannot be named or read: the interruption then uses an attempt, as it would without the rule.
+    Of a job with more than CHECKPOINT_LISTING_KEYS objects only the first are seen: an older time can
+    only count an attempt that need not have been, never spare one."""
+    if not settings.account_id or record.placement is None or not record.placement.region:
+        return None
+    region = record.placement.region
+    bucket = checkpoints.bucket_name(settings.environment, settings.account_id, region)
+    newest = None
+    try:
+        pages = client("s3", region).get_paginator("list_objects_v2").paginate(
+            Bucket=bucket, Prefix=f"{checkpoints.PREFIX}{record.job_id}/",
+            PaginationConfig={"MaxItems": CHECKPOINT_LISTING_KEYS, "PageSize": 1000})
+        for page in pages:
+            for item in page.get("Contents", []):
+                saved = item["LastModified"].timestamp()
+                newest = saved if newest is None else max(newest, saved)
+    except (ClientError, BotoCoreError) as error:
+        log_decision("checkpoint-unknown", job_id=record.job_id, bucket=bucket, error=describe(error))
+        return None
+    return newest
 
 
 def _ours(ec2, instance_id: str, environment: str) -> bool:

@@ -183,3 +183,37 @@ def test_generated_traces_are_seeded_and_readable(tmp_path):
         assert first.read_text() == second.read_text()
         trace = read_trace(first)
         assert trace.format == "plain" and trace.jobs and all(j.submission for j in trace.jobs)
+
+
+@pytest.mark.parametrize("checkpoint, state, forgiven", [(1800.0, "waiting", 1), (None, "dead_lettered", 0)])
+def test_an_interruption_after_a_checkpoint_in_the_run_gives_the_attempts_back(checkpoint, state, forgiven):
+    """The retry rule of lambdas/job_events/decide.py, in the simulation: the job's last attempt (3 of 3)
+    saved in its run before the notice, so it goes back to the queue; without checkpoints it is done."""
+    job = TraceJob("j", 0, 40 * 3600, 1, 2, 4096)
+    strategy = MlfleetStrategy(TYPES, CATALOG, "us-east-1", 5400, 1800, release_after_s=180)
+    sim = tiny_sim([job], strategy, checkpoints={"j": checkpoint} if checkpoint else {})
+    run = sim.jobs["j"]
+    run.runs = 2  # two runs already used
+    sim._on_arrive(run)
+    strategy.schedule(sim, 0.0)
+    sim.now = 240.0
+    strategy.schedule(sim, 240.0)
+    assert run.runs == 3
+    sim.now = 240.0 + 2000  # one checkpoint (1,800 s) into the run
+    sim._on_notice(sim.boxes[0])
+    assert (run.state, run.forgiven, run.attempts_used) == (state, 3 * forgiven, 3 - 3 * forgiven)
+
+
+def test_an_interruption_before_the_first_checkpoint_of_the_run_uses_an_attempt():
+    job = TraceJob("j", 0, 40 * 3600, 1, 2, 4096)
+    strategy = MlfleetStrategy(TYPES, CATALOG, "us-east-1", 5400, 1800, release_after_s=180)
+    sim = tiny_sim([job], strategy, checkpoints={"j": 1800.0})
+    run = sim.jobs["j"]
+    run.progress = 3600.0  # saved by earlier runs, not this one
+    sim._on_arrive(run)
+    strategy.schedule(sim, 0.0)
+    sim.now = 240.0
+    strategy.schedule(sim, 240.0)
+    sim.now = 240.0 + 1000
+    sim._on_notice(sim.boxes[0])
+    assert (run.state, run.forgiven, run.attempts_used, run.progress) == ("waiting", 0, 1, 3600.0)

@@ -52,6 +52,7 @@ from lambdas.common import tags as tag_keys
 from lambdas.common.aws import reset_clients
 from lambdas.common.catalog import load_catalog
 from lambdas.job_events import handler as job_events
+from lambdas.jobs import checkpoints
 from lambdas.jobs import ledger as L
 from lambdas.jobs.fleets import REBALANCE_TAG
 from lambdas.jobs.spec import assign_ids, parse_spec
@@ -105,11 +106,13 @@ def attempt_of(task: dict) -> int | None:
 
 
 def put_job(index: int, job_spec, state: str = L.QUEUED, attempt: int = 0, runs: int = 0,
-            placement: L.Placement | None = None, updated: datetime = NOW - timedelta(minutes=10)) -> str:
+            placement: L.Placement | None = None, updated: datetime = NOW - timedelta(minutes=10),
+            started: datetime | None = None) -> str:
     job = assign_ids(SUB, [job_spec] * (index + 1))[index]
     record = L.new_record(job, (NOW - timedelta(minutes=30)).timestamp() + index)
+    reasons = ({"state": L.RUNNING, "at": started.timestamp(), "reason": "task running"},) if started else ()
     record = L.JobRecord(**{**vars(record), "state": state, "attempt": attempt, "runs": runs, "placement": placement,
-                            "updated_at": updated.timestamp()})
+                            "updated_at": updated.timestamp(), "reasons": reasons})
     assert ledger().put_new(record)
     return job.job_id
 
@@ -285,7 +288,8 @@ def event_settings(home) -> job_events.Settings:
     return job_events.Settings(environment=ENV, jobs_table=home["table"], jobs_queue_url=home["queue"],
                                jobs_dlq_url=home["dlq"], fleets=fleets_json(), rebalance_timeout_minutes=30,
                                notify_email_topic_arn=f"arn:aws:sns:{HOME}:123456789012:{NOTIFY_TOPIC}",
-                               notify_slack_topic_arn=f"arn:aws:sns:{HOME}:123456789012:{SLACK_TOPIC}")
+                               notify_slack_topic_arn=f"arn:aws:sns:{HOME}:123456789012:{SLACK_TOPIC}",
+                               account_id="123456789012")
 
 
 def task_event(job_id: str, task_arn: str, attempt: int, last: str, exit_code: int | None = None) -> dict:
@@ -319,7 +323,12 @@ def events_world(home) -> dict:
     interrupted = assign_ids(SUB, [spec()] * 4)[3].job_id
     interrupted_task = start_task(b_arn, interrupted, 1)
     start_task(b_arn, interrupted, 0)  # a task of an older attempt still running there: only ECS knows it
-    put_job(3, spec(), L.RUNNING, attempt=1, runs=1, placement=placement(b_id, b_arn, interrupted_task))
+    put_job(3, spec(), L.RUNNING, attempt=1, runs=1, placement=placement(b_id, b_arn, interrupted_task),
+            started=NOW - timedelta(days=400))
+    # It saved a checkpoint in this run (moto stamps the object with the wall clock, after that start).
+    bucket = checkpoints.bucket_name(ENV, "123456789012", HOME)
+    aws_client("s3", HOME).create_bucket(Bucket=bucket)
+    aws_client("s3", HOME).put_object(Bucket=bucket, Key=f"{checkpoints.PREFIX}{interrupted}/step-100.pt", Body=b"x")
     superseded = assign_ids(SUB, [spec()] * 5)[4].job_id
     stray = start_task(a_arn, superseded, 1)
     put_job(4, spec(), L.QUEUED, attempt=1, runs=1)
@@ -364,6 +373,9 @@ def check_events(world: dict, failed: set, injector: Faults) -> None:
         "ok": (L.SUCCEEDED, 1), "retry": (L.QUEUED, 1), "exhausted": (L.FAILED, 1), "interrupted": (L.QUEUED, 1),
         "superseded": (L.QUEUED, 1)}
     assert "attempts exhausted" in states["exhausted"].last_reason
+    # Its checkpoint spares the attempt, unless reading it failed: then the attempt counts, as before the rule.
+    listing_failed = any(operation == ("s3", "ListObjectsV2") for operation, _ in failed)
+    assert states["interrupted"].runs == (1 if listing_failed else 0), states["interrupted"].reasons
     check_jobs(world, [world[name] for name in ("ok", "retry", "exhausted", "interrupted", "superseded")])
     with pytest.raises(L.UndecodableRecord) as quarantined:
         led.get(world["broken"])
@@ -658,7 +670,9 @@ def one_case(injector: Faults, case, operations: list, kind: str) -> tuple[list[
 
 
 # IAM actions that are not API calls of their own, or cover more than one call.
-COVERS = {"sqs:SendMessage": {("sqs", "SendMessage"), ("sqs", "SendMessageBatch")},
+# The IAM reference: ListObjectsV2 is authorized by s3:ListBucket.
+COVERS = {"s3:ListBucket": {("s3", "ListObjectsV2")},
+          "sqs:SendMessage": {("sqs", "SendMessage"), ("sqs", "SendMessageBatch")},
           "sqs:DeleteMessage": {("sqs", "DeleteMessage"), ("sqs", "DeleteMessageBatch")}}
 NOT_CALLS = {
     "kms:GenerateDataKey*": "SNS uses the topic's key on the function's behalf",

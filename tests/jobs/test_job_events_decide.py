@@ -108,6 +108,52 @@ def test_interruption_requeues_the_jobs_on_that_instance_only():
     assert all(d.stop_task == TASK for d in decisions.values())
 
 
+STARTED = 1_000.0  # the current run's start, as its RUNNING reason records it
+
+
+def running(runs=1, max_attempts=3, started=STARTED) -> L.JobRecord:
+    reasons = ({"state": L.RUNNING, "at": started, "reason": "task running"},) if started is not None else ()
+    return replace(record(runs=runs, max_attempts=max_attempts), reasons=reasons)
+
+
+@pytest.mark.parametrize("event", [
+    task_event(exit_code=143, stop_code="SpotInterruption"),
+    task_event(exit_code=None, stop_code="TerminationNotice"),
+    task_event(exit_code=143, reason=HOST_GONE),
+], ids=["spot", "termination-notice", "host-failure"])
+@pytest.mark.parametrize("rec, saved, counted", [
+    (running(runs=1), STARTED + 60, False),  # a checkpoint in this run: the attempts are given back
+    (running(runs=3), STARTED + 60, False),  # ... even after the last one: it made progress, it is requeued
+    (running(runs=1), STARTED - 60, True),  # only a checkpoint of an earlier run: counted
+    (running(runs=1), STARTED, True),  # saved at the very start: nothing done in the run
+    (running(runs=1), None, True),  # none, or it could not be read
+    (running(runs=1, started=None), STARTED + 60, True),  # the run's start is unknown
+    (running(runs=3), None, True),  # counted, and the last: dead-lettered
+])
+def test_a_run_the_machine_ended_after_a_checkpoint_gives_the_attempts_back(event, rec, saved, counted):
+    decision = D.decide_task_change(D.parse_event(event), rec, checkpoint_saved_at=saved)
+    runs = rec.runs if counted else 0
+    assert decision.changes["runs"] == runs
+    exhausted = counted and runs >= rec.spec.max_attempts
+    assert (decision.to_state, decision.dead_letter) == ((L.FAILED, True) if exhausted else (L.QUEUED, False))
+    assert ("attempts given back: checkpoint saved at" in decision.reason) is not counted
+
+
+@pytest.mark.parametrize("exit_code, retry, to_state", [(0, (), L.SUCCEEDED), (1, (), L.FAILED), (1, (1,), L.QUEUED)])
+def test_a_checkpoint_spares_no_attempt_when_the_job_itself_ended_the_run(exit_code, retry, to_state):
+    rec = replace(running(runs=1), spec=replace(running().spec, retry_on_exit_codes=retry))
+    decision = D.decide_task_change(D.parse_event(task_event(exit_code=exit_code)), rec, checkpoint_saved_at=STARTED + 60)
+    assert decision.to_state == to_state and decision.changes["runs"] == 1
+
+
+def test_an_interruption_warning_spares_the_attempt_of_jobs_that_saved_in_their_run():
+    saved, unsaved = running(runs=3), replace(running(runs=3), job_id=JOB[:-1] + "8")
+    decisions = {d.job_id: d for d in D.decide_interruption("i-1", [saved, unsaved],
+                                                            checkpoints_saved_at={JOB: STARTED + 600})}
+    assert decisions[JOB].to_state == L.QUEUED and decisions[JOB].changes == {"runs": 0}
+    assert decisions[JOB[:-1] + "8"].to_state == L.FAILED and decisions[JOB[:-1] + "8"].dead_letter
+
+
 @pytest.mark.parametrize("event, fragment", [
     ({}, "event.detail-type is missing"),
     ({"detail-type": "ECS Task State Change", "region": "us-east-1"}, "event.detail is missing"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import CLUSTER, ENV, HOME, aws_client, build_fleet, fleets_json
+from conftest import ACCOUNT, CLUSTER, ENV, HOME, aws_client, build_fleet, checkpoint_bucket, fleets_json
 
 from lambdas.common.catalog import load_catalog
 from lambdas.job_events import handler as job_events
@@ -15,10 +15,11 @@ from lambdas.jobs.spec import assign_ids, parse_spec
 NOW_ISO = "2026-11-22T12:00:00Z"
 
 
-def settings(home) -> job_events.Settings:
+def settings(home, account_id: str = "") -> job_events.Settings:
     return job_events.Settings(environment=ENV, jobs_table=home["table"], jobs_queue_url=home["queue"],
                                jobs_dlq_url=home["dlq"], fleets=fleets_json(), rebalance_timeout_minutes=30,
-                               notify_email_topic_arn="arn:aws:sns:us-east-1:123456789012:mlfleet-dev-job-notifications")
+                               notify_email_topic_arn="arn:aws:sns:us-east-1:123456789012:mlfleet-dev-job-notifications",
+                               account_id=account_id)
 
 
 @pytest.mark.parametrize("event, fragment", [
@@ -87,3 +88,68 @@ def test_an_undecodable_record_on_an_interrupted_instance_is_quarantined_and_the
     sent = aws_client("sqs", HOME).receive_message(QueueUrl=home["queue"], MaxNumberOfMessages=10)["Messages"]
     assert [json.loads(m["Body"]) for m in sent] == [{"job_id": good, "attempt": 1}]
     assert ecs.describe_tasks(cluster=CLUSTER, tasks=[task])["tasks"][0]["desiredStatus"] == "STOPPED"
+
+
+def _running_job(home, started_at: float) -> tuple[L.Ledger, str, str, str]:
+    """A job RUNNING on the fleet's one machine since `started_at` (its RUNNING reason), and its task."""
+    (instance_id, arn), = build_fleet(size=1).items()
+    spec = parse_spec({"image": "ghcr.io/team/train:1", "command": ["python", "train.py"], "gpus": 1, "vcpus": 1,
+                       "memory_mib": 1024, "checkpoint_interval_minutes": 30}, fleet_regions=(HOME,),
+                      catalog=load_catalog(), default_max_attempts=2)
+    (job,) = assign_ids("sub-20261122110000-abcdef", [spec])
+    task = aws_client("ecs", HOME).start_task(cluster=CLUSTER, taskDefinition=f"mlfleet-{ENV}-gpu-job",
+                                              containerInstances=[arn], startedBy=job.job_id)["tasks"][0]["taskArn"]
+    record = L.new_record(job, started_at - 60)
+    ledger = L.Ledger(aws_client("dynamodb", HOME), home["table"])
+    assert ledger.put_new(L.JobRecord(**{
+        **vars(record), "state": L.RUNNING, "attempt": 1, "runs": 2, "placement": L.Placement(
+            HOME, "gpu1", CLUSTER, arn, instance_id, "g5.12xlarge", task),
+        "reasons": ({"state": L.RUNNING, "at": started_at, "reason": "task running"},)}))
+    return ledger, job.job_id, task, instance_id
+
+
+def _spot_stop(job_id: str, task: str) -> dict:
+    return {"detail-type": "ECS Task State Change", "source": "aws.ecs", "region": HOME, "time": NOW_ISO,
+            "detail": {"clusterArn": f"arn:aws:ecs:{HOME}:123456789012:cluster/{CLUSTER}", "taskArn": task,
+                       "startedBy": job_id, "lastStatus": "STOPPED", "desiredStatus": "STOPPED",
+                       "stopCode": "SpotInterruption", "stoppedReason": "Your Spot Task was interrupted.",
+                       "containers": [{"name": "job", "exitCode": 143}],
+                       "overrides": {"containerOverrides": [{"name": "job", "environment": [
+                           {"name": "MLFLEET_ATTEMPT", "value": "1"}]}]}}}
+
+
+@pytest.mark.parametrize("saved_in_run, runs, state", [(True, 0, L.QUEUED), (False, 2, L.FAILED)],
+                         ids=["checkpoint-in-the-run", "no-checkpoint-in-the-run"])
+def test_a_spot_stop_after_a_checkpoint_in_the_run_uses_no_attempt(home, saved_in_run, runs, state):
+    """The job's last attempt (2 of 2) ends in a spot interruption. It saved under its checkpoint location
+    (the bucket the stack names in the region it ran in) during the run: requeued with its attempts back.
+    Without a save since the run started (moto stamps objects with the wall clock, so the run starts after
+    it or before it), the attempt counts and the job is dead-lettered."""
+    import time
+
+    wall = time.time()
+    ledger, job_id, task, _ = _running_job(home, started_at=wall - 3600 if saved_in_run else wall + 3600)
+    s3 = aws_client("s3", HOME)
+    s3.create_bucket(Bucket=checkpoint_bucket())
+    s3.put_object(Bucket=checkpoint_bucket(), Key=f"jobs/{job_id}/latest.pt", Body=b"state")
+    # Another job's newer checkpoint is not this job's.
+    s3.put_object(Bucket=checkpoint_bucket(), Key=f"jobs/{job_id}0/latest.pt", Body=b"state")
+
+    job_events.handle(_spot_stop(job_id, task), settings(home, account_id=ACCOUNT))
+
+    record = ledger.get(job_id)
+    assert (record.state, record.runs) == (state, runs), record.last_reason
+    assert ("attempts given back: checkpoint saved at" in record.last_reason) is saved_in_run
+
+
+def test_without_the_account_or_the_bucket_every_interruption_uses_an_attempt(home):
+    """No ACCOUNT_ID (an older stack), or a bucket that cannot be read: the attempt counts, as before the rule."""
+    ledger, job_id, task, _ = _running_job(home, started_at=1.0)
+    job_events.handle(_spot_stop(job_id, task), settings(home))
+    assert (ledger.get(job_id).state, ledger.get(job_id).runs) == (L.FAILED, 2)
+
+
+def test_an_unreadable_checkpoint_bucket_counts_the_attempt(home):
+    ledger, job_id, task, _ = _running_job(home, started_at=1.0)  # no bucket: S3 answers NoSuchBucket
+    job_events.handle(_spot_stop(job_id, task), settings(home, account_id=ACCOUNT))
+    assert (ledger.get(job_id).state, ledger.get(job_id).runs) == (L.FAILED, 2)

@@ -8,6 +8,7 @@ guide, and each is shown failing on a name that breaks it.
 from __future__ import annotations
 
 import base64
+import fnmatch
 import ipaddress
 import json
 import re
@@ -19,6 +20,7 @@ from components.config import ConfigError, parse_stack_config
 from components.config.model import ENVIRONMENT_NAME
 from components.config.regions import AWS_REGIONS
 from lambdas.common.settings import from_env
+from lambdas.job_events.handler import Settings as JobEventsSettings
 from lambdas.jobs.checkpoints import ACCOUNT_REGIONAL, GLOBAL, NO_ACCOUNT_REGIONAL_NAMESPACE, bucket_namespace
 from lambdas.jobs.checkpoints import bucket_name as checkpoint_bucket_name
 from lambdas.scheduler.handler import Settings as SchedulerSettings
@@ -119,9 +121,33 @@ def test_job_role_reads_and_writes_its_regions_jobs_prefix_only(stack):
                            "Resource": f"{bucket}/jobs/*", "Condition": {"StringEquals": own}}
         assert listing == {"Sid": "ListCheckpoints", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": bucket,
                            "Condition": {"StringEquals": own, "StringLike": {"s3:prefix": "jobs/*"}}}
-    # Only the job roles hold S3 permissions on the checkpoint buckets.
-    holders = [p.name for p in rendering.of_type("aws:iam/rolePolicy:RolePolicy") if f"-{ACCOUNT_ID}-" in p.inputs["policy"] and "arn:aws:s3:::" in p.inputs["policy"]]
-    assert sorted(holders) == sorted(f"{cfg.environment}-{r}-ecs-job-checkpoints" for r in cfg.regions)
+    # Only the job roles hold S3 permissions on the checkpoint buckets, but for the job-events function's
+    # listing within jobs/ (did an interrupted job save in its run: lambdas/job_events/decide.py).
+    holders = {p.name: p for p in rendering.of_type("aws:iam/rolePolicy:RolePolicy")
+               if "arn:aws:s3:::" in p.inputs["policy"]}
+    listing_only = f"{cfg.environment}-jobs-job-events-policy"
+    assert sorted(holders) == sorted([listing_only, *(f"{cfg.environment}-{r}-ecs-job-checkpoints" for r in cfg.regions)])
+    (statement,) = [s for s in json.loads(holders[listing_only].inputs["policy"])["Statement"]
+                    if any(r.startswith("arn:aws:s3:::") for r in s["Resource"])]
+    assert statement["Action"] == ["s3:ListBucket"]
+    assert statement["Resource"] == [f"arn:aws:s3:::mlfleet-{cfg.environment}-{ACCOUNT_ID}-*"]
+    assert statement["Condition"] == {"StringEquals": {"aws:ResourceAccount": ACCOUNT_ID},
+                                      "StringLike": {"s3:prefix": "jobs/*"}}
+    for region in cfg.regions:  # the pattern covers every bucket the program declares
+        assert fnmatch.fnmatchcase(checkpoint_bucket_name(cfg.environment, ACCOUNT_ID, region),
+                                   f"mlfleet-{cfg.environment}-{ACCOUNT_ID}-*")
+
+
+def test_job_events_names_the_buckets_the_program_declares(stack):
+    """The job-events function finds an interrupted job's checkpoint in the bucket its region has."""
+    rendering, cfg = stack
+    (function,) = [f for f in rendering.of_type("aws:lambda/function:Function") if f.name.endswith("-job-events-function")]
+    settings = from_env(JobEventsSettings, function.inputs["environment"]["variables"])
+    declared = {b.name: b.inputs["bucket"] for b in rendering.of_type(BUCKET)}
+    assert settings.account_id == ACCOUNT_ID
+    for region in cfg.regions:
+        assert declared[f"{cfg.environment}-{region}-checkpoints-bucket"] == checkpoint_bucket_name(
+            settings.environment, settings.account_id, region)
 
 
 def test_the_scheduler_names_the_buckets_the_program_declares(stack):

@@ -19,12 +19,14 @@ DAY = 86_400.0
 
 
 def monte_carlo(runtime, rate_per_hour, checkpoint, attempts, boot, runs=20_000, seed=7):
-    """Seconds billed and jobs finished, simulating the process the formulas describe."""
+    """Seconds billed and jobs finished, simulating the process the formulas describe: an interrupted run
+    that saved a checkpoint gives the attempts back (lambdas/job_events/decide.py), so the job is given up
+    after `attempts` runs in a row that save nothing."""
     rng = random.Random(seed)
     billed, finished = 0.0, 0
     for _ in range(runs):
-        progress = 0.0
-        for _ in range(attempts):
+        progress, in_a_row = 0.0, 0
+        while in_a_row < attempts:
             billed += boot
             left = runtime - progress
             until = rng.expovariate(rate_per_hour / 3600)
@@ -33,14 +35,15 @@ def monte_carlo(runtime, rate_per_hour, checkpoint, attempts, boot, runs=20_000,
                 finished += 1
                 break
             billed += until
-            if checkpoint:
-                progress += until // checkpoint * checkpoint
+            saved = until // checkpoint * checkpoint if checkpoint else 0.0
+            progress += saved
+            in_a_row = 0 if saved > 0 else in_a_row + 1
     return billed, finished
 
 
 @pytest.mark.parametrize(("runtime", "rate", "checkpoint", "attempts"), [
     (3600, 0.05, None, 3), (20 * 3600, 0.05, None, 3), (10 * 3600, 0.2, None, 5),
-    (DAY, 0.05, 1800, 3), (3 * DAY, 0.05, 3600, 10),
+    (DAY, 0.05, 1800, 3), (3 * DAY, 0.05, 3600, 10), (30 * DAY, 0.05, 1800, 3), (30 * DAY, 0.5, 3600, 2),
 ])
 def test_finish_probability_matches_a_simulation(runtime, rate, checkpoint, attempts):
     _, finished = monte_carlo(runtime, rate, checkpoint, attempts, 0)
@@ -52,6 +55,14 @@ def test_spot_cost_without_checkpoints_matches_a_simulation(runtime, rate, attem
     billed, finished = monte_carlo(runtime, rate, None, attempts, 180)
     expected = spot_cost_to_finish(3600.0, runtime, rate, None, attempts, 180)  # $1 per second: cost = seconds
     assert expected == pytest.approx(billed / finished, rel=0.03)
+
+
+@pytest.mark.parametrize(("runtime", "rate", "checkpoint", "attempts"), [
+    (DAY, 0.05, 1800, 3), (30 * DAY, 0.05, 1800, 3), (3 * DAY, 0.2, 3600, 2)])
+def test_spot_cost_with_checkpoints_matches_a_simulation(runtime, rate, checkpoint, attempts):
+    billed, finished = monte_carlo(runtime, rate, checkpoint, attempts, 180, runs=4_000)
+    expected = spot_cost_to_finish(3600.0, runtime, rate, checkpoint, attempts, 180)
+    assert expected == pytest.approx(billed / finished, rel=0.05)
 
 
 def test_no_interruptions_cost_the_price_and_impossible_jobs_cost_infinity():

@@ -2,8 +2,10 @@
 
 A job on spot is interrupted at its pool's rate (per instance-hour: lambdas/common/interruption_rates.py
 in the Lambda, the injected rate in the benchmark). Each interruption costs a replacement's boot and
-the work since the job's last checkpoint (all of it without checkpoints), and uses one of its attempts:
-past `attempts_left` the job is dead-lettered and everything it ran is lost. So the expected cost of
+the work since the job's last checkpoint (all of it without checkpoints). An interrupted run that saved
+no checkpoint uses one of the job's attempts; one that saved gives them all back (docs/jobs.md, "Retry
+rules"), so the job is dead-lettered, and everything it ran is lost, when `attempts_left` runs in a row
+save nothing. So the expected cost of
 *finishing* on spot is the expected cost of its attempts divided by the chance that they finish it;
 on-demand finishes it for its price times its runtime plus one boot. The job goes on-demand when that
 is cheaper and a fleet that launches on-demand may run it with room to grow, or a live on-demand
@@ -11,9 +13,9 @@ machine could hold it; otherwise it stays as it was (spot or either).
 
 - Without checkpoints, an attempt of W seconds succeeds with q = exp(-rate W) and bills
   E[min(T, W)] = (1 - q) / rate (T the exponential time to the interruption), plus a boot.
-- With a checkpoint every C seconds, each of the W / C segments takes (exp(rate C) - 1) / rate in
-  expectation and sees exp(rate C) - 1 interruptions; the job finishes when the interruptions
-  (negative-binomial) are fewer than its attempts.
+- With a checkpoint every C seconds, the job is W / C segments, each tried until a run gets through it
+  (q = exp(-rate C)); a try bills E[min(T, C)], and the job finishes when no segment is tried as many
+  times in a row without a checkpoint as it has attempts (spot_cost_to_finish, finish_probability).
 
 A job with no runtime belief, or a user's `lifecycle`, is left alone.
 """
@@ -32,12 +34,13 @@ HOUR = 3600.0
 
 
 def finish_probability(runtime_s: float, rate_per_hour: float, checkpoint_s: float | None, attempts: int) -> float:
-    """The chance that `attempts` runs on spot finish a job of `runtime_s`.
+    """The chance that a job of `runtime_s` on spot finishes before `attempts` runs in a row save nothing.
 
-    The job is W / C segments (one without checkpoints); a segment is done when a run gets through it,
-    which happens with p = exp(-rate C). The interruptions before the last segment is done are then
-    negative-binomial (failures before W / C successes), and the job finishes if they are fewer than
-    its attempts.
+    The job is W / C segments (one without checkpoints); a run gets through a segment with p = exp(-rate C).
+    A done segment (a checkpoint) gives the attempts back. The first segment is done within the attempts
+    with 1 - (1 - p)^attempts. Each later one is first tried by the run that saved the one before, whose
+    interruption then uses no attempt: it is done within 1 + attempts tries, with 1 - (1 - p)^(attempts + 1).
+    The segments fail independently.
     """
     rate = rate_per_hour / HOUR
     if rate <= 0:
@@ -45,12 +48,8 @@ def finish_probability(runtime_s: float, rate_per_hour: float, checkpoint_s: flo
     segment = runtime_s if checkpoint_s is None else min(checkpoint_s, runtime_s)
     segments = runtime_s / segment
     success = math.exp(-rate * segment)
-    term = success ** segments  # P(no interruption at all)
-    total = 0.0
-    for failures in range(attempts):
-        total += term
-        term *= (segments + failures) / (failures + 1) * (1 - success)
-    return min(1.0, total)
+    miss = 1.0 - success
+    return min(1.0, (1.0 - miss ** attempts) * (1.0 - miss ** (attempts + 1)) ** (segments - 1))
 
 
 def spot_cost_to_finish(price: float, runtime_s: float, rate_per_hour: float, checkpoint_s: float | None,
@@ -59,16 +58,24 @@ def spot_cost_to_finish(price: float, runtime_s: float, rate_per_hour: float, ch
     rate = rate_per_hour / HOUR
     if rate <= 0:
         return price * (runtime_s + boot_s) / HOUR
-    if checkpoint_s is None or checkpoint_s >= runtime_s:
-        q = math.exp(-rate * runtime_s)
-        reached = sum((1 - q) ** i for i in range(attempts))  # expected attempts started
-        seconds = reached * (boot_s + (1 - q) / rate)
-    else:
-        segments = runtime_s / checkpoint_s
-        interruptions = segments * math.expm1(rate * checkpoint_s)
-        seconds = segments * math.expm1(rate * checkpoint_s) / rate + boot_s * (1 + min(interruptions, attempts - 1))
+    segment = runtime_s if checkpoint_s is None else min(checkpoint_s, runtime_s)
+    segments = runtime_s / segment
+    success = math.exp(-rate * segment)
+    miss = 1.0 - success
     finished = finish_probability(runtime_s, rate_per_hour, checkpoint_s, attempts)
-    return price * seconds / HOUR / finished if finished > 1e-12 else math.inf
+    if finished <= 1e-12:
+        return math.inf
+    # Tries of a segment (as in finish_probability) until done or given up: at most `attempts` for the
+    # first, one more for each later one; a try bills E[min(T, segment)] = (1 - p) / rate (Wald), and every
+    # try boots a replacement except a later segment's first (the run that saved the one before goes on).
+    first_tries = (1.0 - miss ** attempts) / success
+    later_tries = (1.0 - miss ** (attempts + 1)) / success
+    first = first_tries * (miss / rate + boot_s)
+    later = later_tries * miss / rate + (later_tries - 1.0) * boot_s
+    first_done, later_done = 1.0 - miss ** attempts, 1.0 - miss ** (attempts + 1)
+    later_reached = (segments - 1 if later_done >= 1.0 else (1.0 - later_done ** (segments - 1)) / (1.0 - later_done))
+    seconds = first + first_done * later_reached * later  # over every job, finished or given up
+    return price * seconds / HOUR / finished
 
 
 def on_demand_cost(price: float, runtime_s: float, boot_s: float) -> float:
