@@ -3,7 +3,8 @@
 Events (forwarded from every fleet region to the home region's default bus):
   - "EC2 Spot Instance Interruption Warning": the instance goes in two minutes. Its container instance is
     drained and every job on it goes back to the queue with its attempt counted (FAILED and dead-lettered
-    when no attempt is left). Its tasks are stopped now, so they get SIGTERM and the task definition's
+    when no attempt is left), or with its attempts given back when it saved a checkpoint in the run (see
+    the task rules below). Its tasks are stopped now, so they get SIGTERM and the task definition's
     stopTimeout to checkpoint, instead of dying with the machine.
   - "EC2 Instance Rebalance Recommendation": the instance is at elevated risk. It is tagged
     `mlfleet:rebalance-at=<time>` and the planner avoids it; the tag is removed again (undone) when no
