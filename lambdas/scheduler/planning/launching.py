@@ -4,16 +4,13 @@ A fleet's desired capacity minus its usable machines (registered with ECS, not d
 on its way: instances booting, joining the cluster, or replacing a reclaimed one. Each counts as an
 empty machine of the fleet's guaranteed size; each first takes the reservation it was bought for, then
 jobs that fit pack first-fit decreasing. Without this, each one-minute run would buy again for jobs
-whose instances are still booting (a GPU instance takes minutes to join), until the cap. Jobs that
-would adopt an instance no reservation holds, far dearer than buying for them, are left to the
-purchase (adoption.py): a group's replacement of a reclaimed instance is the usual such instance.
+whose instances are still booting (a GPU instance takes minutes to join), until the cap.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from .adoption import too_dear
 from .constraints import Patterns
 from .fleets import Option, box_machine, may_run
 from .model import JobRequest, Machine
@@ -21,11 +18,9 @@ from .packer import Packer
 from .reservations import place_reservations
 
 
-def place_on_launching(jobs: Sequence[JobRequest], options: Sequence[Option], catalog, patterns: Patterns,
-                       alone: Callable[[JobRequest], float | None] | None = None
-                       ) -> tuple[list[JobRequest], list[tuple[str, str]]]:
-    """The jobs left, and the waiting reasons of those held by a launching instance. `alone(job)`: $/h of
-    buying for the job alone (None: the adoption rule is not applied)."""
+def place_on_launching(jobs: Sequence[JobRequest], options: Sequence[Option], catalog,
+                       patterns: Patterns) -> tuple[list[JobRequest], list[tuple[str, str]]]:
+    """The jobs left, and the waiting reasons of those held by a launching instance."""
     index_of = {(o.fleet.region, o.fleet.fleet): i for i, o in enumerate(options)}
     boxes = Packer([box_machine(catalog, o, f"launching:{o.fleet.asg_name}:{n}")
                     for o in options for n in range(o.fleet.pending_instances)], catalog,
@@ -38,17 +33,6 @@ def place_on_launching(jobs: Sequence[JobRequest], options: Sequence[Option], ca
             left.append(job)
         else:
             placed[job.job_id] = box
-    if alone is not None:
-        on_box: dict[str, list[JobRequest]] = {}
-        for job in jobs:
-            if job.job_id in placed:
-                on_box.setdefault(placed[job.job_id].key, []).append(job)
-        adopted = {key: held for key, held in on_box.items() if not any(j.reserved for j in held)}
-        taken_back = too_dear(adopted, {key: placed[held[0].job_id].price_per_hour for key, held in adopted.items()},
-                              alone)
-        if taken_back:
-            placed = {job_id: box for job_id, box in placed.items() if job_id not in taken_back}
-            left = [job for job in jobs if job.job_id not in placed]
     waiting = [(job_id, f"waiting for an instance of fleet {box.fleet} in {box.region} that is already launching")
                for job_id, box in placed.items()]
     return left, waiting

@@ -10,7 +10,6 @@ oldest first among equals):
 0. reservations.py  jobs an earlier run bought an instance for start together on it
 1. live.py          the fittest live machine (duration-aware: packer.py)
 2. launching.py     instances already asked for and still launching
-   (adoption.py: an empty or launching machine is taken only if not far dearer than buying)
 3. purchase.py      what to buy, runtime class by class, within each fleet's cap and the dollar cap
 4. release.py       empty machines nothing was placed on, past the release delay, given back
 """
@@ -64,13 +63,12 @@ def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequen
         ordered, marked = choose_lifecycles(ordered, options(), open_machines, interruption_rate, patterns, boot_s,
                                             catalog)
         fallbacks = {job_id: originals[job_id] for job_id in marked}
-    alone = _alone_price(options, patterns)
-    timing = Timing(now, _alternative(alone, boot_s)) if any(j.runtime for j in ordered) else None
-    placements, unplaced = place_live(ordered, open_machines, catalog, patterns, timing, alone)
+    timing = Timing(now, _alternative(options, patterns, boot_s)) if any(j.runtime for j in ordered) else None
+    placements, unplaced = place_live(ordered, open_machines, catalog, patterns, timing)
     waiting: list[tuple[str, str]] = []
     scale_outs: list[ScaleOut] = []
     if unplaced:
-        unplaced, waiting = place_on_launching(unplaced, options(), catalog, patterns, alone)
+        unplaced, waiting = place_on_launching(unplaced, options(), catalog, patterns)
         if unplaced:
             scale_outs, bought_waiting = purchase(unplaced, options(), catalog, patterns, limits, fallbacks,
                                                   interruption_rate)
@@ -91,24 +89,17 @@ class _Lazy:
         return self._value
 
 
-def _alone_price(options: Callable[[], Sequence[Option]], patterns: Patterns) -> Callable[[JobRequest], float | None]:
-    """$/h of an instance bought for the job alone: the cheapest fleet that may run it (None when no fleet
-    can). Memoized per constraints and size."""
+def _alternative(options: Callable[[], Sequence[Option]], patterns: Patterns,
+                 boot_s: float) -> Callable[[JobRequest], float | None]:
+    """What a job would cost on an instance bought for it alone: the cheapest fleet that may run it, for
+    its runtime and a boot ($; None when no fleet can). Memoized per constraints and size."""
     cheapest: dict[tuple, float | None] = {}
 
-    def price(job: JobRequest) -> float | None:
+    def cost(job: JobRequest) -> float | None:
         key = (constraint_key(job), demand_of(job), job.gpu_memory_mib)
         if key not in cheapest:
             prices = [o.price for o in options() if o.holds(job) and may_run(job, o, patterns)]
             cheapest[key] = min(prices) if prices else None
-        return cheapest[key]
-    return price
-
-
-def _alternative(alone: Callable[[JobRequest], float | None], boot_s: float) -> Callable[[JobRequest], float | None]:
-    """What a job would cost on an instance bought for it alone, for its runtime and a boot ($; None when
-    no fleet can run it or its runtime is unknown)."""
-    def cost(job: JobRequest) -> float | None:
-        price = alone(job)
+        price = cheapest[key]
         return None if price is None or job.runtime is None else price * (job.runtime.seconds + boot_s) / 3600.0
     return cost
