@@ -138,15 +138,24 @@ def test_karpenter_removes_an_empty_node_after_consolidate_after_and_never_moves
     assert sim.jobs["long"].runs == 1 and node.terminated == pytest.approx(300 + 7200 + 30)
 
 
-def test_a_checkpointing_job_resumes_from_its_last_checkpoint():
-    job = TraceJob("j", 0, 4 * 3600, 1, 2, 4096)
+def started_alone(duration_s: float, checkpoint_s: float | None, *, runs: int = 0, progress: float = 0.0):
+    """One job under mlfleet, having used `runs` and saved `progress`, started on the instance bought
+    for it (ready at 240 s: the 180 s boot after the first tick)."""
     strategy = MlfleetStrategy(TYPES, CATALOG, "us-east-1", 5400, 1800, release_after_s=180)
-    sim = tiny_sim([job], strategy, checkpoints={"j": 1800.0})
+    sim = tiny_sim([TraceJob("j", 0, duration_s, 1, 2, 4096)], strategy,
+                   checkpoints={"j": checkpoint_s} if checkpoint_s else {})
     state = sim.jobs["j"]
+    state.runs, state.progress = runs, progress
     sim._on_arrive(state)
     strategy.schedule(sim, 0.0)
     sim.now = 240.0
     strategy.schedule(sim, 240.0)
+    assert state.state == "running" and state.runs == runs + 1
+    return sim, state
+
+
+def test_a_checkpointing_job_resumes_from_its_last_checkpoint():
+    sim, state = started_alone(4 * 3600, 1800.0)
     sim.now = 240.0 + 5000
     sim._on_notice(sim.boxes[0])
     assert state.progress == 3600.0 and state.remaining_s == 3 * 3600 and state.state == "waiting"
@@ -189,31 +198,14 @@ def test_generated_traces_are_seeded_and_readable(tmp_path):
 def test_an_interruption_after_a_checkpoint_in_the_run_gives_the_attempts_back(checkpoint, state, forgiven):
     """The retry rule of lambdas/job_events/decide.py, in the simulation: the job's last attempt (3 of 3)
     saved in its run before the notice, so it goes back to the queue; without checkpoints it is done."""
-    job = TraceJob("j", 0, 40 * 3600, 1, 2, 4096)
-    strategy = MlfleetStrategy(TYPES, CATALOG, "us-east-1", 5400, 1800, release_after_s=180)
-    sim = tiny_sim([job], strategy, checkpoints={"j": checkpoint} if checkpoint else {})
-    run = sim.jobs["j"]
-    run.runs = 2  # two runs already used
-    sim._on_arrive(run)
-    strategy.schedule(sim, 0.0)
-    sim.now = 240.0
-    strategy.schedule(sim, 240.0)
-    assert run.runs == 3
+    sim, run = started_alone(40 * 3600, checkpoint, runs=2)  # two runs already used: this is the last
     sim.now = 240.0 + 2000  # one checkpoint (1,800 s) into the run
     sim._on_notice(sim.boxes[0])
     assert (run.state, run.forgiven, run.attempts_used) == (state, 3 * forgiven, 3 - 3 * forgiven)
 
 
 def test_an_interruption_before_the_first_checkpoint_of_the_run_uses_an_attempt():
-    job = TraceJob("j", 0, 40 * 3600, 1, 2, 4096)
-    strategy = MlfleetStrategy(TYPES, CATALOG, "us-east-1", 5400, 1800, release_after_s=180)
-    sim = tiny_sim([job], strategy, checkpoints={"j": 1800.0})
-    run = sim.jobs["j"]
-    run.progress = 3600.0  # saved by earlier runs, not this one
-    sim._on_arrive(run)
-    strategy.schedule(sim, 0.0)
-    sim.now = 240.0
-    strategy.schedule(sim, 240.0)
+    sim, run = started_alone(40 * 3600, 1800.0, progress=3600.0)  # saved by earlier runs, not this one
     sim.now = 240.0 + 1000
     sim._on_notice(sim.boxes[0])
     assert (run.state, run.forgiven, run.attempts_used, run.progress) == ("waiting", 0, 1, 3600.0)
