@@ -119,7 +119,10 @@ def ecs_instance_type(jobs, types, args) -> InstanceType:
 def metrics(sim: Simulation) -> dict:
     states = list(sim.jobs.values())
     by_state = Counter(s.state for s in states)
+    by_type: Counter = Counter()
     if sim.snapshot:
+        for b in sim.boxes:
+            by_type[b.type.name] += b.price
         cost = sum(b.price for b in sim.boxes)
         bought_gpus = sum(b.type.gpus for b in sim.boxes)
         utilization = sum(s.job.gpu_memory_mib / s.box.type.gpu_memory if s.job.shares_gpu else s.job.gpus
@@ -128,7 +131,9 @@ def metrics(sim: Simulation) -> dict:
         done = [s for s in states if s.state == "running"]
     else:
         end = {b.id: b.terminated for b in sim.boxes}
-        cost = sum((end[b.id] - b.launched) / 3600 * b.price for b in sim.boxes)
+        for b in sim.boxes:
+            by_type[b.type.name] += (end[b.id] - b.launched) / 3600 * b.price
+        cost = sum(by_type.values())
         done = [s for s in states if s.state == "completed"]
         held = sum((end[b.id] - b.launched) * b.type.gpus for b in sim.boxes)
         utilization = sum(s.gpu_seconds for s in states) / held if held else 0.0
@@ -147,6 +152,8 @@ def metrics(sim: Simulation) -> dict:
         "instances_launched": len(sim.boxes),
         "plan_seconds": round(sim.plan_seconds, 3),
         "completed_gpu_hours": round(completed_gpu_hours, 2),
+        # Where the dollars went ($/h in snapshot mode), dearest first: which instance types a strategy pays for.
+        "cost_by_instance_type": {name: round(usd, 2) for name, usd in sorted(by_type.items(), key=lambda i: (-i[1], i[0]))},
     }
     if not sim.snapshot:
         figures["usd_per_completed_gpu_hour"] = round(cost / completed_gpu_hours, 4) if completed_gpu_hours else None

@@ -183,6 +183,16 @@ def test_replay_reports_completed_gpu_hours_dollars_per_gpu_hour_and_a_timeline(
     assert all(a[1] <= b[1] for a, b in zip(timeline, timeline[1:]))
 
 
+@pytest.mark.parametrize("mode", ["replay", "snapshot"])
+def test_the_cost_by_instance_type_adds_up_to_the_cost(tmp_path, capsys, mode):
+    # One instance per job: a 2-GPU job and a 1-GPU job take two different cheapest types.
+    trace = write(tmp_path, "submit_s,duration_s,gpus,vcpus,memory_mib\n0,3600,2,4,8192\n600,1800,1,2,4096\n")
+    figures = run_json(capsys, "--trace", str(trace), "--mode", mode)["strategies"]["one-instance-per-job"]
+    by_type = figures["cost_by_instance_type"]
+    assert len(by_type) == 2 and list(by_type.values()) == sorted(by_type.values(), reverse=True)
+    assert sum(by_type.values()) == pytest.approx(figures["cost_usd"], abs=0.02)
+
+
 def test_generated_traces_are_seeded_and_readable(tmp_path):
     for kind in ("synthetic", "resample"):
         first, second = tmp_path / f"{kind}-1.csv", tmp_path / f"{kind}-2.csv"
