@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
 from ..common.aws import chunks, client, paginate
 from ..common.catalog import load_catalog
@@ -302,7 +302,7 @@ def checkpoint_saved_at(record: L.JobRecord, settings: Settings) -> float | None
             for item in page.get("Contents", []):
                 saved = item["LastModified"].timestamp()
                 newest = saved if newest is None else max(newest, saved)
-    except (ClientError, BotoCoreError) as error:
+    except Exception as error:  # AWS, or an answer of an unexpected shape: unknown, so the attempt counts
         log_decision("checkpoint-unknown", job_id=record.job_id, bucket=bucket, error=describe(error))
         return None
     return newest

@@ -153,3 +153,22 @@ def test_an_unreadable_checkpoint_bucket_counts_the_attempt(home):
     ledger, job_id, task, _ = _running_job(home, started_at=1.0)  # no bucket: S3 answers NoSuchBucket
     job_events.handle(_spot_stop(job_id, task), settings(home, account_id=ACCOUNT))
     assert (ledger.get(job_id).state, ledger.get(job_id).runs) == (L.FAILED, 2)
+
+
+def test_a_listing_of_an_unexpected_shape_counts_the_attempt_and_the_interruption_is_still_handled(home, monkeypatch):
+    """Issue 13's rule for the new read: whatever the checkpoint listing raises, the job is requeued or
+    dead-lettered as without the rule, and the event is not retried for it."""
+    ledger, job_id, task, instance_id = _running_job(home, started_at=1.0)
+
+    class Broken:
+        def get_paginator(self, name):
+            raise KeyError("LastModified")
+
+    real_client = job_events.client
+    monkeypatch.setattr(job_events, "client", lambda service, region=None: Broken() if service == "s3"
+                        else real_client(service, region))
+    event = {"detail-type": "EC2 Spot Instance Interruption Warning", "region": HOME, "time": NOW_ISO,
+             "detail": {"instance-id": instance_id, "instance-action": "terminate"}}
+    result = job_events.handle(event, settings(home, account_id=ACCOUNT))
+    assert result["errors"] == 0
+    assert (ledger.get(job_id).state, ledger.get(job_id).runs) == (L.FAILED, 2)
