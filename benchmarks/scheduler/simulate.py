@@ -13,7 +13,7 @@ catalog's on-demand price there.
   at which it stops taking work and its jobs are stopped. A checkpointing job saves its progress every
   `checkpoint_s` of running and a requeued attempt resumes from the last save; any other job starts over.
   A run the spot market ended after the job saved a checkpoint in it gives the job its attempts back (the
-  retry rule of docs/jobs.md, "Retries": progress was made and the job did not fail), for every strategy
+  retry rule of docs/jobs.md, "Retry rules": progress was made and the job did not fail), for every strategy
   that retries.
   What happens to stopped jobs, which instances are bought and when idle ones go is each strategy's
   policy (strategies.py). Cost is dollars over the trace.
