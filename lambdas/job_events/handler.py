@@ -293,19 +293,14 @@ def checkpoint_saved_at(record: L.JobRecord, settings: Settings) -> float | None
         return None
     region = record.placement.region
     bucket = checkpoints.bucket_name(settings.environment, settings.account_id, region)
-    newest = None
     try:
-        pages = client("s3", region).get_paginator("list_objects_v2").paginate(
-            Bucket=bucket, Prefix=f"{checkpoints.PREFIX}{record.job_id}/",
-            PaginationConfig={"MaxItems": CHECKPOINT_LISTING_KEYS, "PageSize": 1000})
-        for page in pages:
-            for item in page.get("Contents", []):
-                saved = item["LastModified"].timestamp()
-                newest = saved if newest is None else max(newest, saved)
+        objects = paginate(client("s3", region), "list_objects_v2", "Contents", Bucket=bucket,
+                           Prefix=f"{checkpoints.PREFIX}{record.job_id}/",
+                           PaginationConfig={"MaxItems": CHECKPOINT_LISTING_KEYS, "PageSize": 1000})
+        return max((item["LastModified"].timestamp() for item in objects), default=None)
     except Exception as error:  # AWS, or an answer of an unexpected shape: unknown, so the attempt counts
         log_decision("checkpoint-unknown", job_id=record.job_id, bucket=bucket, error=describe(error))
         return None
-    return newest
 
 
 def _ours(ec2, instance_id: str, environment: str) -> bool:
