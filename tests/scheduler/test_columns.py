@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks.configuration_bound import configuration_bound
-from lambdas.scheduler.planning.columns import GAP, Pattern, _best_pattern, cheapest_cover
+from lambdas.scheduler.planning.columns import GAP, Pattern, _best_pattern, _relaxation_prices, cheapest_cover
 
 BOXES = [((1, 8.0, 32_000), 0.5), ((4, 48.0, 190_000), 1.3), ((8, 96.0, 380_000), 3.0), ((1, 4.0, 15_000), 0.21)]
 
@@ -72,24 +72,57 @@ def test_rounded_boxes_fit_and_hold_no_job_twice(jobs, budget):
     assert cover.lp_cost <= sum(min(p for c, p in BOXES if _fits(c, n)) * jobs[n] for n in needs) + 1e-6
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(1, 3), st.integers(1, 40_000), st.integers(1, 100_000),
-                          st.floats(0.0, 5.0), st.integers(1, 4)), min_size=1, max_size=5),
-       st.tuples(st.integers(1, 8), st.integers(1, 96_000), st.integers(1, 400_000)))
-def test_pricing_finds_the_most_valuable_pattern(items, capacity):
-    """Branch and bound against trying every combination of counts."""
+items_st = st.lists(st.tuples(st.integers(0, 3), st.integers(1, 40_000), st.integers(1, 100_000),
+                              st.floats(0.0, 5.0), st.integers(1, 4)), min_size=1, max_size=5)
+capacity_st = st.tuples(st.integers(1, 8), st.integers(1, 96_000), st.integers(1, 400_000))
+
+
+def _brute_force_best(items, capacity) -> float:
+    best = 0.0
+    for combination in itertools.product(*(range(i[4] + 1) for i in items)):
+        if _fits(capacity, [sum(i[d] * c for i, c in zip(items, combination)) for d in range(3)]):
+            best = max(best, sum(i[3] * c for i, c in zip(items, combination)))
+    return best
+
+
+@settings(max_examples=80, deadline=None)
+@given(items_st, capacity_st, st.sampled_from([0.0, 0.5, 1.0, 3.0]))
+def test_pricing_finds_the_most_valuable_pattern(items, capacity, floor_share):
+    """Branch and bound against trying every combination of counts. With a floor (the box's price: a
+    pattern worth no more cannot enter the master), it returns the best pattern when that beats the
+    floor, and the floor with no jobs when nothing does."""
     needs = [i[:3] for i in items]
     duals = [i[3] for i in items]
     demand = [i[4] for i in items]
-    value, counts, exhaustive = _best_pattern(capacity, range(len(items)), needs, demand, duals, 20_000)
+    best = _brute_force_best(items, capacity)
+    floor = floor_share * best
+    value, counts, exhaustive = _best_pattern(capacity, range(len(items)), needs, demand, duals, 20_000, floor)
     assert exhaustive
-    best = 0.0
-    for combination in itertools.product(*(range(d + 1) for d in demand)):
-        if _fits(capacity, [sum(n[d] * c for n, c in zip(needs, combination)) for d in range(3)]):
-            best = max(best, sum(v * c for v, c in zip(duals, combination)))
-    assert value == pytest.approx(best, abs=1e-6)  # duals within EPSILON of zero are worth nothing
-    assert value == pytest.approx(sum(duals[k] * c for k, c in counts.items()), abs=1e-9)
-    assert _fits(capacity, [sum(needs[k][d] * c for k, c in counts.items()) for d in range(3)])
+    if best > floor + 1e-6:
+        assert value == pytest.approx(best, abs=1e-6)  # duals within EPSILON of zero are worth nothing
+        assert value == pytest.approx(sum(duals[k] * c for k, c in counts.items()), abs=1e-9)
+        assert _fits(capacity, [sum(needs[k][d] * c for k, c in counts.items()) for d in range(3)])
+    else:
+        assert value == pytest.approx(floor, abs=1e-6) and not counts
+
+
+@settings(max_examples=80, deadline=None)
+@given(items_st, capacity_st)
+def test_relaxation_prices_bound_every_pattern(items, capacity):
+    """Weak duality, which the search's pruning rests on: at the prices returned (never negative), the
+    capacity's worth plus each kind's surplus over its price, times the most of it that fit, is at least
+    the best pattern's value."""
+    rows = []
+    for k, (g, c, m, value, demand) in enumerate(items):
+        most = min([demand] + [have // need for have, need in zip(capacity, (g, c, m)) if need])
+        if value > 0 and most:
+            rows.append((k, g, c, m, value, most))
+    prices = _relaxation_prices(rows, capacity)
+    assert all(p >= 0 for p in prices)
+    bound = sum(p * have for p, have in zip(prices, capacity)) + sum(
+        most * max(0.0, value - sum(p * need for p, need in zip(prices, (g, c, m))))
+        for _, g, c, m, value, most in rows)
+    assert bound >= _brute_force_best(items, capacity) - 1e-6
 
 
 def test_a_good_start_is_kept_and_never_makes_the_lp_worse():

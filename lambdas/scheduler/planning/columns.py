@@ -11,7 +11,12 @@ each kind one box of it holds), grown one pattern at a time.
   hundreds), the entries small whole numbers, so a dense inverse is small and well conditioned.
 - Pricing: for each option, the pattern whose jobs are worth most at the master's dual prices (a
   bounded knapsack over GPUs, vCPUs and memory, by depth-first branch and bound: GPUs are the tightest
-  dimension, so a box holds at most eight jobs). A pattern worth more than its box's price enters.
+  dimension, so a box holds at most eight jobs). A pattern worth more than its box's price enters, so
+  the search only has to beat that price; kinds go in the order of the knapsack's LP relaxation, and
+  its Lagrangian bounds prune (boxes whose GPUs and vCPUs run out together, as shared-GPU bundles on
+  g4dn, left 20,000-node searches unfinished before).
+- The master starts its pivots from the patterns added since its last solve (partial pricing), and
+  prices every column before it calls a solution optimal.
 - When no pattern enters (or the CPU budget is spent), the master's solution is rounded down: whole
   boxes of the patterns it buys. The caller packs the few jobs left over greedily, filling the spare
   room of these boxes first.
@@ -38,6 +43,10 @@ SMOOTHING = 0.5  # weight of the stability center in the duals priced at (Wentge
 # Stop once the master is within this share of a proven lower bound (Farley's, from exhaustive pricing):
 # column generation tails off, and the last fraction of a percent is lost again to rounding anyway.
 GAP = 0.002
+# Smooth only once the best proven bound is within this share of the master's cost: Wentges smoothing
+# pulls the duals toward the bound's, which helps near the optimum and slows the generation when the
+# bound is still far (0.5% dearer on the synthetic trace's 258 kinds at 5 s, docs/scheduler.md).
+SMOOTH_FROM = 0.9
 
 
 @dataclass(frozen=True)
@@ -90,6 +99,7 @@ class _Master:
         self.inverse = [{i: 1.0} for i in range(self.m)]  # column i of B^-1: row -> value
         self.values = list(self.demand)
         self.pivots = 0
+        self.priced = 0  # columns priced by the last solve
         self._price()
 
     def add(self, column: dict[int, float], cost: float) -> None:
@@ -155,16 +165,24 @@ class _Master:
     def solve(self, deadline: float) -> bool:
         """Pivot to optimality over the columns so far; False when the deadline came first."""
         m = self.m
+        fresh = self.priced  # columns added since the last solve: the likeliest to enter
+        self.priced = len(self.columns)
         while True:
             y = self.duals
             entering, best = None, -EPSILON * 10
-            for j, column in enumerate(self.columns):
-                reduced = self.costs[j] - sum(y[i] * a for i, a in column.items())
-                if reduced < best:
-                    entering, best = j, reduced
-            for row in range(m):  # a surplus variable prices out when its dual is negative
-                if y[row] < best:
-                    entering, best = -1 - row, y[row]
+            # Partial pricing: the fresh columns first; the whole set (and the surplus variables) only
+            # when none of them enters, so the optimum is still proven over every column.
+            for start in ((fresh, 0) if fresh else (0,)):
+                for j in range(start, len(self.columns)):
+                    reduced = self.costs[j] - sum(y[i] * a for i, a in self.columns[j].items())
+                    if reduced < best:
+                        entering, best = j, reduced
+                if entering is not None:
+                    break
+            if entering is None:
+                for row in range(m):  # a surplus variable prices out when its dual is negative
+                    if y[row] < best:
+                        entering, best = -1 - row, y[row]
             if entering is None:
                 return True
             if time.process_time() > deadline:
@@ -219,27 +237,41 @@ class _Master:
 
 
 def _best_pattern(capacity: tuple[int, int, int], kinds: Sequence[int], needs: Sequence[tuple[int, int, int]],
-                  demand: Sequence[int], duals: Sequence[float], node_limit: int) -> tuple[float, dict[int, int], bool]:
+                  demand: Sequence[int], duals: Sequence[float], node_limit: int, floor: float = 0.0
+                  ) -> tuple[float, dict[int, int], bool]:
     """The jobs one box of `capacity` holds that are worth most at `duals`: depth-first branch and bound
     over whole units (GPUs, milli-vCPUs, MiB), so that every division is exact.
 
-    The bound at a node: what is left of each resource, times the best value per unit of that resource
-    among the kinds still to decide; the least of the three. Kinds go in order of value per GPU, so good
-    patterns are found first and prune the rest. The flag says whether the search was exhaustive (the
-    pattern is the best there is) or stopped at `node_limit` (the best found).
+    `floor`: only patterns worth more count (the box's price, in pricing); when none is, the answer is
+    the floor and no jobs. Kinds go in order of value per unit of their size at the prices of the
+    knapsack's LP relaxation (`_relaxation_prices`: per GPU alone when only GPUs run out), so good
+    patterns come first. The bound at a node is the least of: what is left of one resource (or of their
+    capacity-normalised sum) times the best value per unit of it among the kinds still to decide; and
+    two Lagrangian bounds at those prices (the left resources' worth plus each kind's surplus over its
+    price, times the most of it; or, GPUs unpriced, the left GPUs times the best surplus per GPU). The
+    flag says whether the search was exhaustive (the pattern is the best there is, or nothing beats the
+    floor) or stopped at `node_limit` (the best found).
     """
+    big_g, big_c, big_m = capacity
     items = []
     for k in kinds:
-        if duals[k] > EPSILON:
-            need = needs[k]
-            most = min([demand[k]] + [have // n for have, n in zip(capacity, need) if n])
+        value = duals[k]
+        if value > EPSILON:
+            g, c, m = needs[k]
+            most = demand[k]
+            if g:
+                most = min(most, big_g // g)
+            if c:
+                most = min(most, big_c // c)
+            if m:
+                most = min(most, big_m // m)
             if most:
-                items.append((k, need[0], need[1], need[2], duals[k], most))
-    items.sort(key=lambda item: -item[4] / max(item[1], 1))
+                items.append((k, g, c, m, value, most))
+    p_g, p_c, p_m = _relaxation_prices(items, capacity)
+    items.sort(key=lambda item: -item[4] / max(EPSILON, p_g * item[1] + p_c * item[2] + p_m * item[3]))
     n = len(items)
-    # Bounds: for weights w >= 0 over the resources, a box's value is at most (w . free) times the best
-    # value per unit of w . need among the kinds still to decide. The three unit weights bound by one
-    # resource each; the capacity-normalised sum catches boxes that run out of a mix of them.
+    # Single-resource bounds: for weights w >= 0 over the resources, a box's value is at most (w . free)
+    # times the best value per unit of w . need among the kinds still to decide.
     weights = [(1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0),
                tuple(1.0 / c if c else 0.0 for c in capacity)]
     suffixes = []
@@ -252,8 +284,16 @@ def _best_pattern(capacity: tuple[int, int, int], kinds: Sequence[int], needs: S
         suffixes.append(suffix)
     s_g, s_c, s_m, s_all = suffixes
     w_g, w_c, w_m = weights[3]
+    surplus, per_gpu = [0.0] * (n + 1), [0.0] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        _, g, c, m, value, most = items[i]
+        rest = value - p_c * c - p_m * m
+        surplus[i] = surplus[i + 1] + most * max(0.0, rest - p_g * g)
+        per_gpu[i] = max(per_gpu[i + 1], rest / g if g else (float("inf") if rest > 0 else 0.0))
+    if min(p_g * big_g + surplus[0], big_g * per_gpu[0]) + p_c * big_c + p_m * big_m <= floor + EPSILON:
+        return floor, {}, True  # nothing beats the floor: no search
 
-    best = [0.0, {}]
+    best = [floor, {}]
     counts: dict[int, int] = {}
     nodes = [0]
 
@@ -265,7 +305,8 @@ def _best_pattern(capacity: tuple[int, int, int], kinds: Sequence[int], needs: S
             if nodes[0] >= node_limit:
                 return
             if free_g * s_g[i] <= room or free_c * s_c[i] <= room or free_m * s_m[i] <= room or \
-                    (free_g * w_g + free_c * w_c + free_m * w_m) * s_all[i] <= room:
+                    (free_g * w_g + free_c * w_c + free_m * w_m) * s_all[i] <= room or \
+                    p_c * free_c + p_m * free_m + min(p_g * free_g + surplus[i], free_g * per_gpu[i]) <= room:
                 return
             k, g, c, m, worth, most = items[i]
             take = most
@@ -289,6 +330,33 @@ def _best_pattern(capacity: tuple[int, int, int], kinds: Sequence[int], needs: S
 
     search(0, *capacity, 0.0)
     return best[0], best[1], nodes[0] < node_limit
+
+
+def _relaxation_prices(items, capacity: tuple[int, int, int], sweeps: int = 3) -> list[float]:
+    """Prices per unit of GPUs, vCPUs and memory near the minimum of the dual of the knapsack's LP
+    relaxation, p . capacity + sum over kinds of most * max(0, value - p . need): exact line search on one
+    price at a time (the dual is convex and piecewise linear along each), a few sweeps."""
+    prices = [0.0, 0.0, 0.0]
+    reduced = [item[4] for item in items]  # value - prices . need
+    for _ in range(sweeps):
+        for r in range(3):
+            old, slope, breaks = prices[r], float(capacity[r]), []
+            for item, left in zip(items, reduced):
+                need = item[1 + r]
+                if need and left + old * need > 0:
+                    slope -= item[5] * need
+                    breaks.append(((left + old * need) / need, item[5] * need))
+            price = 0.0
+            if slope < 0:
+                breaks.sort()
+                for price, gain in breaks:
+                    slope += gain
+                    if slope >= 0:
+                        break
+            if price != old:
+                prices[r] = price
+                reduced = [left - (price - old) * item[1 + r] for item, left in zip(items, reduced)]
+    return prices
 
 
 def _units(resources: Sequence[float], round_up: bool) -> tuple[int, int, int]:
@@ -352,6 +420,7 @@ def cheapest_cover(needs: Sequence[Resources], demand: Sequence[int], eligible: 
     node_limit = QUICK_PRICING_NODES
     center: list[float] | None = None  # the duals of the best lower bound so far (the stability center)
     bound = 0.0
+    settled: dict[int, float] = {}  # option -> its best pattern's value at the master's duals, proven
     while rounds < max_rounds:
         rounds += 1
         if not master.solve(deadline):
@@ -359,10 +428,16 @@ def cheapest_cover(needs: Sequence[Resources], demand: Sequence[int], eligible: 
         duals = [0.0] * len(needs)
         for k, r in rows.items():
             duals[k] = master.duals[r]
+        deep = node_limit == DEEP_PRICING_NODES
+        if not deep:
+            settled = {}  # the master changed: the duals are new
         # Price at duals smoothed toward the center first (Wentges): fewer rounds than pricing at the
         # master's duals, which swing from round to round. A pattern enters only if it prices out at
-        # the master's own duals; when none does, price again at those (no smoothing).
-        for alpha in ((SMOOTHING, 0.0) if center is not None else (0.0,)):
+        # the master's own duals; when none does, price again at those (no smoothing). A deep round
+        # follows a quick one that found nothing, at the same duals: it searches only the options whose
+        # quick search was cut short.
+        smooth = center is not None and bound >= SMOOTH_FROM * master.cost()
+        for alpha in ((SMOOTHING, 0.0) if smooth else (0.0,)):
             point = duals if alpha == 0 else [alpha * c + (1 - alpha) * d for c, d in zip(center, duals)]
             added, exact, ratio = 0, True, 0.0
             for option in candidates:
@@ -370,8 +445,14 @@ def cheapest_cover(needs: Sequence[Resources], demand: Sequence[int], eligible: 
                     exact = False
                     break
                 price = boxes[option][1]
+                if alpha == 0 and option in settled:
+                    ratio = max(ratio, settled[option] / price)
+                    continue
+                # Patterns worth no more than their box cannot enter: the search needs to beat only that.
                 value, counts, exhaustive = _best_pattern(capacities[option], per_option[option], units, demand,
-                                                          point, node_limit)
+                                                          point, node_limit, floor=price)
+                if alpha == 0 and exhaustive:
+                    settled[option] = value
                 exact = exact and exhaustive
                 ratio = max(ratio, value / price)
                 key = (option, tuple(sorted(counts.items())))
