@@ -1,14 +1,16 @@
 """How the purchase's cover does on a whole trace at once: kinds, LP, proven gap, CPU, and what is bought.
 
     python -m benchmarks.cover --trace benchmarks/data/synthetic_ml_workload.csv [--budget 5]
-                               [--region us-east-1] --json
+                               [--region us-east-1] [--share-fractional-gpus] --json
 
 Every job of the trace pending at once, one single-type spot fleet per catalog type (as the scheduler
 benchmark's snapshot): the greedy purchase, then the configuration-LP cover (`columns.cheapest_cover`)
 started from nothing (one box per kind) and from the greedy plan's boxes, each within --budget CPU
 seconds, and the purchase the planner makes of them (`purchase._purchase_once`: the better of greedy and
 cover). `farley_gap` is how far the LP found is proven to be from the LP optimum, when the last pricing
-was exhaustive (null otherwise).
+was exhaustive (null otherwise). With --share-fractional-gpus, pods asking for part of a GPU share one
+(as in `python -m benchmarks.scheduler --share-fractional-gpus`), every fleet may share its GPUs, and the
+cover is over the one-GPU bundles the planner makes of them (`purchase.bundle_shared`).
 """
 
 from __future__ import annotations
@@ -32,13 +34,18 @@ from lambdas.scheduler.planning.constraints import Patterns, planning_order  # n
 from lambdas.scheduler.planning.fleets import purchase_options  # noqa: E402
 
 
-def measure(trace: Path, budget: float, region: str) -> dict:
+def measure(trace: Path, budget: float, region: str, share: bool = False) -> dict:
     catalog = load_catalog()
     types = instance_types(catalog, region)
-    jobs = planning_order(JobRequest(j.job_id, j.submission_id, j.gpus, j.vcpus, j.memory_mib, j.instance_type_pattern)
-                          for j in read_trace(trace).jobs if any(t.holds(j) for t in types))
-    options = purchase_options([Fleet(region, t.name, t.name, (t.name,), 0, 0, 10**9) for t in types], catalog, None)
+    reference = min((t.gpu_memory for t in types if t.gpu_memory), default=0) if share else 0
+    jobs = planning_order(JobRequest(j.job_id, j.submission_id, j.gpus, j.vcpus, j.memory_mib, j.instance_type_pattern,
+                                     gpu_memory_mib=j.gpu_memory_mib)
+                          for j in read_trace(trace, share_fractional=share, reference_gpu_memory_mib=reference).jobs
+                          if any(t.holds(j) for t in types))
+    options = purchase_options([Fleet(region, t.name, t.name, (t.name,), 0, 0, 10**9, gpu_sharing=share)
+                                for t in types], catalog, None)
     patterns, limits = Patterns(), Limits(float("inf"), 0)
+    jobs, _ = purchase.bundle_shared(jobs, options, patterns)
     kinds, kind_of = purchase._kinds(jobs, options, patterns)
     started = time.process_time()
     greedy = purchase._Purchase(options, catalog, patterns, limits).run(jobs, (), True)
@@ -78,11 +85,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace", type=Path, default=ROOT / "benchmarks" / "data" / "synthetic_ml_workload.csv")
     parser.add_argument("--budget", type=float, default=purchase.COVER_CPU_SECONDS, help="CPU seconds per cover")
     parser.add_argument("--region", default="us-east-1")
+    parser.add_argument("--share-fractional-gpus", action="store_true",
+                        help="pods asking for part of a GPU share one (bought for in one-GPU bundles)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if not args.trace.is_file() or args.budget <= 0:
         parser.error("--trace must be a file and --budget > 0")
-    result = measure(args.trace, args.budget, args.region)
+    result = measure(args.trace, args.budget, args.region, args.share_fractional_gpus)
     print(json.dumps(result, indent=1) if args.json else
           f"{result['jobs']} jobs, {result['kinds']} kinds: greedy ${result['greedy_usd_per_hour']}/h, "
           f"planner ${result['planner_purchase_usd_per_hour']}/h")

@@ -45,7 +45,7 @@ SMOOTHING = 0.5  # weight of the stability center in the duals priced at (Wentge
 GAP = 0.002
 # Smooth only once the best proven bound is within this share of the master's cost: Wentges smoothing
 # pulls the duals toward the bound's, which helps near the optimum and slows the generation when the
-# bound is still far (0.5% dearer on the synthetic trace's 258 kinds at 5 s, docs/scheduler.md).
+# bound is still far (0.5% dearer on the synthetic trace's 258 kinds at 5 s, docs/scheduler-benchmark.md).
 SMOOTH_FROM = 0.9
 
 
