@@ -420,7 +420,7 @@ def cheapest_cover(needs: Sequence[Resources], demand: Sequence[int], eligible: 
     node_limit = QUICK_PRICING_NODES
     center: list[float] | None = None  # the duals of the best lower bound so far (the stability center)
     bound = 0.0
-    settled: dict[int, float] = {}  # option -> its best pattern's value at the master's duals, proven
+    settled: dict[tuple[float, int], float] = {}  # (smoothing, option) -> its best pattern's value, proven
     while rounds < max_rounds:
         rounds += 1
         if not master.solve(deadline):
@@ -434,8 +434,9 @@ def cheapest_cover(needs: Sequence[Resources], demand: Sequence[int], eligible: 
         # Price at duals smoothed toward the center first (Wentges): fewer rounds than pricing at the
         # master's duals, which swing from round to round. A pattern enters only if it prices out at
         # the master's own duals; when none does, price again at those (no smoothing). A deep round
-        # follows a quick one that found nothing, at the same duals: it searches only the options whose
-        # quick search was cut short.
+        # follows a quick one that found nothing, at the same points: it searches only the options whose
+        # quick search was cut short, and only until one pattern enters (back to quick rounds, at the
+        # duals that pattern makes, rather than deep searches of every option at stale ones).
         smooth = center is not None and bound >= SMOOTH_FROM * master.cost()
         for alpha in ((SMOOTHING, 0.0) if smooth else (0.0,)):
             point = duals if alpha == 0 else [alpha * c + (1 - alpha) * d for c, d in zip(center, duals)]
@@ -445,14 +446,14 @@ def cheapest_cover(needs: Sequence[Resources], demand: Sequence[int], eligible: 
                     exact = False
                     break
                 price = boxes[option][1]
-                if alpha == 0 and option in settled:
-                    ratio = max(ratio, settled[option] / price)
+                if (alpha, option) in settled:
+                    ratio = max(ratio, settled[alpha, option] / price)
                     continue
                 # Patterns worth no more than their box cannot enter: the search needs to beat only that.
                 value, counts, exhaustive = _best_pattern(capacities[option], per_option[option], units, demand,
                                                           point, node_limit, floor=price)
-                if alpha == 0 and exhaustive:
-                    settled[option] = value
+                if exhaustive:
+                    settled[alpha, option] = value
                 exact = exact and exhaustive
                 ratio = max(ratio, value / price)
                 key = (option, tuple(sorted(counts.items())))
@@ -461,10 +462,14 @@ def cheapest_cover(needs: Sequence[Resources], demand: Sequence[int], eligible: 
                     patterns.append(Pattern(*key))
                     master.add({rows[k]: float(c) for k, c in counts.items()}, price)
                     added += 1
+                    if deep:
+                        exact = False  # the options after this one go unpriced
+                        break
             if exact:  # Farley's bound: the point scaled by its worst pattern ratio is dual feasible
                 candidate = sum(point[k] * demand[k] for k in kinds) / max(1.0, ratio)
                 if candidate > bound:
                     bound, center = candidate, point
+                    settled = {key: value for key, value in settled.items() if key[0] == 0}  # new center
             if added:
                 break
         if not added:
