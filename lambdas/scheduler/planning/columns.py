@@ -254,6 +254,7 @@ def _best_pattern(capacity: tuple[int, int, int], kinds: Sequence[int], needs: S
     """
     big_g, big_c, big_m = capacity
     items = []
+    per_g = per_c = per_m = 0.0  # the best value per unit of each resource, for a bound at the root
     for k in kinds:
         value = duals[k]
         if value > EPSILON:
@@ -267,6 +268,11 @@ def _best_pattern(capacity: tuple[int, int, int], kinds: Sequence[int], needs: S
                 most = min(most, big_m // m)
             if most:
                 items.append((k, g, c, m, value, most))
+                per_g = max(per_g, value / g if g else float("inf"))
+                per_c = max(per_c, value / c if c else float("inf"))
+                per_m = max(per_m, value / m if m else float("inf"))
+    if min(big_g * per_g, big_c * per_c, big_m * per_m) <= floor + EPSILON:
+        return floor, {}, True  # one resource alone says nothing beats the floor
     p_g, p_c, p_m = _relaxation_prices(items, capacity)
     items.sort(key=lambda item: -item[4] / max(EPSILON, p_g * item[1] + p_c * item[2] + p_m * item[3]))
     n = len(items)
