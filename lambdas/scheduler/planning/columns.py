@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from operator import mul
 from dataclasses import dataclass
 
 Resources = tuple[int, float, int]  # GPUs, vCPUs, MiB
@@ -92,6 +93,8 @@ class _Master:
         self.m = len(demand)
         self.demand = [float(d) for d in demand]
         self.columns: list[dict[int, float]] = []  # sparse: row -> coefficient
+        self.rows: list[tuple[int, ...]] = []
+        self.coefficients: list[tuple[float, ...]] = []
         self.costs: list[float] = []
         for row, cost in enumerate(singleton_costs):
             self.add({row: 1.0}, cost)
@@ -104,6 +107,8 @@ class _Master:
 
     def add(self, column: dict[int, float], cost: float) -> None:
         self.columns.append(column)
+        self.rows.append(tuple(column))  # the column again as two tuples, for the pricing loop's speed
+        self.coefficients.append(tuple(column.values()))
         self.costs.append(cost)
 
     def _column(self, j: int) -> dict[int, float]:
@@ -172,9 +177,11 @@ class _Master:
             entering, best = None, -EPSILON * 10
             # Partial pricing: the fresh columns first; the whole set (and the surplus variables) only
             # when none of them enters, so the optimum is still proven over every column.
+            costs, rows, coefficients = self.costs, self.rows, self.coefficients
+            dual = y.__getitem__
             for start in ((fresh, 0) if fresh else (0,)):
-                for j in range(start, len(self.columns)):
-                    reduced = self.costs[j] - sum(y[i] * a for i, a in self.columns[j].items())
+                for j in range(start, len(costs)):
+                    reduced = costs[j] - sum(map(mul, map(dual, rows[j]), coefficients[j]))
                     if reduced < best:
                         entering, best = j, reduced
                 if entering is not None:
@@ -200,6 +207,7 @@ class _Master:
                 raise ArithmeticError("master LP unbounded: a pattern with no jobs cannot have negative cost")
             factor = direction[leaving]
             pivot_row = {}  # the leaving row of the new inverse, for the duals' update
+            others = [(r, f) for r, f in direction.items() if r != leaving]
             for i, column in enumerate(self.inverse):
                 v = column.get(leaving)
                 if not v:
@@ -207,13 +215,13 @@ class _Master:
                 v /= factor
                 column[leaving] = v
                 pivot_row[i] = v
-                for r, f in direction.items():
-                    if r != leaving:
-                        value = column.get(r, 0.0) - f * v
-                        if abs(value) > 1e-13:
-                            column[r] = value
-                        else:
-                            column.pop(r, None)
+                get = column.get
+                for r, f in others:
+                    value = get(r, 0.0) - f * v
+                    if value > 1e-13 or value < -1e-13:
+                        column[r] = value
+                    else:
+                        column.pop(r, None)
             step = self.values[leaving] / factor
             for r, f in direction.items():
                 if r != leaving:
