@@ -74,7 +74,7 @@ def test_rounded_boxes_fit_and_hold_no_job_twice(jobs, budget):
 
 items_st = st.lists(st.tuples(st.integers(0, 3), st.integers(1, 40_000), st.integers(1, 100_000),
                               st.floats(0.0, 5.0), st.integers(1, 4)), min_size=1, max_size=5)
-capacity_st = st.tuples(st.integers(1, 8), st.integers(1, 96_000), st.integers(1, 400_000))
+capacity_st = st.tuples(st.integers(0, 8), st.integers(1, 96_000), st.integers(1, 400_000))
 
 
 def _brute_force_best(items, capacity) -> float:
