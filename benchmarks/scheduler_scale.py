@@ -200,6 +200,9 @@ class Account:
         if p.get("IndexName") == "by-submission":  # one submission's jobs, by job id
             ordered = sorted((i for i in self.items.values() if i["submission_id"]["S"] == values[":s"]["S"]),
                              key=lambda i: i["job_id"]["S"])
+        elif p.get("IndexName") == "by-team-queued":  # one team's queued jobs (sparse), oldest submission first
+            ordered = sorted((i for i in self.items.values() if i.get("queued_team", {}).get("S") == values[":team"]["S"]),
+                             key=lambda i: (float(i["submitted_at"]["N"]), i["job_id"]["S"]))
         else:  # by-state: one state's jobs, oldest submission first
             ordered = sorted((i for i in self.items.values() if i["state"]["S"] == values[":state"]["S"]),
                              key=lambda i: (float(i["submitted_at"]["N"]), i["job_id"]["S"]))

@@ -113,13 +113,14 @@ def linear_moto():
 
 
 def create_table(region: str = HOME, environment: str = ENV) -> None:
-    """The job ledger as components/jobs declares it: key, both indexes, all attributes projected."""
+    """The job ledger as components/jobs declares it: key, its three indexes, all attributes projected."""
     import boto3
 
     boto3.client("dynamodb", region).create_table(
         TableName=f"mlfleet-{environment}-jobs", BillingMode="PAY_PER_REQUEST",
         AttributeDefinitions=[{"AttributeName": n, "AttributeType": t} for n, t in
-                              (("job_id", "S"), ("state", "S"), ("submitted_at", "N"), ("submission_id", "S"))],
+                              (("job_id", "S"), ("state", "S"), ("submitted_at", "N"), ("submission_id", "S"),
+                               ("queued_team", "S"))],
         KeySchema=[{"AttributeName": "job_id", "KeyType": "HASH"}],
         GlobalSecondaryIndexes=[
             {"IndexName": "by-state", "Projection": {"ProjectionType": "ALL"},
@@ -128,6 +129,9 @@ def create_table(region: str = HOME, environment: str = ENV) -> None:
             {"IndexName": "by-submission", "Projection": {"ProjectionType": "ALL"},
              "KeySchema": [{"AttributeName": "submission_id", "KeyType": "HASH"},
                            {"AttributeName": "job_id", "KeyType": "RANGE"}]},
+            {"IndexName": "by-team-queued", "Projection": {"ProjectionType": "ALL"},
+             "KeySchema": [{"AttributeName": "queued_team", "KeyType": "HASH"},
+                           {"AttributeName": "submitted_at", "KeyType": "RANGE"}]},
         ])
 
 

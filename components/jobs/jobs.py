@@ -201,10 +201,14 @@ class JobService(pulumi.ComponentResource):
                 {"name": "state", "type": "S"},
                 {"name": "submitted_at", "type": "N"},
                 {"name": "submission_id", "type": "S"},
+                {"name": "queued_team", "type": "S"},
             ],
             global_secondary_indexes=[
                 {"name": "by-state", "hash_key": "state", "range_key": "submitted_at", "projection_type": "ALL"},
                 {"name": "by-submission", "hash_key": "submission_id", "range_key": "job_id", "projection_type": "ALL"},
+                # Sparse: only queued jobs of a team carry queued_team (lambdas/jobs/ledger.py BY_TEAM_QUEUED).
+                {"name": "by-team-queued", "hash_key": "queued_team", "range_key": "submitted_at",
+                 "projection_type": "ALL"},
             ],
             server_side_encryption={"enabled": True},  # the AWS managed key, not the AWS owned one
             # Ended jobs reach the job-events function through the stream (submission notifications).

@@ -66,6 +66,10 @@ NOTIFY_CHANNELS = ("email", "slack")
 # A reason is one line for people; error texts are cut so twenty of them stay far below 400 KB.
 MAX_REASON_CHARS = 1_000
 BY_STATE, BY_SUBMISSION = "by-state", "by-submission"
+# Sparse index of the queued jobs that name a team, by team: `queued_team` is written (by `encode`, so by
+# every put) only while a job is QUEUED and has a team. The scheduler reads each team's oldest from it, so
+# one team's backlog cannot hide another's jobs behind the oldest it reads (lambdas/scheduler/handler.py).
+BY_TEAM_QUEUED, QUEUED_TEAM = "by-team-queued", "queued_team"
 
 TABLE_NAME = "mlfleet-{environment}-jobs"  # components/jobs ledger_name
 TABLE_ARNS = ("arn:{partition}:dynamodb:{region}:{account}:table/" + TABLE_NAME,
@@ -78,7 +82,7 @@ WRITE_PERMISSIONS = (
 # What a user's cancel writes (Ledger.cancel): the IAM policy of the mlfleet command allows UpdateItem on
 # these attributes only (dynamodb:Attributes names every attribute a request touches, the key included;
 # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/specifying-conditions.html).
-CANCEL_ATTRIBUTES = ("job_id", "state", "updated_at", "version", "reasons", "reserved")
+CANCEL_ATTRIBUTES = ("job_id", "state", "updated_at", "version", "reasons", "reserved", QUEUED_TEAM)
 # Every job id as an IAM pattern (lambdas/jobs/spec.py _JOB_ID: sub-<14 digits>-<6 hex>-<5 digits>). The
 # table's other items (the placement lease, the teams' use) have keys no job id can take: users may not
 # write them. IAM cannot require a write's condition expression: that the command's puts only create
@@ -271,6 +275,8 @@ def encode(record: JobRecord) -> dict:
     for key in ("owner", "exit_code", "notified_at"):
         document[key] = getattr(record, key)
     document["notified"] = list(record.notified) or None
+    if record.state == QUEUED and record.spec.team:
+        document[QUEUED_TEAM] = record.spec.team  # absent otherwise: the sparse index drops the job
     return {k: _serializer.serialize(v) for k, v in _to_dynamo(document).items()}
 
 
@@ -430,7 +436,7 @@ class Ledger:
             self.dynamodb.update_item(
                 TableName=self.table, Key={"job_id": {"S": record.job_id}},
                 UpdateExpression="SET #state = :cancelled, updated_at = :now, version = :next, reasons = :reasons "
-                                 "REMOVE reserved",
+                                 f"REMOVE reserved, {QUEUED_TEAM}",
                 ConditionExpression=f"version = :version AND #state IN ({', '.join(values)})",
                 ExpressionAttributeNames={"#state": "state"},
                 ExpressionAttributeValues={
@@ -479,6 +485,20 @@ class Ledger:
             records.append(record)
             if limit is not None and len(records) >= limit:
                 break
+        return records
+
+    def queued_of_team(self, team: str, limit: int | None = None) -> list[JobRecord]:
+        """The queued jobs of `team`, oldest submission first (the sparse by-team GSI, eventually
+        consistent: re-read before acting). Jobs written before the index existed are not in it until
+        their next write; `by_state` still lists them."""
+        records = []
+        for record in self._query(IndexName=BY_TEAM_QUEUED, KeyConditionExpression="#team = :team",
+                                  ExpressionAttributeNames={"#team": QUEUED_TEAM},
+                                  ExpressionAttributeValues={":team": {"S": team}}, ScanIndexForward=True):
+            if record.state == QUEUED:  # the index may lag a transition
+                records.append(record)
+                if limit is not None and len(records) >= limit:
+                    break
         return records
 
     def by_submission(self, submission_id: str) -> list[JobRecord]:
@@ -571,7 +591,8 @@ class Ledger:
 
     def quarantine(self, item: Mapping[str, Any], error: str, now: float, by: str) -> bool:
         """Move the job of `item` (attribute values as read) to QUARANTINED with the reason, changing no
-        other attribute, so the item stays as it was for a person to inspect. Conditional on the item
+        other attribute but the by-team index's (QUEUED_TEAM, removed: the job is no longer queued), so
+        the item stays as it was for a person to inspect. Conditional on the item
         still being as read (same state and version): False, changing nothing, when it moved on or is gone.
         A quarantined job is indexed under its submission time (or now, when it had none)."""
         values: dict[str, Any] = {
@@ -593,7 +614,7 @@ class Ledger:
                 # A new version: a writer holding the job as it was (an index read) cannot write over this.
                 UpdateExpression="SET #state = :quarantined, quarantine = :info, "
                                  "submitted_at = if_not_exists(submitted_at, :now), "
-                                 "#version = if_not_exists(#version, :zero) + :one",
+                                 f"#version = if_not_exists(#version, :zero) + :one REMOVE {QUEUED_TEAM}",
                 ConditionExpression=" AND ".join(conditions),
                 ExpressionAttributeNames={"#state": "state", "#version": "version"}, ExpressionAttributeValues=values)
             return True

@@ -88,7 +88,8 @@ PERMISSIONS = (
 )
 
 MAX_MESSAGES = 100
-# Pending jobs read per run (oldest first); more wait for the next run.
+# Pending jobs read per run (oldest first); more wait for the next run. With teams, each team and the
+# oldest of all get an equal part of it (read_pending).
 MAX_PENDING = 5_000
 # Acting stops with this much Lambda time left, leaving the rest of the plan to the next run.
 ACT_RESERVE_MS = 20_000
@@ -183,7 +184,7 @@ def run(settings: Settings, remaining_ms: Callable[[], int], now: datetime | Non
     flag = read_admission(settings, summary)
     pending: list[L.JobRecord] = []
     with per_item("read-pending-failed", summary["errors"], state=L.QUEUED):
-        pending = ledger.by_state(L.QUEUED, limit=MAX_PENDING)
+        pending = read_pending(ledger, shares.teams if shares is not None else ())
     if not flag.is_open:
         log_decision("admission-closed", pending=len(pending), reason=flag.reason)
     starts_allowed = flag.is_open and shares is not None
@@ -206,6 +207,21 @@ def run(settings: Settings, remaining_ms: Callable[[], int], now: datetime | Non
     summary["admission"] = flag.state
     log_decision("scheduler-summary", **{k: (len(v) if isinstance(v, list) else v) for k, v in summary.items()})
     return summary
+
+
+def read_pending(ledger: L.Ledger, team_names: Collection[str]) -> list[L.JobRecord]:
+    """The queued jobs this run plans, oldest first, at most MAX_PENDING. Without teams, the oldest.
+    With teams, the oldest of each team (from the by-team index) and the oldest of all (jobs of no team
+    or of a team no longer listed), an equal part each: one team's backlog of thousands cannot hide the
+    other teams' newer jobs from the shares stage until it drains."""
+    if not team_names:
+        return ledger.by_state(L.QUEUED, limit=MAX_PENDING)
+    each = max(1, MAX_PENDING // (len(team_names) + 1))
+    found = {record.job_id: record for record in ledger.by_state(L.QUEUED, limit=each)}
+    for team in sorted(team_names):
+        for record in ledger.queued_of_team(team, limit=each):
+            found.setdefault(record.job_id, record)
+    return sorted(found.values(), key=lambda record: (record.submitted_at, record.job_id))
 
 
 def read_admission(settings: Settings, summary: dict) -> admission.Admission:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 
 import boto3
 import pytest
@@ -250,3 +251,60 @@ def test_a_transition_from_a_stale_view_changes_nothing(ledger):
 def test_reasons_are_cut_to_a_line_for_people(ledger):
     ledger.transition(JOB, L.CANCELLED, expect_states=[L.QUEUED], expect_attempt=None, reason="e" * 50_000, now=1.0)
     assert len(ledger.get(JOB).last_reason) == L.MAX_REASON_CHARS
+
+
+TEAM_SPEC = parse_spec({"image": "img:1", "command": ["run"], "gpus": 1, "vcpus": 2, "memory_mib": 4096,
+                        "team": "vision"}, fleet_regions=("us-east-1",), catalog=load_catalog(),
+                       default_max_attempts=2, teams=("vision", "speech"))
+
+
+def test_the_by_team_index_lists_a_team_s_jobs_while_they_are_queued_only(ledger):
+    """The sparse index the scheduler reads each team's oldest queued jobs from: a job is in it while it is
+    QUEUED and names a team (moto keeps a GSI sparse as DynamoDB does: items without the key are left out).
+    Out at every way of leaving the queue (claim, cancel, quarantine), back in when requeued."""
+    jobs = assign_ids("sub-20261122191104-0a1b2c", [TEAM_SPEC] * 3)
+    for job in jobs:
+        assert ledger.put_new(L.new_record(job, now=300.0 + job.index))
+    first, second, third = (job.job_id for job in jobs)
+    assert [r.job_id for r in ledger.queued_of_team("vision")] == [first, second, third]
+    assert ledger.queued_of_team("vision", limit=2)[-1].job_id == second
+    assert ledger.queued_of_team("speech") == []
+    assert L.QUEUED_TEAM not in raw_item(ledger)  # a job of no team is not in the index
+
+    claim = ledger.transition(first, L.STARTING, expect_states=[L.QUEUED], expect_attempt=0, reason="placed",
+                              now=400.0, attempt=1, placement=PLACE)
+    assert claim.applied and L.QUEUED_TEAM not in raw_item(ledger, first)
+    assert [r.job_id for r in ledger.queued_of_team("vision")] == [second, third]
+    back = ledger.transition(first, L.QUEUED, expect_states=[L.STARTING], expect_attempt=1,
+                             reason="start never confirmed", now=410.0, current=claim.record)
+    assert back.applied and raw_item(ledger, first)[L.QUEUED_TEAM] == {"S": "vision"}
+    assert [r.job_id for r in ledger.queued_of_team("vision")] == [first, second, third]
+
+    assert ledger.cancel(ledger.get(second), reason="not needed", now=420.0).applied
+    assert L.QUEUED_TEAM not in raw_item(ledger, second)
+    assert ledger.quarantine(raw_item(ledger, third), "looked wrong", now=430.0, by="test")
+    assert L.QUEUED_TEAM not in raw_item(ledger, third)
+    assert [r.job_id for r in ledger.queued_of_team("vision")] == [first]
+
+
+def test_one_team_s_backlog_does_not_hide_another_team_s_newer_job(ledger, monkeypatch):
+    """What the scheduler plans from (handler.read_pending): with teams, each team's oldest and the oldest
+    of all, an equal part of MAX_PENDING each; without teams, the oldest MAX_PENDING."""
+    from lambdas.scheduler import handler
+
+    backlog = assign_ids("sub-20261122191105-0a1b2c", [TEAM_SPEC] * 12)  # vision's, all older than speech's
+    for job in backlog:
+        assert ledger.put_new(L.new_record(job, now=300.0 + job.index))
+    speech = replace(TEAM_SPEC, team="speech")
+    (late,) = assign_ids("sub-20261122191106-0a1b2c", [speech])
+    assert ledger.put_new(L.new_record(late, now=900.0))
+    monkeypatch.setattr(handler, "MAX_PENDING", 6)
+
+    alone = handler.read_pending(ledger, ())
+    assert len(alone) == 6 and late.job_id not in {r.job_id for r in alone}  # the known limit without teams
+
+    shared = handler.read_pending(ledger, ("vision", "speech"))
+    ids = [r.job_id for r in shared]
+    assert len(ids) == len(set(ids)) <= 6 and late.job_id in ids
+    assert ids[:2] == [JOB, "sub-20261122191103-0a1b2c-00001"]  # the oldest of all (no team) still come first
+    assert [r.submitted_at for r in shared] == sorted(r.submitted_at for r in shared)

@@ -158,7 +158,7 @@ def test_the_command_may_only_read_put_and_cancel_in_the_ledger():
     dynamodb = {a: s for s in user for a in s["Action"] if a.startswith("dynamodb:")}
     assert set(dynamodb) == {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem"}
     assert dynamodb["dynamodb:UpdateItem"]["Condition"]["ForAllValues:StringEquals"]["dynamodb:Attributes"] == [
-        "job_id", "state", "updated_at", "version", "reasons", "reserved"]
+        "job_id", "state", "updated_at", "version", "reasons", "reserved", "queued_team"]
     # Writes of job records only: every job id, never the placement lease nor the teams' use.
     for action in ("dynamodb:PutItem", "dynamodb:UpdateItem"):
         (keys,) = dynamodb[action]["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]
