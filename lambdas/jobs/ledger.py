@@ -69,6 +69,8 @@ BY_STATE, BY_SUBMISSION = "by-state", "by-submission"
 # Sparse index of the queued jobs that name a team, by team: `queued_team` is written (by `encode`, so by
 # every put) only while a job is QUEUED and has a team. The scheduler reads each team's oldest from it, so
 # one team's backlog cannot hide another's jobs behind the oldest it reads (lambdas/scheduler/handler.py).
+# GSIs are sparse: "only items in the base table that contain those attributes appear in the index"
+# (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/bp-indexes-general-sparse-indexes.html).
 BY_TEAM_QUEUED, QUEUED_TEAM = "by-team-queued", "queued_team"
 
 TABLE_NAME = "mlfleet-{environment}-jobs"  # components/jobs ledger_name
