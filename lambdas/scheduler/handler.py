@@ -218,9 +218,16 @@ def read_pending(ledger: L.Ledger, team_names: Collection[str]) -> list[L.JobRec
         return ledger.by_state(L.QUEUED, limit=MAX_PENDING)
     each = max(1, MAX_PENDING // (len(team_names) + 1))
     found = {record.job_id: record for record in ledger.by_state(L.QUEUED, limit=each)}
-    for team in sorted(team_names):
-        for record in ledger.queued_of_team(team, limit=each):
-            found.setdefault(record.job_id, record)
+    try:
+        for team in sorted(team_names):
+            for record in ledger.queued_of_team(team, limit=each):
+                found.setdefault(record.job_id, record)
+    except ClientError as error:
+        # The index unreadable (IndexStatus CREATING, backfilling, while the `pulumi up` that adds it runs:
+        # botocore's DynamoDB model, GlobalSecondaryIndexDescription; or throttled): this run plans the
+        # oldest of all, as before the index, rather than nothing.
+        log_decision("team-pending-read-failed", error=describe(error), reading="the oldest of all instead")
+        return ledger.by_state(L.QUEUED, limit=MAX_PENDING)
     return sorted(found.values(), key=lambda record: (record.submitted_at, record.job_id))
 
 

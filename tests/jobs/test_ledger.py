@@ -308,3 +308,18 @@ def test_one_team_s_backlog_does_not_hide_another_team_s_newer_job(ledger, monke
     assert len(ids) == len(set(ids)) <= 6 and late.job_id in ids
     assert ids[:2] == [JOB, "sub-20261122191103-0a1b2c-00001"]  # the oldest of all (no team) still come first
     assert [r.submitted_at for r in shared] == sorted(r.submitted_at for r in shared)
+
+
+def test_an_unreadable_team_index_falls_back_to_the_oldest_of_all(ledger, monkeypatch):
+    """While `pulumi up` adds the index (or a read of it is throttled) the run plans as before the index."""
+    from botocore.exceptions import ClientError
+
+    from lambdas.scheduler import handler
+
+    def unreadable(team, limit=None):
+        raise ClientError({"Error": {"Code": "ValidationException", "Message": "index not ready"}}, "Query")
+
+    monkeypatch.setattr(ledger, "queued_of_team", unreadable)
+    monkeypatch.setattr(handler, "MAX_PENDING", 2)
+    assert [r.job_id for r in handler.read_pending(ledger, ("vision", "speech"))] == [
+        JOB, "sub-20261122191103-0a1b2c-00001"]
