@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
-from benchmarks.scheduler.__main__ import instance_types  # noqa: E402
+from benchmarks.scheduler.__main__ import instance_types, share_reference_mib  # noqa: E402
 from benchmarks.scheduler.trace import read_trace  # noqa: E402
 from lambdas.common.catalog import load_catalog  # noqa: E402
 from lambdas.scheduler.planning import Fleet, JobRequest, Limits  # noqa: E402
@@ -37,7 +37,7 @@ from lambdas.scheduler.planning.fleets import purchase_options  # noqa: E402
 def measure(trace: Path, budget: float, region: str, share: bool = False) -> dict:
     catalog = load_catalog()
     types = instance_types(catalog, region)
-    reference = min((t.gpu_memory for t in types if t.gpu_memory), default=0) if share else 0
+    reference = share_reference_mib(types) if share else 0
     jobs = planning_order(JobRequest(j.job_id, j.submission_id, j.gpus, j.vcpus, j.memory_mib, j.instance_type_pattern,
                                      gpu_memory_mib=j.gpu_memory_mib)
                           for j in read_trace(trace, share_fractional=share, reference_gpu_memory_mib=reference).jobs

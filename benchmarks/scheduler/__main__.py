@@ -49,6 +49,12 @@ def instance_types(catalog, region: str) -> list[InstanceType]:
     return types
 
 
+def share_reference_mib(types: list[InstanceType]) -> int:
+    """The GPU memory a fractional pod's `gpu_milli` is a share of: the smallest GPU among `types`, so it
+    fits any of them (0 when none can share)."""
+    return min((t.gpu_memory for t in types if t.gpu_memory), default=0)
+
+
 def job_hints(jobs, args) -> dict[str, float]:
     """The runtime estimates the jobs' specs carry: for a share of the jobs, the true duration times a
     log-normal error factor exp(N(0, sigma)). The planner sees only these, never the durations."""
@@ -194,7 +200,7 @@ SHARING_STRATEGIES = ("mlfleet", "ecs-binpack-memory", "first-fit")
 def run(args) -> dict:
     catalog = load_catalog()
     types = instance_types(catalog, args.region)
-    reference = min((t.gpu_memory for t in types if t.gpu_memory), default=0)
+    reference = share_reference_mib(types)
     if args.share_fractional_gpus and not reference:
         raise BenchmarkError(f"--share-fractional-gpus: no instance type priced in {args.region} can share its GPUs")
     trace = read_trace(args.trace, args.limit, share_fractional=args.share_fractional_gpus,
