@@ -37,8 +37,8 @@ RUNTIME_CLASS_EDGES_S = (3600.0, 4 * 3600.0, 16 * 3600.0, 64 * 3600.0)
 # Jobs expected to run this class or longer (64 h and more) get hosts: the type whose box, full of jobs
 # like this one, costs least per job, rather than the cheapest box for the job alone. They live for
 # days, so the long jobs that arrive meanwhile fill the rest on the live stage (no extension: the host
-# outlives them), and short jobs use the room left for free: 3.4% less on the shared trace than
-# right-sizing each long job (docs/scheduler-benchmark.md). Not where spot instances are reclaimed
+# outlives them), and short jobs use the room left for free: 4.9% less on the shared trace than
+# right-sizing each long job (docs/scheduler-benchmark.md, "Hosts"). Not where spot instances are reclaimed
 # within those 64 hours (rate x 64 h >= 1): a host that dies in a day never fills.
 HOST_CLASS = 4
 
