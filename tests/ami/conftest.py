@@ -64,10 +64,7 @@ def pinned_versions() -> dict:
 
 
 @pytest.fixture(autouse=True)
-def aws_credentials(monkeypatch):
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_SECURITY_TOKEN": "testing", "AWS_SESSION_TOKEN": "testing",
-                       "AWS_DEFAULT_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(key, value)
+def no_public_amis(monkeypatch):
+    """Fake credentials come from tests/conftest.py."""
     # moto otherwise loads thousands of public AMIs (and their snapshots) into every region it touches.
     monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")

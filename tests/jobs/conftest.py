@@ -1,5 +1,5 @@
-"""Fixtures for the job runtime: fake credentials, moto, and the home region's table and queues as the
-lead's Pulumi component declares them (names, keys, indexes, redrive policy)."""
+"""Fixtures for the job runtime: the home region as the default, and that region's table and queues as the
+lead's Pulumi component declares them (names, keys, indexes, redrive policy), in moto."""
 
 from __future__ import annotations
 
@@ -9,10 +9,8 @@ import json
 import boto3
 import botocore.loaders
 import pytest
-from moto import mock_aws
 
 from benchmarks.submission import create_queues, create_table, linear_moto
-from lambdas.common.aws import reset_clients
 
 HOME = "us-east-1"
 ENV = "dev"
@@ -52,23 +50,14 @@ def aws_client(service: str, region: str = "us-east-1"):
 
 
 @pytest.fixture(autouse=True)
-def aws_credentials(monkeypatch):
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_SECURITY_TOKEN": "testing", "AWS_SESSION_TOKEN": "testing",
-                       "AWS_DEFAULT_REGION": HOME,
+def home_region(monkeypatch):
+    """The stack's home region as the default (fake credentials come from tests/conftest.py)."""
+    for key, value in {"AWS_DEFAULT_REGION": HOME,
                        # moto's EC2 otherwise registers thousands of public AMIs (with snapshots and volumes)
                        # in every mock: a second of each test. The fleets' launch template names one AMI,
                        # which moto does not validate.
                        "MOTO_EC2_LOAD_DEFAULT_AMIS": "false"}.items():
         monkeypatch.setenv(key, value)
-
-
-@pytest.fixture
-def aws():
-    with mock_aws():
-        reset_clients()
-        yield
-    reset_clients()
 
 
 @pytest.fixture
