@@ -31,7 +31,7 @@ tried again by the next run, or, when it can never succeed (a record it cannot d
 ECS can never start), quarantined or failed at once with the reason.
 
 Every attempt of a job gets the same checkpoint location (MLFLEET_CHECKPOINT_URI, in the bucket of the
-region it runs in), and a job that has run goes back to the region of its checkpoint (job_request).
+region it runs in), and a job that has run goes back to the region of its checkpoint (requests.py).
 
 Environment: ENVIRONMENT, JOBS_TABLE, JOBS_QUEUE_URL, JOBS_DLQ_URL, ADMISSION_PARAMETER, FLEETS,
 MAX_HOURLY_USD, ALERT_TOPIC_ARN, DEFAULT_MAX_ATTEMPTS, REBALANCE_TIMEOUT_MINUTES, ACCOUNT_ID, and optionally
@@ -67,10 +67,11 @@ from ..jobs.teams import parameter_name as teams_parameter_name
 from ..removal.execute import LedgerSource
 from . import actions, releases, state, teams
 from .planning import (
-    Fleet, JobRequest, Limits, Machine, ReleasePolicy, Reservation, RuntimeEstimate, ScaleOut, Shares, decayed_usage,
+    Fleet, JobRequest, Limits, Machine, ReleasePolicy, RuntimeEstimate, ScaleOut, Shares, decayed_usage,
     plan,
 )
 from .planning.runtimes import FinishedRun, estimates, expected_end
+from .requests import job_request
 
 PERMISSIONS = (
     *admission.READ_PERMISSIONS,
@@ -383,38 +384,6 @@ def fail_job(ledger: L.Ledger, settings: Settings, record: L.JobRecord, attempt:
     if outcome.applied:
         queue.dead_letter(client("sqs"), settings.jobs_dlq_url, record.job_id, reason, attempt)
     return outcome
-
-
-def checkpoint_region(record: L.JobRecord, fleet_regions: Collection[str]) -> str | None:
-    """The region of the job's checkpoint: where its first task ran, or None before any ran.
-
-    A job runs in one region only (the planner keeps it there once it has run), so the placement of its
-    latest claim is in that region. Checkpoints are regional (components/storage/checkpoints.py): placed
-    elsewhere, a job in a region without internet egress could not reach its checkpoint, and with egress
-    it would pay cross-region transfer and be refused by the other region's bucket. A region the stack
-    no longer has lost its bucket with it: the job starts afresh wherever it fits.
-    """
-    if record.runs == 0 or record.placement is None:
-        return None
-    if record.placement.region not in fleet_regions:
-        log_decision("checkpoint-region-gone", job_id=record.job_id, region=record.placement.region,
-                     action="restarts from zero in any region")
-        return None
-    return record.placement.region
-
-
-def job_request(record: L.JobRecord, fleet_regions: Collection[str],
-                runtime: RuntimeEstimate | None = None) -> JobRequest:
-    spec = record.spec
-    interval = spec.checkpoint_interval_minutes
-    return JobRequest(job_id=record.job_id, submission_id=record.submission_id, gpus=spec.gpus, vcpus=spec.vcpus,
-                      memory_mib=spec.memory_mib, instance_type_pattern=spec.instance_type_pattern,
-                      regions=spec.regions, lifecycle=spec.lifecycle, submitted_at=record.submitted_at,
-                      reserved=Reservation(*record.reserved) if record.reserved else None,
-                      checkpoint_region=checkpoint_region(record, fleet_regions), runtime=runtime,
-                      checkpoint_interval_s=interval * 60.0 if interval is not None else None,
-                      attempts_left=max(1, spec.max_attempts - record.runs), team=spec.team,
-                      priority=spec.priority, gpu_memory_mib=spec.gpu_memory_mib)
 
 
 def plannable(pending: list[L.JobRecord], fleet_regions: Collection[str], beliefs: dict[str, RuntimeEstimate],

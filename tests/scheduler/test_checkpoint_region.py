@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from lambdas.common.catalog import load_catalog
 from lambdas.jobs.ledger import QUEUED, JobRecord, Placement
 from lambdas.jobs.spec import JobSpec
-from lambdas.scheduler.handler import checkpoint_region, job_request
+from lambdas.scheduler.requests import checkpoint_region, job_request
 from lambdas.scheduler.planning import Fleet, JobRequest, Limits, Machine, plan
 from lambdas.scheduler.planning.constraints import constraint_key
 

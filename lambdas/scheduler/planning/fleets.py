@@ -78,6 +78,12 @@ def may_run(job: JobRequest, option: Option, patterns: Patterns) -> bool:
     return all(patterns.accepts(job, t, fleet.region, lifecycle) for t in fleet.instance_types)
 
 
+def cheapest_alone(job: JobRequest, options: Sequence[Option], patterns: Patterns) -> float | None:
+    """$/h of the cheapest fleet that may run the job on an instance of its own (None: no fleet can)."""
+    prices = [o.price for o in options if o.holds(job) and may_run(job, o, patterns)]
+    return min(prices) if prices else None
+
+
 def box_machine(catalog, option: Option, key: str) -> Machine:
     """A box as a machine to pack onto: the fleet's guaranteed capacity, empty."""
     fleet = option.fleet

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from .constraints import Patterns, constraint_key, demand_of, planning_order
-from .fleets import Option, may_run, purchase_options
+from .fleets import Option, cheapest_alone, purchase_options
 from .launching import place_on_launching
 from .lifecycle import choose_lifecycles
 from .live import place_live
@@ -98,8 +98,7 @@ def _alternative(options: Callable[[], Sequence[Option]], patterns: Patterns,
     def cost(job: JobRequest) -> float | None:
         key = (constraint_key(job), demand_of(job), job.gpu_memory_mib)
         if key not in cheapest:
-            prices = [o.price for o in options() if o.holds(job) and may_run(job, o, patterns)]
-            cheapest[key] = min(prices) if prices else None
+            cheapest[key] = cheapest_alone(job, options(), patterns)
         price = cheapest[key]
         return None if price is None or job.runtime is None else price * (job.runtime.seconds + boot_s) / 3600.0
     return cost
