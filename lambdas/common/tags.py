@@ -15,3 +15,7 @@ REMOVING = "mlfleet:removing"
 # Written by the scheduler when it first sees a fleet instance with no task; removed when it runs one.
 # The release method gives an instance back once it has been empty for the release delay.
 EMPTY_SINCE = "mlfleet:empty-since"
+# On a reclaimed spot instance the job-events function detached from its group (the group's replacement
+# declined, lambdas/scheduler/planning/replacement.py): when (ISO-8601). The scheduler counts it against
+# its fleet's caps until the spot market ends it.
+DETACHED_AT = "mlfleet:detached-at"

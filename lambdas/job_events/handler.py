@@ -1,5 +1,6 @@
 """Lambda entry point: spot interruptions, rebalance recommendations and ECS task state changes keep
-the job ledger true and put interrupted jobs back in the queue (decide.py has the rules); the ledger's
+the job ledger true and put interrupted jobs back in the queue (decide.py has the rules); at a spot
+notice the group's replacement of the instance is kept or declined (replacements.py); the ledger's
 stream of ended jobs announces the end of each submission that asked for it (submissions.py).
 
 Environment: ENVIRONMENT, JOBS_TABLE, JOBS_QUEUE_URL, JOBS_DLQ_URL, FLEETS, REBALANCE_TIMEOUT_MINUTES,
@@ -22,6 +23,7 @@ retried: the next one comes five minutes later. A job record that cannot be read
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
@@ -35,7 +37,7 @@ from ..common.permissions import ISO_8601_TIME, PUBLISH_TO_ENCRYPTED_TOPICS, nee
 from ..common.settings import from_env
 from ..common.tags import ENVIRONMENT
 from . import decide as D
-from . import submissions
+from . import replacements, submissions
 from ..jobs import checkpoints
 from ..jobs import ledger as L
 from ..jobs import queue
@@ -89,6 +91,7 @@ PERMISSIONS = (
                                     "arn:{partition}:sns:{region}:{account}:mlfleet-{environment}-job-notifications-slack"),
           why="announce the end of a submission to who asked (e-mail, the Slack channel)"),
     PUBLISH_TO_ENCRYPTED_TOPICS,
+    *replacements.PERMISSIONS,
 )
 
 
@@ -280,7 +283,22 @@ def interrupt(event: D.InstanceEvent, ledger: L.Ledger, settings: Settings, now:
             stopped = _stop_job_tasks(ecs, cluster, found, f"spot interruption of {event.instance_id}")
             if stopped:
                 log_decision("stop-tasks", instance_id=event.instance_id, cluster=cluster, tasks=stopped)
+    with per_item("replacement-failed", failures, instance_id=event.instance_id):
+        replacements.settle(event.instance_id, event.region, lambda: jobs_that_ran(event.instance_id, records, ledger),
+                            settings.fleets, settings.environment, now)
     return results
+
+
+def jobs_that_ran(instance_id: str, running: Sequence[L.JobRecord], ledger: L.Ledger) -> list[L.JobRecord]:
+    """The jobs the reclaimed instance ran, the same on every delivery of its notice: those the ledger
+    held running there before this delivery requeued them (`running`, read first), and those queued
+    with their last placement there (requeued by this delivery, whose read of the state index may lag,
+    or by an earlier one that failed after the requeue and is delivered again). A job this delivery
+    dead-letters still counts: the rule then errs toward keeping the replacement, as the group would."""
+    found = {r.job_id: r for r in ledger.by_state(L.QUEUED)
+             if r.placement is not None and r.placement.instance_id == instance_id}
+    found.update((r.job_id, r) for r in running if r.placement is not None and r.placement.instance_id == instance_id)
+    return [found[job_id] for job_id in sorted(found)]
 
 
 def checkpoint_saved_at(record: L.JobRecord, settings: Settings) -> float | None:

@@ -7,6 +7,9 @@ Fleet sizes: `current_instances` counts the group's usable machines (registered 
 and `pending_instances` the rest of its desired capacity (launching, booting, joining the cluster, or
 replacing a reclaimed instance). The planner counts pending instances as capacity for waiting jobs, so
 the one-minute schedule does not buy again, run after run, for jobs whose instances are still booting.
+An instance detached from its group at its spot notice (its replacement declined,
+lambdas/job_events/replacements.py) no longer counts in the desired capacity while it runs its last two
+minutes: it is counted against its fleet's cap and priced in the dollars per hour until it is gone.
 
 Removals (docs/removal.md): a machine tagged `mlfleet:removing` is being drained by the removal protocol;
 it is `removing`, never placed onto, and counted in its fleet's `removing_instances`, neither usable nor
@@ -32,7 +35,7 @@ GPU is not a vGPU slice: amazon-ecs-agent, ecs-agent/utils/gpu ShouldAdvertiseMp
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -53,6 +56,11 @@ from ..jobs.spec import submission_of
 SCALING_PAUSED_TAG = "mlfleet:scaling-paused-at"
 # The container-instance attribute of an agent that shares GPUs with NVIDIA MPS (amazon-ecs-agent).
 GPU_SHARING_CAPABILITY = "ecs.capability.gpu-sharing-mps"
+# The container instance attribute naming its fleet (components/compute/user_data.sh).
+FLEET_ATTRIBUTE = "mlfleet.fleet"
+# A detached instance still running this long after its notice is logged each run (the spot market ends
+# it at two minutes: lambdas/job_events/replacements.py).
+DETACHED_GRACE_MINUTES = 10
 # Receive no more once the run has less than this left: acting on what was read needs the rest.
 MIN_REMAINING_MS = 60_000
 
@@ -147,6 +155,9 @@ class FleetView:
     scaling_paused: bool = False
     min_size: int = 0
     removing_instances: int = 0  # being drained by a removal: neither usable nor launching
+    # Detached from the group at their spot notice (`mlfleet:detached-at`), still running out their last
+    # two minutes: outside the desired capacity, so taken off `max_instances` and priced in `hourly_usd`.
+    detached_instances: int = 0
 
 
 @dataclass
@@ -288,6 +299,32 @@ def _epoch(value) -> float | None:
     return value.timestamp() if isinstance(value, datetime) else None
 
 
+def detached_from(registered: Sequence[tuple[str, Mapping]], instances: Mapping[str, Mapping],
+                  fleet_of: Mapping[str, FleetConfig], fleet_names: Collection[str],
+                  now: datetime | None = None) -> dict[str, list[Mapping]]:
+    """Fleet name -> its instances detached at their spot notice that still run (job_events/replacements.py).
+
+    Outside the group, such an instance is found through its ECS registration, which outlives the detach,
+    and named to its fleet by the `mlfleet.fleet` attribute its user data gives the agent
+    (components/compute/user_data.sh, ECS_INSTANCE_ATTRIBUTES)."""
+    found: dict[str, list[Mapping]] = {}
+    for _, ci in registered:
+        instance = instances.get(ci["ec2InstanceId"])
+        if instance is None or ci["ec2InstanceId"] in fleet_of:
+            continue
+        tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+        state = instance.get("State", {}).get("Name", "running")
+        fleet = next((a.get("value") for a in ci.get("attributes") or () if a.get("name") == FLEET_ATTRIBUTE), None)
+        if tag_keys.DETACHED_AT in tags and state in ("pending", "running") and fleet in fleet_names:
+            found.setdefault(fleet, []).append(instance)
+            detached_at = parse_time(tags[tag_keys.DETACHED_AT])
+            if now is not None and (detached_at is None or now - detached_at > timedelta(minutes=DETACHED_GRACE_MINUTES)):
+                log_decision("detached-still-running", instance_id=ci["ec2InstanceId"], fleet=fleet,
+                             detached_at=tags[tag_keys.DETACHED_AT], action="counted against the fleet's caps",
+                             reason="the spot market should have ended it two minutes after its notice")
+    return found
+
+
 def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
                 spot_prices: Mapping[str, float], now: datetime | None = None) -> RegionView:
     """Machines, fleet sizes and running tasks of one fleet region."""
@@ -329,6 +366,7 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
                     job_ids.setdefault(host, set()).add(task["startedBy"])
 
     instances = _instances(ec2, [*fleet_of, *(ci["ec2InstanceId"] for _, ci in registered)])
+    detached = detached_from(registered, instances, fleet_of, {f.fleet for f in fleets}, now)
     for cluster, ci in registered:
         instance = instances.get(ci["ec2InstanceId"])
         fleet = fleet_of.get(ci["ec2InstanceId"])
@@ -394,10 +432,15 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
         missing = max(0, desired - len(members))
         if missing:
             hourly += missing * max(price_of(catalog, t, region, "on-demand", {}) for t in fleet.instance_types)
+        gone_from_group = detached.get(fleet.fleet, [])
+        for instance in gone_from_group:
+            lifecycle = "spot" if instance.get("InstanceLifecycle") == "spot" else "on-demand"
+            hourly += price_of(catalog, instance["InstanceType"], region, lifecycle, spot_prices)
         view.fleets.append(FleetView(
             config=fleet, desired=desired, current_instances=usable,
             pending_instances=max(0, desired - usable - removing),
-            max_instances=min(int(group["MaxSize"]), fleet.max_instances), hourly_usd=hourly,
+            max_instances=max(0, min(int(group["MaxSize"]), fleet.max_instances - len(gone_from_group))),
+            hourly_usd=hourly, detached_instances=len(gone_from_group),
             scaling_paused=any(t["Key"] == SCALING_PAUSED_TAG for t in group.get("Tags", [])),
             min_size=int(group.get("MinSize", 0)), removing_instances=removing))
     return view

@@ -308,8 +308,8 @@ def instance_event(kind: str, instance_id: str) -> dict:
 
 
 def events_world(home) -> dict:
-    instances = build_fleet(size=2, max_size=6)
-    (a_id, a_arn), (b_id, b_arn) = sorted(instances.items())
+    instances = build_fleet(size=3, max_size=6)
+    (a_id, a_arn), (b_id, b_arn), (c_id, _) = sorted(instances.items())
     running = {}
     ecs = aws_client("ecs", HOME)
     # Succeeds; fails with attempts left; fails for good (exit code 1 is one the spec retries).
@@ -342,11 +342,14 @@ def events_world(home) -> dict:
               task_event(exhausted, running[exhausted], 1, "STOPPED", 1), task_event(superseded, stray, 1, "RUNNING"),
               task_event(broken, broken_task, 1, "STOPPED", 0),
               instance_event("EC2 Spot Instance Interruption Warning", b_id),
+              # c runs nothing: its group's replacement is declined (planning/replacement.py).
+              instance_event("EC2 Spot Instance Interruption Warning", c_id),
               instance_event("EC2 Instance Rebalance Recommendation", a_id),
               {"detail-type": "Scheduled Event", "source": "aws.events", "region": HOME, "time": NOW.isoformat(),
                "detail": {}}]
     return {"home": home, "events": events, "ok": ok, "retry": retry, "exhausted": exhausted,
-            "interrupted": interrupted, "superseded": superseded, "broken": broken, "a": a_id, "b": b_id, "b_arn": b_arn}
+            "interrupted": interrupted, "superseded": superseded, "broken": broken, "a": a_id, "b": b_id, "b_arn": b_arn,
+            "c": c_id}
 
 
 def events_run(world: dict) -> list[dict]:
@@ -386,6 +389,16 @@ def check_events(world: dict, failed: set, injector: Faults) -> None:
     tags = {i["InstanceId"]: {t["Key"] for t in i.get("Tags", [])}
             for r in ec2.describe_instances(InstanceIds=[world["a"], world["b"]])["Reservations"] for i in r["Instances"]}
     assert REBALANCE_TAG in tags[world["a"]] and REBALANCE_TAG not in tags[world["b"]]
+    # b ran a job its group's type holds no dearer than buying for it: replaced. c ran nothing: detached
+    # with the desired capacity decremented once, whatever failed and was delivered again; unless the
+    # detach itself was refused (as AWS refuses one below the group's minimum): then it is replaced.
+    refused = (("autoscaling", "DetachInstances"), "validation") in failed
+    group = aws_client("autoscaling", HOME).describe_auto_scaling_groups(AutoScalingGroupNames=[ASG])["AutoScalingGroups"][0]
+    members = {i["InstanceId"] for i in group["Instances"]}
+    assert world["b"] in members and (world["c"] in members) is refused
+    assert group["DesiredCapacity"] == (3 if refused else 2)
+    assert (tag_keys.DETACHED_AT in {t["Key"] for r in ec2.describe_instances(InstanceIds=[world["c"]])["Reservations"]
+                                     for t in r["Instances"][0].get("Tags", [])}) is not refused
 
 
 # --- job events: the ledger's stream of ended jobs (notifications) ---------------------------------------

@@ -9,6 +9,7 @@ tested with botocore's Stubber.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 
 import boto3
@@ -182,3 +183,38 @@ def test_a_registered_revision_carries_its_environment_tag_as_the_scheduler_poli
     assert not any(c.get("privileged") for c in request["containerDefinitions"])
     assert ecs.describe_task_definition(taskDefinition=arn, include=["TAGS"])["tags"] == [
         {"key": "team", "value": "vision"}, {"key": "mlfleet:environment", "value": "dev"}]
+
+
+def test_an_instance_detached_at_its_notice_counts_against_its_fleets_cap_until_it_is_gone(fleet):
+    """Outside its group it no longer counts in the desired capacity; the fleet's cap and the dollar cap
+    must still hold while it runs its last two minutes. Its fleet is named by the `mlfleet.fleet`
+    attribute the agent registers (components/compute/user_data.sh); moto's registration takes no
+    attributes, so they are put as the agent would have."""
+    from lambdas.common import tags as tag_keys
+    from lambdas.job_events import replacements
+
+    (detached_id, detached_arn), _ = sorted(fleet.items())
+    ecs = boto3.client("ecs", HOME)
+    ecs.put_attributes(cluster=CLUSTER, attributes=[
+        {"name": state.FLEET_ATTRIBUTE, "value": "gpu1", "targetId": arn}
+        for arn in fleet.values()])
+    catalog = load_catalog()
+    price = catalog.get(FLEET_TYPE).on_demand_price(HOME)
+    # A stack where buying alone is cheaper than the group's box, so the notice declines its replacement.
+    small = {**json.loads(fleets_json())[0], "fleet": "small", "asg_name": "mlfleet-dev-small",
+             "instance_types": ["g4dn.xlarge"]}
+    fleets = json.dumps([*json.loads(fleets_json()), small])
+    now = datetime(2026, 11, 22, 12, tzinfo=timezone.utc)
+    assert replacements.settle(detached_id, HOME, lambda: [], fleets, "dev", now)["replacement"] == "declined"
+
+    (fleet_view,) = state.read_region(HOME, parse_fleets(fleets_json()), catalog, {}).fleets
+    assert (fleet_view.desired, fleet_view.detached_instances, fleet_view.max_instances) == (1, 1, 4 - 1)
+    assert fleet_view.hourly_usd == pytest.approx(2 * price)  # the member and the detached one
+    cap = fleet_view.max_instances
+    assert actions.raise_desired_capacity(boto3.client("autoscaling", HOME), ASG, 5, cap) == (1, cap)
+
+    boto3.client("ec2", HOME).terminate_instances(InstanceIds=[detached_id])  # the spot market's reclaim
+    (fleet_view,) = state.read_region(HOME, parse_fleets(fleets_json()), catalog, {}).fleets
+    assert (fleet_view.detached_instances, fleet_view.max_instances) == (0, 4)
+    assert tag_keys.DETACHED_AT in {t["Key"] for r in boto3.client("ec2", HOME).describe_instances(
+        InstanceIds=[detached_id])["Reservations"] for t in r["Instances"][0].get("Tags", [])}

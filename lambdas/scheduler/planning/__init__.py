@@ -10,8 +10,9 @@ from .model import (
 from .planner import DEFAULT_BOOT_S, plan
 from .purchase import resource_prices
 from .release import ReleasePolicy
+from .replacement import keeps_replacement
 from .shares import DEFAULT_TEAM, Shares, Team, decayed_usage
 
 __all__ = ["ADMISSION_CLOSED", "DEFAULT_BOOT_S", "DEFAULT_TEAM", "NO_FLEET", "SCALING_PAUSED", "Candidate", "Fleet",
            "JobRequest", "Limits", "Machine", "Placement", "Plan", "ReleasePolicy", "Reservation", "RuntimeEstimate",
-           "ScaleOut", "Shares", "Team", "decayed_usage", "plan", "resource_prices"]
+           "ScaleOut", "Shares", "Team", "decayed_usage", "keeps_replacement", "plan", "resource_prices"]
