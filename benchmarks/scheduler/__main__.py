@@ -32,7 +32,7 @@ from lambdas.common.catalog import load_catalog  # noqa: E402
 
 DEFAULT_TRACE = ROOT / "benchmarks" / "data" / "openb_pod_list_default.csv"
 STRATEGIES = ("mlfleet", "one-instance-per-job", "karpenter-when-empty", "ecs-binpack-memory", "first-fit")
-MLFLEET_PARTS = ("release", "runtimes", "lifecycle")
+MLFLEET_PARTS = ("release", "runtimes", "lifecycle", "replacement")
 
 
 class BenchmarkError(Exception):
@@ -181,7 +181,8 @@ def make_strategy(name: str, placeable, types, catalog, args):
                 args.boot_seconds if args.release_after_empty_seconds is None else args.release_after_empty_seconds),
             boot_s=args.boot_seconds,
             interruptions_per_hour=0.0 if "lifecycle" in without else args.interruptions_per_hour,
-            on_demand_max_instances=args.on_demand_max_instances, runtimes="runtimes" not in without)
+            on_demand_max_instances=args.on_demand_max_instances, runtimes="runtimes" not in without,
+            replacement_rule="replacement" not in without)
     if name == "one-instance-per-job":
         return OneInstancePerJobStrategy(types)
     if name == "karpenter-when-empty":

@@ -20,7 +20,9 @@ catalog's on-demand price there.
 
 An instance reclaimed from an Auto Scaling group is replaced by the group (its desired capacity is
 unchanged); until then, as in production, it counts as capacity on its way (`coming_boxes`), so a
-strategy does not buy a second replacement at the notice.
+strategy does not buy a second replacement at the notice. A strategy may decline the replacement at the
+notice (`on_notice` sets `replaced` False: mlfleet detaches the instance with a decrement), and the
+instance is then not capacity on its way.
 
 GPU sharing: a job that shares a GPU (ECS `nvidiaMps`, --share-fractional-gpus) takes memory on one GPU;
 a GPU shared by jobs takes only such jobs and is whole again when its last one ends. Which GPU: the
@@ -271,6 +273,8 @@ class Simulation:
         if box.terminated is not None:
             return
         box.draining = True
+        if hasattr(self.strategy, "on_notice"):  # before its jobs are stopped: what ran on it
+            self.strategy.on_notice(self, box)
         for job_id in sorted(box.jobs):
             state = self.jobs[job_id]
             self._stop(state)

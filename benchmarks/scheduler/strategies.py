@@ -3,11 +3,11 @@ interruption does to the jobs on the reclaimed instance.
 
 | strategy | places | buys | idle instances | spot interruption |
 |---|---|---|---|---|
-| mlfleet | lambdas.scheduler.planning.plan (the scheduler's own code), reservations kept as the ledger keeps them, runtime beliefs from hints and finished siblings | what the plan asks of single-type spot fleets (and on-demand ones, by expected cost) | the plan's releases (empty past the release delay), drained and terminated under the lease; the reaper as the safety net | job back in the queue, attempt counted; the group replaces the instance |
+| mlfleet | lambdas.scheduler.planning.plan (the scheduler's own code), reservations kept as the ledger keeps them, runtime beliefs from hints and finished siblings | what the plan asks of single-type spot fleets (and on-demand ones, by expected cost) | the plan's releases (empty past the release delay), drained and terminated under the lease; the reaper as the safety net | job back in the queue, attempt counted; the group replaces the instance only where that costs no more than buying for its jobs one instance each (planning/replacement.py), else the plan buys for them |
 | one-instance-per-job | its own instance | the cheapest type that holds the job, per job (SkyPilot, dstack) | terminated when its job ends | a new instance for the job (managed-job recovery), attempt counted |
 | karpenter-when-empty | kube-scheduler's default (LeastAllocated) onto nodes that fit; the rest provisioned | per pending batch: pods first-fit onto new nodes, each the cheapest type that holds its pods | removed `consolidateAfter` after its last pod (WhenEmpty); pods never moved | the Job's pod is recreated (attempt counted) and provisioned for; no group replaces the node |
 | ecs-binpack-memory | ECS binpack on memory: the fitting instance with the least free memory | one homogeneous type, as a capacity provider's managed scaling would | scaled in after 15 minutes without a task | the task is not restarted (ECS does not restart standalone tasks): the job is lost |
-| first-fit | the first instance, in launch order, that fits | the cheapest type that holds the job, when nothing fits | the reaper's contract | as mlfleet |
+| first-fit | the first instance, in launch order, that fits | the cheapest type that holds the job, when nothing fits | the reaper's contract | job back in the queue, attempt counted; the group replaces the instance |
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ import time
 from collections import Counter
 
 from benchmarks.scheduler.simulate import Box, InstanceType, JobState, Simulation, accepts
-from lambdas.scheduler.planning import Fleet, JobRequest, Limits, Machine, ReleasePolicy, Reservation, plan
+from lambdas.scheduler.planning import (
+    Fleet, JobRequest, Limits, Machine, ReleasePolicy, Reservation, keeps_replacement, plan,
+)
 from lambdas.scheduler.planning.runtimes import estimate, expected_end
 
 ECS_SCALE_IN_S = 15 * 60  # managed scaling removes an instance 15 minutes after its last task
@@ -88,7 +90,7 @@ class MlfleetStrategy(_Reaped):
 
     def __init__(self, types: list[InstanceType], catalog, region: str, idle_window_s: float, grace_s: float, *,
                  release_after_s: float | None = None, boot_s: float = 180.0, interruptions_per_hour: float = 0.0,
-                 on_demand_max_instances: int = 0, runtimes: bool = True):
+                 on_demand_max_instances: int = 0, runtimes: bool = True, replacement_rule: bool = True):
         super().__init__(idle_window_s, grace_s)
         self.types = {t.name: t for t in types}
         self.catalog = catalog
@@ -98,6 +100,7 @@ class MlfleetStrategy(_Reaped):
         self.rate = interruptions_per_hour
         self.on_demand_max = on_demand_max_instances if interruptions_per_hour > 0 else 0
         self.runtimes = runtimes
+        self.replacement_rule = replacement_rule  # off: the group replaces every reclaimed instance
         # The ledger's reservations: job -> (the instance bought for it, its runs then). A run or a
         # requeue moves the job on, which clears a ledger reservation; here the run count does.
         self.reserved: dict[str, tuple[Reservation, int]] = {}
@@ -132,6 +135,38 @@ class MlfleetStrategy(_Reaped):
         if not sim.snapshot and self.release_after_s is not None:
             sim.wake_at(box.idle_since + self.release_after_s)
 
+    def _fleets(self, usable: list[Box], coming: list[Box]) -> list[Fleet]:
+        current = Counter((b.type.name, b.lifecycle) for b in usable)
+        pending = Counter((b.type.name, b.lifecycle) for b in coming)
+        fleets = []
+        for name in self.types:
+            for lifecycle in ("spot", ON_DEMAND) if self.on_demand_max else ("spot",):
+                fleet = name if lifecycle == "spot" else f"{name}/{ON_DEMAND}"
+                fleets.append(Fleet(self.region, fleet, fleet, (name,), current[name, lifecycle], pending[name, lifecycle],
+                                    10**9 if lifecycle == "spot" else self.on_demand_max,
+                                    on_demand_percent_above_base=100 if lifecycle == ON_DEMAND else 0))
+        return fleets
+
+    def _request(self, sim: Simulation, s: JobState) -> JobRequest:
+        return JobRequest(s.job.job_id, s.job.submission_id, s.job.gpus, s.job.vcpus, s.job.memory_mib,
+                          s.job.instance_type_pattern, submitted_at=s.job.submit_s, reserved=self._reservation(s),
+                          runtime=self._belief(sim, s), checkpoint_interval_s=s.checkpoint_s,
+                          attempts_left=max(1, sim.max_attempts - s.attempts_used), gpu_memory_mib=s.job.gpu_memory_mib)
+
+    def _prices(self) -> dict:
+        return {(self.region, name): t.price for name, t in self.types.items()}
+
+    def on_notice(self, sim: Simulation, box: Box) -> None:
+        """The job-events function's rule at the spot notice: the group replaces the instance only where
+        that costs no more than buying for its jobs one instance each (planning/replacement.py)."""
+        jobs = [self._request(sim, sim.jobs[job_id]) for job_id in sorted(box.jobs)]
+        if self.replacement_rule and not keeps_replacement(box.price, jobs, self._fleets([], []), self.catalog, self._prices()):
+            box.replaced = False  # detached with its desired capacity decremented: not capacity on its way
+
+    def on_reclaimed(self, sim: Simulation, box: Box) -> None:
+        if box.replaced:
+            super().on_reclaimed(sim, box)
+
     def schedule(self, sim: Simulation, now: float) -> None:
         for submission, seconds in sim.finished[self._finished_seen:]:
             self.siblings.setdefault(submission, []).append(seconds)
@@ -146,23 +181,10 @@ class MlfleetStrategy(_Reaped):
                             busy_until=self._busy_until(sim, b, now) if self.runtimes else None,
                             gpu_memory_mib=b.type.gpu_memory, shared_gpus=b.shared_left())
                     for b in usable]
-        current = Counter((b.type.name, b.lifecycle) for b in usable)
-        pending = Counter((b.type.name, b.lifecycle) for b in coming)
-        fleets = []
-        for name in self.types:
-            for lifecycle in ("spot", ON_DEMAND) if self.on_demand_max else ("spot",):
-                fleet = name if lifecycle == "spot" else f"{name}/{ON_DEMAND}"
-                fleets.append(Fleet(self.region, fleet, fleet, (name,), current[name, lifecycle], pending[name, lifecycle],
-                                    10**9 if lifecycle == "spot" else self.on_demand_max,
-                                    on_demand_percent_above_base=100 if lifecycle == ON_DEMAND else 0))
-        jobs = [JobRequest(s.job.job_id, s.job.submission_id, s.job.gpus, s.job.vcpus, s.job.memory_mib,
-                           s.job.instance_type_pattern, submitted_at=s.job.submit_s, reserved=self._reservation(s),
-                           runtime=self._belief(sim, s), checkpoint_interval_s=s.checkpoint_s,
-                           attempts_left=max(1, sim.max_attempts - s.attempts_used), gpu_memory_mib=s.job.gpu_memory_mib)
-                for s in sim.waiting.values()]
+        fleets = self._fleets(usable, coming)
+        jobs = [self._request(sim, s) for s in sim.waiting.values()]
         hourly = sum(b.price for b in sim.alive.values())
-        prices = {(self.region, name): t.price for name, t in self.types.items()}
-        result = plan(jobs, machines, fleets, self.catalog, Limits(float("inf"), hourly), prices=prices, now=now,
+        result = plan(jobs, machines, fleets, self.catalog, Limits(float("inf"), hourly), prices=self._prices(), now=now,
                       release=None if sim.snapshot or self.release_after_s is None
                       else ReleasePolicy(after_empty_s=self.release_after_s),
                       interruption_rate=(lambda region, instance_type: self.rate) if self.rate > 0 else None,
