@@ -109,7 +109,7 @@ def settle(instance_id: str, region: str, jobs_that_ran: Callable[[], Sequence[L
                                      ShouldDecrementDesiredCapacity=True)
     except ClientError as error:
         if error_code(error) != "ValidationError":
-            raise  # tried again with the event; the tag alone changes nothing but the count against the caps
+            raise  # tried again with the event; a member's tag is not counted (state.detached_from)
         ec2.delete_tags(Resources=[instance_id], Tags=[{"Key": DETACHED_AT}])
         log_decision("replacement-kept", **outcome, reason=f"detach refused: {describe(error)}")
         return {**outcome, "replacement": "kept"}

@@ -114,6 +114,32 @@ def test_an_interrupted_instance_counts_as_capacity_on_its_way_so_no_second_one_
     assert len(sim.boxes) == 2 and sim.boxes[1].type == box.type
 
 
+@pytest.mark.parametrize("rule", [True, False], ids=["rule", "without-rule"])
+def test_a_big_instance_reclaimed_under_a_small_job_is_not_replaced_in_kind(rule):
+    """The chain planning/replacement.py breaks: a one-GPU job on an 8-GPU box (left from an 8-GPU job).
+    With the rule the group's replacement is declined and the plan buys the job's own box at the notice;
+    without it (`--mlfleet-without replacement`) the group replaces the 8-GPU box and the job waits for it."""
+    job = TraceJob("j", 0, 7200, 1, 2, 4096)
+    strategy = MlfleetStrategy(TYPES, CATALOG, "us-east-1", 5400, 1800, release_after_s=180, replacement_rule=rule)
+    sim = tiny_sim([job], strategy)
+    sim.now = 0.0
+    big = sim.launch(BY_NAME["g6.48xlarge"])
+    sim.now = 240.0
+    sim._on_arrive(sim.jobs["j"])
+    strategy.schedule(sim, 240.0)  # the big box is ready and empty: the job starts on it
+    assert sim.jobs["j"].state == "running" and len(sim.boxes) == 1
+    sim.now = 600.0
+    sim._on_notice(big)
+    strategy.schedule(sim, 600.0)
+    sim.now = 720.0
+    sim._on_reclaim(big)
+    bought = [b.type.name for b in sim.boxes[1:]]
+    if rule:
+        assert not big.replaced and len(bought) == 1 and BY_NAME[bought[0]].price < big.price / 10
+    else:
+        assert big.replaced and bought == ["g6.48xlarge"]
+
+
 def test_mlfleet_releases_an_empty_instance_after_the_delay_and_never_one_with_work():
     jobs = [TraceJob("a", 0, 600, 1, 2, 4096), TraceJob("b", 4000, 600, 1, 2, 4096)]
     strategy = MlfleetStrategy(TYPES, CATALOG, "us-east-1", 5400, 1800, release_after_s=180)
