@@ -70,8 +70,7 @@ def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequen
     if unplaced:
         unplaced, waiting = place_on_launching(unplaced, options(), catalog, patterns)
         if unplaced:
-            scale_outs, bought_waiting = purchase(unplaced, options(), catalog, patterns, limits, fallbacks,
-                                                  interruption_rate)
+            scale_outs, bought_waiting = purchase(unplaced, options(), catalog, patterns, limits, fallbacks)
             waiting += bought_waiting
     return Plan(tuple(placements), tuple(scale_outs), tuple(sorted([*waiting, *held_back])),
                 releases({p.machine_key for p in placements} | kept))

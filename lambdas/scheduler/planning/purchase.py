@@ -19,7 +19,7 @@ trace: docs/scheduler-benchmark.md). The bundles' jobs are what the scale-outs a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from .columns import Pattern, cheapest_cover, gauss_jordan_pivot
@@ -38,8 +38,10 @@ RUNTIME_CLASS_EDGES_S = (3600.0, 4 * 3600.0, 16 * 3600.0, 64 * 3600.0)
 # like this one, costs least per job, rather than the cheapest box for the job alone. They live for
 # days, so the long jobs that arrive meanwhile fill the rest on the live stage (no extension: the host
 # outlives them), and short jobs use the room left for free: 4.9% less on the shared trace than
-# right-sizing each long job (docs/scheduler-benchmark.md, "Hosts"). Not where spot instances are reclaimed
-# within those 64 hours (rate x 64 h >= 1): a host that dies in a day never fills.
+# right-sizing each long job (docs/scheduler-benchmark.md, "Hosts"). Also where spot instances are reclaimed
+# well within those 64 hours: a reclaimed host's long jobs come back together and are bought a host
+# again, and at 0.05 interruptions per instance-hour (a life of 20 hours) hosts still cost 2-4% less per
+# completed GPU-hour over 36 replays (docs/scheduler-benchmark.md, "Hosts under interruptions").
 HOST_CLASS = 4
 
 
@@ -295,9 +297,9 @@ def _cover_seeds(jobs: Sequence[JobRequest], options: Sequence[Option], patterns
 
 
 def _purchase_once(jobs: Sequence[JobRequest], options: Sequence[Option], catalog, patterns: Patterns,
-                   limits: Limits, hosts: bool = True) -> _Bought:
+                   limits: Limits) -> _Bought:
     """The better of the greedy plan and the cover-seeded one for these jobs (hosts for long runs)."""
-    if hosts and jobs and runtime_class(jobs[0]) >= HOST_CLASS:
+    if jobs and runtime_class(jobs[0]) >= HOST_CLASS:
         return _Purchase(options, catalog, patterns, limits, host=True).run(jobs, (), limits.scaling_allowed)
     best = _Purchase(options, catalog, patterns, limits).run(jobs, (), limits.scaling_allowed)
     if limits.scaling_allowed:
@@ -380,19 +382,13 @@ def runtime_class(job: JobRequest) -> int:
 
 def purchase(jobs: Sequence[JobRequest], options: Sequence[Option], catalog, patterns: Patterns,
              limits: Limits, fallbacks: Mapping[str, JobRequest] | None = None,
-             interruption_rate: Callable[[str, str], float] | None = None
              ) -> tuple[list[ScaleOut], list[tuple[str, str]]]:
     """Boxes for `jobs`, bought class by class of runtime (a box never mixes a day-long job with
     minute-long ones: it would outlive them, nearly empty), within the caps all classes share.
 
     `fallbacks`: jobs the lifecycle stage sent on-demand, as they were; one that could not be bought
     for (the on-demand fleets' caps) is planned again as it was, with what room is left.
-    `interruption_rate(region, type)`: hosts are bought only where spot instances are expected to live
-    longer than the runs they host (an instance reclaimed within days never fills up).
     """
-    hosts = interruption_rate is None or all(
-        interruption_rate(o.fleet.region, t) * RUNTIME_CLASS_EDGES_S[HOST_CLASS - 1] / 3600 < 1
-        for o in options for t in o.fleet.instance_types)
     classes: dict[int, list[JobRequest]] = {}
     for job in jobs:  # in planning order; a class comes in the order of its first job
         classes.setdefault(runtime_class(job), []).append(job)
@@ -403,7 +399,7 @@ def purchase(jobs: Sequence[JobRequest], options: Sequence[Option], catalog, pat
     options = list(options)
     while rounds:
         batch, members = bundle_shared(rounds.pop(0), options, patterns)
-        result = _purchase_once(batch, options, catalog, patterns, limits, hosts)
+        result = _purchase_once(batch, options, catalog, patterns, limits)
         for i, boxes in result.boxes.items():
             bought.setdefault(i, []).extend(_unbundled(box, members) for box in boxes)
             options[i] = replace(options[i], room=options[i].room - len(boxes))
