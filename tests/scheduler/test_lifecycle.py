@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -126,3 +127,19 @@ def test_past_the_on_demand_cap_the_rest_fall_back_to_spot():
     # With no on-demand room at all, nothing is even tried on-demand.
     assert bought(plan(jobs, [], fleets(on_demand_room=0), CATALOG, Limits(100, 0),
                        interruption_rate=lambda r, t: 0.05)) == {"spot": 3}
+
+
+def test_a_long_job_sent_on_demand_gets_no_host_while_one_on_spot_does():
+    """Hosts (purchase.py, HOST_CLASS) are bought on spot whatever the rate; a job the lifecycle stage moved
+    to on-demand is bought its own box: on-demand hosts valued full ran far from full (measured)."""
+    types = ("g4dn.4xlarge", "g4dn.12xlarge")
+    spot = [Fleet("us-east-1", t, f"asg-{t}", (t,), 0, 0, 100) for t in types]
+    on_demand = [Fleet("us-east-1", f"{t}/od", f"asg-{t}-od", (t,), 0, 0, 4, on_demand_percent_above_base=100)
+                 for t in types]
+    shape = {"vcpus": 12, "memory_mib": 24_000}
+    week = JobRequest("week", "sub", 1, runtime=RuntimeEstimate(7 * DAY, 0.5), attempts_left=3, **shape)
+    stormy = plan([week], [], [*spot, *on_demand], CATALOG, Limits(100, 0), interruption_rate=lambda r, t: 0.05)
+    assert bought(stormy) == {"g4dn.4xlarge/od": 1}
+    checkpointing = replace(week, checkpoint_interval_s=1800.0)  # stays on spot, where it gets a host
+    assert bought(plan([checkpointing], [], [*spot, *on_demand], CATALOG, Limits(100, 0),
+                       interruption_rate=lambda r, t: 0.05)) == {"g4dn.12xlarge": 1}

@@ -41,7 +41,8 @@ RUNTIME_CLASS_EDGES_S = (3600.0, 4 * 3600.0, 16 * 3600.0, 64 * 3600.0)
 # right-sizing each long job (docs/scheduler-benchmark.md, "Hosts"). Also where spot instances are reclaimed
 # well within those 64 hours: a reclaimed host's long jobs come back together and are bought a host
 # again, and at 0.05 interruptions per instance-hour (a life of 20 hours) hosts still cost 2-4% less per
-# completed GPU-hour over 36 replays (docs/scheduler-benchmark.md, "Hosts under interruptions").
+# completed GPU-hour over 36 replays (docs/scheduler-benchmark.md, "Hosts under interruptions"). Not for
+# jobs the lifecycle stage sent on-demand (purchase()).
 HOST_CLASS = 4
 
 
@@ -297,9 +298,9 @@ def _cover_seeds(jobs: Sequence[JobRequest], options: Sequence[Option], patterns
 
 
 def _purchase_once(jobs: Sequence[JobRequest], options: Sequence[Option], catalog, patterns: Patterns,
-                   limits: Limits) -> _Bought:
+                   limits: Limits, hosts: bool = True) -> _Bought:
     """The better of the greedy plan and the cover-seeded one for these jobs (hosts for long runs)."""
-    if jobs and runtime_class(jobs[0]) >= HOST_CLASS:
+    if hosts and jobs and runtime_class(jobs[0]) >= HOST_CLASS:
         return _Purchase(options, catalog, patterns, limits, host=True).run(jobs, (), limits.scaling_allowed)
     best = _Purchase(options, catalog, patterns, limits).run(jobs, (), limits.scaling_allowed)
     if limits.scaling_allowed:
@@ -387,19 +388,23 @@ def purchase(jobs: Sequence[JobRequest], options: Sequence[Option], catalog, pat
     minute-long ones: it would outlive them, nearly empty), within the caps all classes share.
 
     `fallbacks`: jobs the lifecycle stage sent on-demand, as they were; one that could not be bought
-    for (the on-demand fleets' caps) is planned again as it was, with what room is left.
+    for (the on-demand fleets' caps) is planned again as it was, with what room is left. Such jobs get
+    no hosts: the stage chose on-demand for each job alone, and hosts bought on-demand for them, valued
+    full, ran far from full (docs/scheduler-benchmark.md, "Hosts under interruptions").
     """
-    classes: dict[int, list[JobRequest]] = {}
-    for job in jobs:  # in planning order; a class comes in the order of its first job
-        classes.setdefault(runtime_class(job), []).append(job)
-    rounds = list(classes.values())
     fallbacks = dict(fallbacks or {})
+    classes: dict[tuple[int, bool], list[JobRequest]] = {}
+    for job in jobs:  # in planning order; a class comes in the order of its first job
+        cls = runtime_class(job)
+        classes.setdefault((cls, cls < HOST_CLASS or job.job_id not in fallbacks), []).append(job)
+    rounds = [(batch, hosts) for (_, hosts), batch in classes.items()]
     bought: dict[int, list[list[str]]] = {}
     waiting: list[tuple[str, str]] = []
     options = list(options)
     while rounds:
-        batch, members = bundle_shared(rounds.pop(0), options, patterns)
-        result = _purchase_once(batch, options, catalog, patterns, limits)
+        jobs_of_round, hosts = rounds.pop(0)
+        batch, members = bundle_shared(jobs_of_round, options, patterns)
+        result = _purchase_once(batch, options, catalog, patterns, limits, hosts)
         for i, boxes in result.boxes.items():
             bought.setdefault(i, []).extend(_unbundled(box, members) for box in boxes)
             options[i] = replace(options[i], room=options[i].room - len(boxes))
@@ -410,7 +415,7 @@ def purchase(jobs: Sequence[JobRequest], options: Sequence[Option], catalog, pat
         retried = {job.job_id for job in retry}
         waiting += [(job_id, reason) for job_id, reason in result.waiting if job_id not in retried]
         if retry:
-            rounds.append(retry)
+            rounds.append((retry, True))
     scale_outs = []
     for i in sorted(bought):
         fleet, boxes = options[i].fleet, sorted(tuple(sorted(b)) for b in bought[i])
