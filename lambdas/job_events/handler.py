@@ -23,7 +23,6 @@ retried: the next one comes five minutes later. A job record that cannot be read
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
@@ -283,22 +282,11 @@ def interrupt(event: D.InstanceEvent, ledger: L.Ledger, settings: Settings, now:
             stopped = _stop_job_tasks(ecs, cluster, found, f"spot interruption of {event.instance_id}")
             if stopped:
                 log_decision("stop-tasks", instance_id=event.instance_id, cluster=cluster, tasks=stopped)
+    # The jobs it ran, as read before this delivery requeued them (a delivery again finds none: declined).
+    ran = [r for r in records if r.placement is not None and r.placement.instance_id == event.instance_id]
     with per_item("replacement-failed", failures, instance_id=event.instance_id):
-        replacements.settle(event.instance_id, event.region, lambda: jobs_that_ran(event.instance_id, records, ledger),
-                            settings.fleets, settings.environment, now)
+        replacements.settle(event.instance_id, event.region, ran, settings.fleets, settings.environment, now)
     return results
-
-
-def jobs_that_ran(instance_id: str, running: Sequence[L.JobRecord], ledger: L.Ledger) -> list[L.JobRecord]:
-    """The jobs the reclaimed instance ran, the same on every delivery of its notice: those the ledger
-    held running there before this delivery requeued them (`running`, read first), and those queued
-    with their last placement there (requeued by this delivery, whose read of the state index may lag,
-    or by an earlier one that failed after the requeue and is delivered again). A job this delivery
-    dead-letters still counts: the rule then errs toward keeping the replacement, as the group would."""
-    found = {r.job_id: r for r in ledger.by_state(L.QUEUED)
-             if r.placement is not None and r.placement.instance_id == instance_id}
-    found.update((r.job_id, r) for r in running if r.placement is not None and r.placement.instance_id == instance_id)
-    return [found[job_id] for job_id in sorted(found)]
 
 
 def checkpoint_saved_at(record: L.JobRecord, settings: Settings) -> float | None:

@@ -15,7 +15,10 @@ Declining, in this order:
    the desired capacity, Amazon EC2 Auto Scaling launches instances to replace the ones that are
    detached" (API reference, DetachInstances). The next scheduler run buys what the requeued jobs need.
 A refusal (ValidationError: the group at its minimum, for one) keeps the replacement and removes the tag.
-A delivery of the same notice again finds the instance outside its group and does nothing more.
+A delivery of the same notice again finds the instance outside its group and does nothing more. One that
+comes after a failure left it in its group reads no job running there (the first requeued them; the
+jobs are the ledger's running and starting ones, read before the requeue: one bounded read, never a
+scan of the queue), so it declines: safe, since the planner then buys what the requeued jobs need.
 
 Nothing here ends a detached instance: the spot market does, two minutes after the notice. "The default
 behavior is that Amazon EC2 terminates Spot Instances when they are interrupted" (EC2 User Guide,
@@ -27,7 +30,7 @@ past state.DETACHED_GRACE_MINUTES, logs it (`detached-still-running`, lambdas/sc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 
 from botocore.exceptions import ClientError
@@ -66,10 +69,10 @@ def planning_fleets(fleets: Sequence[FleetConfig]) -> list[Fleet]:
             for f in fleets]
 
 
-def settle(instance_id: str, region: str, jobs_that_ran: Callable[[], Sequence[L.JobRecord]], fleets_text: str,
-           environment: str, now: datetime, catalog: Catalog | None = None) -> dict:
-    """Keep or decline the replacement of `instance_id` (reclaimed; `jobs_that_ran()`: the records of the
-    jobs it ran, read only for an instance still InService in a fleet group)."""
+def settle(instance_id: str, region: str, ran: Sequence[L.JobRecord], fleets_text: str, environment: str,
+           now: datetime, catalog: Catalog | None = None) -> dict:
+    """Keep or decline the replacement of `instance_id` (reclaimed; `ran`: the records of the jobs the
+    ledger held running or starting there before they were requeued)."""
     outcome = {"instance_id": instance_id, "region": region}
     catalog = catalog or load_catalog()
     ec2, autoscaling = client("ec2", region), client("autoscaling", region)
@@ -96,7 +99,7 @@ def settle(instance_id: str, region: str, jobs_that_ran: Callable[[], Sequence[L
     # planner gives the fleet; a spot notice comes only for spot instances).
     stack_fleets = planning_fleets(fleets)
     price = next(o.price for o in purchase_options(stack_fleets, catalog, None) if o.fleet.asg_name == fleet.asg_name)
-    jobs = [job_request(record, regions(fleets)) for record in jobs_that_ran()]
+    jobs = [job_request(record, regions(fleets)) for record in ran]
     kept = keeps_replacement(price, jobs, stack_fleets, catalog)
     outcome.update(fleet=fleet.fleet, instance_type=found[0].get("InstanceType"), replacement_per_hour=price,
                    jobs=sorted(j.job_id for j in jobs))

@@ -95,6 +95,14 @@ def fleets_json(max_instances: int = 4, region: str = HOME) -> str:
                         "on_demand_base": 0, "on_demand_percent_above_base": 0}])
 
 
+def two_fleets_json() -> str:
+    """The fleet of fleets_json() and one of one-T4 boxes, which buys a one-GPU job for a tenth of a
+    g5.12xlarge (a spot notice then declines the first fleet's replacement: job_events/replacements.py)."""
+    small = {**json.loads(fleets_json())[0], "fleet": "small", "asg_name": f"mlfleet-{ENV}-small",
+             "instance_types": ["g4dn.xlarge"]}
+    return json.dumps([*json.loads(fleets_json()), small])
+
+
 def build_fleet(size: int = 2, max_size: int = 6, region: str = HOME) -> dict:
     """A fleet region as the lead's components declare it: group, cluster, job family with roles under
     /mlfleet/<env>/, and `size` registered container instances. Returns {instance_id: container ARN}."""

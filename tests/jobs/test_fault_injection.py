@@ -39,7 +39,7 @@ from types import SimpleNamespace
 import pytest
 from conftest import (
     ASG, CLUSTER, ENV, FAMILY, HOME, aws_client, build_fleet, create_queues, create_table, fleets_json,
-    open_admission, scheduler_settings, set_teams, teams_json,
+    open_admission, scheduler_settings, set_teams, teams_json, two_fleets_json,
 )
 from faults import KINDS, Faults
 from moto import mock_aws
@@ -286,7 +286,7 @@ def check_scheduler(world: dict, failed: set, injector: Faults) -> None:
 
 def event_settings(home) -> job_events.Settings:
     return job_events.Settings(environment=ENV, jobs_table=home["table"], jobs_queue_url=home["queue"],
-                               jobs_dlq_url=home["dlq"], fleets=fleets_json(), rebalance_timeout_minutes=30,
+                               jobs_dlq_url=home["dlq"], fleets=two_fleets_json(), rebalance_timeout_minutes=30,
                                notify_email_topic_arn=f"arn:aws:sns:{HOME}:123456789012:{NOTIFY_TOPIC}",
                                notify_slack_topic_arn=f"arn:aws:sns:{HOME}:123456789012:{SLACK_TOPIC}",
                                account_id="123456789012")
@@ -309,7 +309,7 @@ def instance_event(kind: str, instance_id: str) -> dict:
 
 def events_world(home) -> dict:
     instances = build_fleet(size=3, max_size=6)
-    (a_id, a_arn), (b_id, b_arn), (c_id, _) = sorted(instances.items())
+    (a_id, a_arn), (b_id, b_arn), (c_id, c_arn) = sorted(instances.items())
     running = {}
     ecs = aws_client("ecs", HOME)
     # Succeeds; fails with attempts left; fails for good (exit code 1 is one the spec retries).
@@ -332,6 +332,9 @@ def events_world(home) -> dict:
     superseded = assign_ids(SUB, [spec()] * 5)[4].job_id
     stray = start_task(a_arn, superseded, 1)
     put_job(4, spec(), L.QUEUED, attempt=1, runs=1)
+    # c runs one small job: buying for it alone (a one-T4 fleet) costs less than the group's replacement.
+    small = assign_ids(SUB, [spec()] * 7)[6].job_id
+    put_job(6, spec(), L.RUNNING, attempt=1, runs=1, placement=placement(c_id, c_arn, start_task(c_arn, small, 1)))
     broken = put_undecodable(5)
     broken_task = start_task(a_arn, broken, 1)
     ecs.stop_task(cluster=CLUSTER, task=broken_task, reason="the job ended (its event follows)")
@@ -342,7 +345,6 @@ def events_world(home) -> dict:
               task_event(exhausted, running[exhausted], 1, "STOPPED", 1), task_event(superseded, stray, 1, "RUNNING"),
               task_event(broken, broken_task, 1, "STOPPED", 0),
               instance_event("EC2 Spot Instance Interruption Warning", b_id),
-              # c runs nothing: its group's replacement is declined (planning/replacement.py).
               instance_event("EC2 Spot Instance Interruption Warning", c_id),
               instance_event("EC2 Instance Rebalance Recommendation", a_id),
               {"detail-type": "Scheduled Event", "source": "aws.events", "region": HOME, "time": NOW.isoformat(),
@@ -389,16 +391,18 @@ def check_events(world: dict, failed: set, injector: Faults) -> None:
     tags = {i["InstanceId"]: {t["Key"] for t in i.get("Tags", [])}
             for r in ec2.describe_instances(InstanceIds=[world["a"], world["b"]])["Reservations"] for i in r["Instances"]}
     assert REBALANCE_TAG in tags[world["a"]] and REBALANCE_TAG not in tags[world["b"]]
-    # b ran a job its group's type holds no dearer than buying for it: replaced. c ran nothing: detached
-    # with the desired capacity decremented once, whatever failed and was delivered again; unless the
-    # detach itself was refused (as AWS refuses one below the group's minimum): then it is replaced.
-    refused = (("autoscaling", "DetachInstances"), "validation") in failed
+    # b and c ran one small job each, cheaper bought alone than the group's replacement: declined, each
+    # detached with the desired capacity decremented once, whatever failed and was delivered again;
+    # unless the detach itself was refused (as AWS refuses one below the group's minimum): then kept.
     group = aws_client("autoscaling", HOME).describe_auto_scaling_groups(AutoScalingGroupNames=[ASG])["AutoScalingGroups"][0]
     members = {i["InstanceId"] for i in group["Instances"]}
-    assert world["b"] in members and (world["c"] in members) is refused
-    assert group["DesiredCapacity"] == (3 if refused else 2)
-    assert (tag_keys.DETACHED_AT in {t["Key"] for r in ec2.describe_instances(InstanceIds=[world["c"]])["Reservations"]
-                                     for t in r["Instances"][0].get("Tags", [])}) is not refused
+    refused = (("autoscaling", "DetachInstances"), "validation") in failed
+    detached = {world["b"], world["c"]} - members
+    assert world["a"] in members and group["DesiredCapacity"] == 3 - len(detached)
+    assert detached == (set() if refused else {world["b"], world["c"]})
+    marked = {i["InstanceId"] for r in ec2.describe_instances(InstanceIds=[world["b"], world["c"]])["Reservations"]
+              for i in r["Instances"] if any(t["Key"] == tag_keys.DETACHED_AT for t in i.get("Tags", []))}
+    assert marked == detached
 
 
 # --- job events: the ledger's stream of ended jobs (notifications) ---------------------------------------

@@ -9,13 +9,12 @@ way (it names a detached instance's fleet by its ECS attribute, tests/jobs/test_
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timezone
 
 import boto3
 import pytest
 from botocore.exceptions import ClientError
-from conftest import ASG, CLUSTER, ENV, FAMILY, FLEET_TYPE, HOME, build_fleet, event_settings, fleets_json
+from conftest import ASG, CLUSTER, ENV, FAMILY, FLEET_TYPE, HOME, build_fleet, event_settings, two_fleets_json
 
 from lambdas.common import tags as tag_keys
 from lambdas.job_events import decide as D
@@ -27,12 +26,8 @@ from lambdas.jobs.spec import JobSpec
 
 NOW = datetime(2026, 11, 22, 12, tzinfo=timezone.utc)
 SUBMISSION = "sub-20261122120000-abcdef"
-# The stack's fleets: the group under test (4-GPU g5 boxes) and a fleet of one-T4 boxes, which buys a
-# one-GPU job for a tenth of a g5.12xlarge.
-SMALL = {"region": HOME, "fleet": "small", "asg_name": f"mlfleet-{ENV}-small", "cluster": CLUSTER,
-         "task_family": FAMILY, "max_instances": 4, "instance_types": ["g4dn.xlarge"], "on_demand_base": 0,
-         "on_demand_percent_above_base": 0}
-FLEETS = json.dumps([*json.loads(fleets_json()), SMALL])
+# The stack's fleets: the group under test (4-GPU g5 boxes) and a fleet of one-T4 boxes.
+FLEETS = two_fleets_json()
 SMALL_JOB = JobSpec(image="i", command=(), gpus=1, vcpus=2, memory_mib=8192, max_attempts=3)
 # Four GPUs and 40 vCPUs: only the g5 group holds it.
 BIG_JOB = JobSpec(image="i", command=(), gpus=4, vcpus=40, memory_mib=100_000, max_attempts=3)
@@ -95,26 +90,25 @@ def test_a_notice_delivered_again_decrements_the_desired_capacity_once(home):
     assert group()["DesiredCapacity"] == 1 and reclaimed not in {i["InstanceId"] for i in group()["Instances"]}
 
 
-def test_a_notice_delivered_again_after_the_requeue_still_sees_the_jobs_it_ran(home, monkeypatch):
-    """The race: the first delivery requeues the jobs and fails before it settles the replacement; the
-    ledger then holds them QUEUED, no longer RUNNING there. Read from RUNNING alone, the second delivery
-    would see an instance that ran nothing and decline a replacement that only the group can give the
-    job. The jobs queued with their last placement there still count."""
+def test_a_notice_delivered_again_after_the_requeue_declines_once_and_loses_no_job(home, monkeypatch):
+    """The race: the first delivery requeues the job, tags the instance and fails to detach it (throttled);
+    the ledger then holds the job QUEUED, no longer RUNNING there. The second delivery reads no job running
+    there and declines: the planner buys for the queued job (safe, whatever it needs). The desired capacity
+    is decremented once, and the job is queued once."""
     (reclaimed, arn), _ = sorted(build_fleet(size=2).items())
-    (job_id,) = run_jobs(home, reclaimed, arn, [BIG_JOB])
-    real = replacements.settle
-
-    def failing(*args, **kwargs):
-        raise ClientError({"Error": {"Code": "Throttling", "Message": "Rate exceeded"}}, "DescribeInstances")
-
-    monkeypatch.setattr(replacements, "settle", failing)
-    with pytest.raises(RetryLater, match="replacement-failed"):  # Lambda delivers the event again
-        job_event(notice(reclaimed), event_settings(home, FLEETS), now=NOW)
+    (job_id,) = run_jobs(home, reclaimed, arn, [SMALL_JOB])
+    autoscaling = replacements.client("autoscaling", HOME)
+    throttled = ClientError({"Error": {"Code": "Throttling", "Message": "Rate exceeded"}}, "DetachInstances")
+    with monkeypatch.context() as patch:
+        patch.setattr(autoscaling, "detach_instances", lambda **kw: (_ for _ in ()).throw(throttled))
+        with pytest.raises(RetryLater, match="replacement-failed"):  # Lambda delivers the event again
+            job_event(notice(reclaimed), event_settings(home, FLEETS), now=NOW)
+    assert reclaimed in {i["InstanceId"] for i in group()["Instances"]}
     ledger = L.Ledger(boto3.client("dynamodb", HOME), home["table"])
-    assert ledger.get(job_id).state == L.QUEUED
-    monkeypatch.setattr(replacements, "settle", real)
+    assert ledger.get(job_id).state == L.QUEUED and tag_keys.DETACHED_AT in instance_tags(reclaimed)
     job_event(notice(reclaimed), event_settings(home, FLEETS), now=NOW)
-    assert reclaimed in {i["InstanceId"] for i in group()["Instances"]} and group()["DesiredCapacity"] == 2
+    assert reclaimed not in {i["InstanceId"] for i in group()["Instances"]} and group()["DesiredCapacity"] == 1
+    assert [r.job_id for r in ledger.by_state(L.QUEUED)] == [job_id] and ledger.get(job_id).attempt == 1
 
 
 def test_a_refused_detach_keeps_the_replacement_and_removes_the_mark(home, monkeypatch):
@@ -125,7 +119,8 @@ def test_a_refused_detach_keeps_the_replacement_and_removes_the_mark(home, monke
     refusal = ClientError({"Error": {"Code": "ValidationError", "Message": "below the group's minimum"}},
                           "DetachInstances")
     monkeypatch.setattr(autoscaling, "detach_instances", lambda **kw: (_ for _ in ()).throw(refusal))
-    outcome = replacements.settle(reclaimed, HOME, lambda: [], FLEETS, ENV, NOW)
+    ledger = L.Ledger(boto3.client("dynamodb", HOME), home["table"])
+    outcome = replacements.settle(reclaimed, HOME, ledger.by_state(L.RUNNING), FLEETS, ENV, NOW)
     assert outcome["replacement"] == "kept"
     assert tag_keys.DETACHED_AT not in instance_tags(reclaimed)
     assert group()["DesiredCapacity"] == 2
@@ -135,12 +130,12 @@ def test_an_instance_of_another_environment_or_outside_the_groups_is_left_alone(
     (reclaimed, _), _ = sorted(build_fleet(size=2).items())
     ec2 = boto3.client("ec2", HOME)
     ec2.create_tags(Resources=[reclaimed], Tags=[{"Key": tag_keys.ENVIRONMENT, "Value": "prod"}])
-    assert replacements.settle(reclaimed, HOME, lambda: [], FLEETS, ENV, NOW)["replacement"] == "left"
+    assert replacements.settle(reclaimed, HOME, [], FLEETS, ENV, NOW)["replacement"] == "left"
     (stray,) = [i["InstanceId"] for i in ec2.run_instances(ImageId="ami-12c6146b", InstanceType=FLEET_TYPE, MinCount=1,
                                                           MaxCount=1)["Instances"]]
     ec2.create_tags(Resources=[stray], Tags=[{"Key": tag_keys.ENVIRONMENT, "Value": ENV}])
-    assert replacements.settle(stray, HOME, lambda: [], FLEETS, ENV, NOW)["replacement"] == "left"
-    assert replacements.settle("i-0123456789abcdef0", HOME, lambda: [], FLEETS, ENV, NOW)["replacement"] == "left"
+    assert replacements.settle(stray, HOME, [], FLEETS, ENV, NOW)["replacement"] == "left"
+    assert replacements.settle("i-0123456789abcdef0", HOME, [], FLEETS, ENV, NOW)["replacement"] == "left"
     assert group()["DesiredCapacity"] == 2
 
 

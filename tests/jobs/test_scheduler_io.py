@@ -9,13 +9,12 @@ tested with botocore's Stubber.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timedelta, timezone
 
 import boto3
 import pytest
 from botocore.stub import Stubber
-from conftest import ASG, CLUSTER, FAMILY, FLEET_TYPE, HOME, build_fleet, fleets_json
+from conftest import ASG, CLUSTER, FAMILY, FLEET_TYPE, HOME, build_fleet, fleets_json, two_fleets_json
 
 from lambdas.common.catalog import load_catalog
 from lambdas.common.permissions import statements
@@ -192,6 +191,8 @@ def test_an_instance_detached_at_its_notice_counts_against_its_fleets_cap_until_
     attributes, so they are put as the agent would have."""
     from lambdas.common import tags as tag_keys
     from lambdas.job_events import replacements
+    from lambdas.jobs import ledger as L
+    from lambdas.jobs.spec import JobSpec
 
     (detached_id, detached_arn), _ = sorted(fleet.items())
     ecs = boto3.client("ecs", HOME)
@@ -201,11 +202,12 @@ def test_an_instance_detached_at_its_notice_counts_against_its_fleets_cap_until_
     catalog = load_catalog()
     price = catalog.get(FLEET_TYPE).on_demand_price(HOME)
     # A stack where buying alone is cheaper than the group's box, so the notice declines its replacement.
-    small = {**json.loads(fleets_json())[0], "fleet": "small", "asg_name": "mlfleet-dev-small",
-             "instance_types": ["g4dn.xlarge"]}
-    fleets = json.dumps([*json.loads(fleets_json()), small])
+    spec = JobSpec(image="i", command=(), gpus=1, vcpus=2, memory_mib=8192, max_attempts=3)
+    ran = [L.JobRecord(job_id="sub-20261122120000-abcdef-00000", submission_id="sub-20261122120000-abcdef", index=0,
+                       state=L.RUNNING, attempt=1, runs=1, start_failures=0, submitted_at=0.0, updated_at=0.0, spec=spec,
+                       placement=L.Placement(HOME, "gpu1", CLUSTER, detached_arn, detached_id, FLEET_TYPE, "task"))]
     now = datetime(2026, 11, 22, 12, tzinfo=timezone.utc)
-    assert replacements.settle(detached_id, HOME, lambda: [], fleets, "dev", now)["replacement"] == "declined"
+    assert replacements.settle(detached_id, HOME, ran, two_fleets_json(), "dev", now)["replacement"] == "declined"
 
     (fleet_view,) = state.read_region(HOME, parse_fleets(fleets_json()), catalog, {}).fleets
     assert (fleet_view.desired, fleet_view.detached_instances, fleet_view.max_instances) == (1, 1, 4 - 1)

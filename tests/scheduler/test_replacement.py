@@ -33,7 +33,7 @@ def job(job_id: str = "j", gpus: int = 1, vcpus: float = 2, memory_mib: int = 81
     ([job("a"), job("b")], False),
     # What only the big box holds keeps its replacement: buying for it costs as much.
     ([job("a", gpus=8, vcpus=96, memory_mib=400_000)], True),
-    # An instance that ran nothing: replacing it buys for no one.
+    # An instance that ran nothing (empty, or reclaimed while it booted): replacing it buys for no one.
     ([], False),
     # A job no fleet can run alone (asks more GPUs than any type has): nothing else would hold it.
     ([job("a", gpus=16)], True),

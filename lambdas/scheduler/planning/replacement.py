@@ -11,8 +11,13 @@ The rule: keep the replacement only where it costs no more an hour than buying f
 instance's jobs one instance each, from the cheapest fleet that may run each alone. Otherwise the
 replacement is declined (the job-events function detaches the instance from its group and decrements
 the desired capacity, lambdas/job_events/replacements.py) and the next scheduler run buys what the
-requeued jobs need. An instance that ran no job is not replaced. A job no fleet can run alone keeps the
+requeued jobs need. An instance that ran no job (empty, or reclaimed while it booted for jobs that now
+wait for what the planner buys them) is not replaced. A job no fleet can run alone keeps the
 replacement: nothing else would hold it.
+
+Declining is never unsafe, only a different purchase: the planner buys what the requeued jobs need,
+within the caps, the group's own type where only it holds them. So where the jobs are not known (a
+notice delivered again after its jobs were requeued reads none running there) it declines.
 """
 
 from __future__ import annotations
