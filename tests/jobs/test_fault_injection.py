@@ -38,8 +38,8 @@ from types import SimpleNamespace
 
 import pytest
 from conftest import (
-    ASG, CLUSTER, ENV, FAMILY, HOME, aws_client, build_fleet, create_queues, create_table, fleets_json,
-    open_admission, scheduler_settings, set_teams, teams_json, two_fleets_json,
+    ASG, CLUSTER, ENV, FAMILY, HOME, aws_client, build_fleet, create_queues, create_table, open_admission,
+    scheduler_settings, set_teams, teams_json, two_fleets_json,
 )
 from faults import KINDS, Faults
 from moto import mock_aws
