@@ -40,9 +40,9 @@ RUNTIME_CLASS_EDGES_S = (3600.0, 4 * 3600.0, 16 * 3600.0, 64 * 3600.0)
 # outlives them), and short jobs use the room left for free: 4.9% less on the shared trace than
 # right-sizing each long job (docs/scheduler-benchmark.md, "Hosts"). Also where spot instances are reclaimed
 # well within those 64 hours: a reclaimed host's long jobs come back together and are bought a host
-# again, and at 0.05 interruptions per instance-hour (a life of 20 hours) hosts still cost 2-4% less per
-# completed GPU-hour over 36 replays (docs/scheduler-benchmark.md, "Hosts under interruptions"). Not for
-# jobs the lifecycle stage sent on-demand (purchase()).
+# again; at 0.05 interruptions per instance-hour (a life of 20 hours) hosts cost less per completed
+# GPU-hour in 27 of 39 replays (docs/scheduler-benchmark.md, "Hosts under interruptions"). Not for jobs
+# the lifecycle stage sent on-demand (purchase()).
 HOST_CLASS = 4
 
 
