@@ -16,9 +16,13 @@ import pytest
 from botocore.stub import Stubber
 from conftest import ASG, CLUSTER, FAMILY, FLEET_TYPE, HOME, build_fleet, fleets_json, two_fleets_json
 
+from lambdas.common import tags as tag_keys
 from lambdas.common.catalog import load_catalog
 from lambdas.common.permissions import statements
+from lambdas.job_events import replacements
+from lambdas.jobs import ledger as L
 from lambdas.jobs.fleets import REBALANCE_TAG, parse_fleets
+from lambdas.jobs.spec import JobSpec
 from lambdas.scheduler import actions, state
 
 
@@ -189,11 +193,6 @@ def test_an_instance_detached_at_its_notice_counts_against_its_fleets_cap_until_
     must still hold while it runs its last two minutes. Its fleet is named by the `mlfleet.fleet`
     attribute the agent registers (components/compute/user_data.sh); moto's registration takes no
     attributes, so they are put as the agent would have."""
-    from lambdas.common import tags as tag_keys
-    from lambdas.job_events import replacements
-    from lambdas.jobs import ledger as L
-    from lambdas.jobs.spec import JobSpec
-
     (detached_id, detached_arn), _ = sorted(fleet.items())
     ecs = boto3.client("ecs", HOME)
     ecs.put_attributes(cluster=CLUSTER, attributes=[
@@ -220,3 +219,30 @@ def test_an_instance_detached_at_its_notice_counts_against_its_fleets_cap_until_
     assert (fleet_view.detached_instances, fleet_view.max_instances) == (0, 4)
     assert tag_keys.DETACHED_AT in {t["Key"] for r in boto3.client("ec2", HOME).describe_instances(
         InstanceIds=[detached_id])["Reservations"] for t in r["Instances"][0].get("Tags", [])}
+
+
+def test_detached_instances_are_counted_for_their_fleet_and_one_outliving_its_notice_is_logged(caplog):
+    """The pure reading: only running instances outside every group, carrying the mark and the attribute
+    of a fleet of this stack; past DETACHED_GRACE_MINUTES (or unreadable) the decision line says so."""
+    now = datetime(2026, 11, 22, 12, tzinfo=timezone.utc)
+
+    def registered(instance_id: str, fleet: str | None) -> tuple[str, dict]:
+        attributes = [{"name": state.FLEET_ATTRIBUTE, "value": fleet}] if fleet else []
+        return CLUSTER, {"ec2InstanceId": instance_id, "attributes": attributes}
+
+    def instance(instance_id: str, detached: str | None, status: str = "running") -> dict:
+        tags = [{"Key": tag_keys.DETACHED_AT, "Value": detached}] if detached is not None else []
+        return {"InstanceId": instance_id, "State": {"Name": status}, "Tags": tags}
+
+    recent, late, unreadable = (now - timedelta(minutes=1)).isoformat(), (now - timedelta(hours=1)).isoformat(), "x"
+    cases = {"i-recent": ("gpu1", recent, "running"), "i-late": ("gpu1", late, "running"),
+             "i-unreadable": ("gpu1", unreadable, "pending"), "i-gone": ("gpu1", late, "terminated"),
+             "i-unmarked": ("gpu1", None, "running"), "i-other-stack": ("elsewhere", late, "running"),
+             "i-no-attribute": (None, late, "running"), "i-member": ("gpu1", late, "running")}
+    found = state.detached_from([registered(i, f) for i, (f, _, _) in cases.items()],
+                                {i: instance(i, d, s) for i, (_, d, s) in cases.items()},
+                                {"i-member": parse_fleets(fleets_json())[0]}, {"gpu1"}, now)
+    assert {f: sorted(i["InstanceId"] for i in group) for f, group in found.items()} == {
+        "gpu1": ["i-late", "i-recent", "i-unreadable"]}
+    logged = [r.getMessage() for r in caplog.records if "detached-still-running" in r.getMessage()]
+    assert len(logged) == 2 and any("i-late" in m for m in logged) and any("i-unreadable" in m for m in logged)
