@@ -166,6 +166,10 @@ def metrics(sim: Simulation) -> dict:
         figures["jobs_dead_lettered"] = by_state["dead_lettered"]
         figures["dead_letter_reasons"] = dict(Counter(s.reason for s in states if s.state == "dead_lettered"))
         figures["on_demand_instances"] = sum(1 for b in sim.boxes if b.lifecycle != "spot")
+        # What the dollars bought: the machines' used share, the room beside it, empty machines, boots.
+        figures["cost_breakdown_usd"] = {part: round(usd, 2) for part, usd in sim.spend.items()}
+        if abs(sum(sim.spend.values()) - cost) > 1e-6 * max(1.0, cost):
+            raise BenchmarkError(f"cost breakdown {sum(sim.spend.values()):.6f} does not add up to {cost:.6f}")
         if sim.timeline:
             figures["cost_timeline"] = [[round(t / 3600, 2), round(usd, 2)] for t, usd in sim.timeline]
     return figures

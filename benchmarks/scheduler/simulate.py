@@ -44,6 +44,8 @@ from benchmarks.scheduler.trace import TraceJob
 
 NOTICE_S = 120  # AWS's spot interruption notice
 SCHEDULE_S = 60  # the scheduler's schedule
+# Where an instance's time goes (`Simulation.settle`; `cost_breakdown_usd` in the results).
+SPEND = ("used", "unused_room", "empty", "booting")
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,14 @@ class Box:
     dedicated_to: str | None = None  # one-instance-per-job: the job it was bought for
     replaced: bool = True  # an Auto Scaling group launches a replacement when it is reclaimed
     shared: dict = field(default_factory=dict)  # GPU slot -> [memory left, jobs on it], GPUs shared by jobs
+    settled: float = 0.0  # its time up to here is in the simulation's `spend`
+
+    def used_share(self) -> float:
+        """The largest share of any one resource its jobs hold: GPUs (a shared GPU as the part of its memory
+        in use), vCPUs, memory. The rest of the machine could hold more work and holds none."""
+        gpus, vcpus, memory = self.type.capacity
+        held_gpus = gpus - self.free[0] - sum(left / self.type.gpu_memory for left, _ in self.shared.values())
+        return max(held_gpus / gpus, (vcpus - self.free[1]) / vcpus, (memory - self.free[2]) / memory)
 
     @property
     def price(self) -> float:
@@ -193,6 +203,8 @@ class Simulation:
         self._run_scheduled_at: float | None = None
         self.plan_seconds = 0.0
         self.timeline: list[tuple[float, float]] = []  # (seconds, dollars spent so far)
+        # Replay: the dollars of every instance's time by what it was doing (`settle`).
+        self.spend = dict.fromkeys(SPEND, 0.0)
         for state in self.jobs.values():
             self._push(0.0 if self.snapshot else state.job.submit_s, "arrive", state)
         if timeline_s and not self.snapshot:
@@ -298,7 +310,8 @@ class Simulation:
     def launch(self, instance_type: InstanceType, dedicated_to: str | None = None, lifecycle: str = "spot",
                replaced: bool = True) -> Box:
         box = Box(len(self.boxes), instance_type, "abc"[len(self.boxes) % 3], self.now, self.now + self.boot_s,
-                  list(instance_type.capacity), lifecycle, dedicated_to=dedicated_to, replaced=replaced)
+                  list(instance_type.capacity), lifecycle, dedicated_to=dedicated_to, replaced=replaced,
+                  settled=self.now)
         self.boxes.append(box)
         self.alive[box.id] = box
         if self.rate > 0 and lifecycle == "spot":
@@ -314,6 +327,7 @@ class Simulation:
     def start(self, state: JobState, box: Box) -> None:
         job = state.job
         assert box.usable and box.ready <= self.now and box.fits(job), "a strategy over-committed a machine"
+        self.settle(box)
         state.slot = box.take_gpu(job)
         box.free = [box.free[0], box.free[1] - job.vcpus, box.free[2] - job.memory_mib]
         box.jobs.add(job.job_id)
@@ -330,6 +344,7 @@ class Simulation:
 
     def _stop(self, state: JobState) -> None:
         box, job = state.box, state.job
+        self.settle(box)
         box.give_gpu(job, state.slot)
         box.free = [box.free[0], box.free[1] + job.vcpus, box.free[2] + job.memory_mib]
         box.jobs.discard(job.job_id)
@@ -361,8 +376,23 @@ class Simulation:
 
     def terminate(self, box: Box) -> None:
         assert not box.jobs or box.draining or self.snapshot, "an instance was terminated with jobs on it"
+        self.settle(box)
         box.terminated = self.now
         self.alive.pop(box.id, None)
+
+    def settle(self, box: Box) -> None:
+        """Book the box's time since it was last settled, before what runs on it changes: booting until it
+        is ready, then empty, or its used share as `used` and the rest as `unused_room`."""
+        if self.snapshot or self.now <= box.settled:
+            return
+        booting = max(0.0, min(self.now, box.ready) - box.settled)
+        up = self.now - box.settled - booting
+        self.spend["booting"] += booting / 3600 * box.price
+        if up > 0:
+            share = box.used_share() if box.jobs else 0.0
+            self.spend["used"] += up / 3600 * box.price * share
+            self.spend["unused_room" if box.jobs else "empty"] += up / 3600 * box.price * (1 - share)
+        box.settled = self.now
 
     def check_later(self, box: Box, delay: float, action, granularity: float = 0.0) -> None:
         """Call `action(sim, box)` after `delay` if the box is still idle since the same moment."""

@@ -152,6 +152,53 @@ def test_mlfleet_releases_an_empty_instance_after_the_delay_and_never_one_with_w
     assert first.terminated == 1140.0 and strategy.released == 2 and len(sim.boxes) == 2
 
 
+def test_the_cost_breakdown_books_each_second_of_an_instance_once():
+    """The release scenario above, second by second: 180 s booting, 600 s running its one job (a whole
+    g4dn.xlarge's GPU: its used share is 1), empty from ready to the job (60 s) and after it (240 s)."""
+    jobs = [TraceJob("a", 0, 600, 1, 2, 4096)]
+    sim = tiny_sim(jobs, MlfleetStrategy(TYPES, CATALOG, "us-east-1", 5400, 1800, release_after_s=180))
+    sim.run()
+    (box,) = sim.boxes
+    hour = box.price / 3600
+    assert box.type.name == "g4dn.xlarge" and (box.launched, box.terminated) == (60.0, 1140.0)
+    assert sim.spend == pytest.approx({"booting": 180 * hour, "used": 600 * hour, "empty": 300 * hour,
+                                       "unused_room": 0.0})
+
+
+@pytest.mark.parametrize("job, used_share", [
+    (TraceJob("gpu", 0, 3600, 1, 2, 4096), 0.25),  # one of four GPUs
+    (TraceJob("cpu", 0, 3600, 1, 36, 4096), 0.75),  # 36 of 48 vCPUs
+    (TraceJob("mem", 0, 3600, 1, 2, 93859), 0.5),  # half its memory
+    # A quarter of the memory of one of four GPUs, shared: a sixteenth of the GPUs.
+    (TraceJob("mps", 0, 3600, 0, 2, 4096, gpu_memory_mib=BY_NAME["g4dn.12xlarge"].gpu_memory // 4), 1 / 16),
+], ids=["gpus", "vcpus", "memory", "shared-gpu"])
+def test_a_running_instance_splits_its_price_by_the_largest_share_its_jobs_hold(job, used_share):
+    sim = tiny_sim([job], MlfleetStrategy(TYPES, CATALOG, "us-east-1", 5400, 1800, release_after_s=180))
+    box = sim.launch(BY_NAME["g4dn.12xlarge"])
+    sim.now = box.ready
+    sim._on_arrive(sim.jobs[job.job_id])
+    sim.start(sim.jobs[job.job_id], box)
+    sim.now += 3600
+    sim._stop(sim.jobs[job.job_id])
+    sim.terminate(box)
+    assert sim.spend["used"] == pytest.approx(box.price * used_share, rel=1e-3)
+    assert sim.spend["unused_room"] == pytest.approx(box.price * (1 - used_share), rel=1e-3)
+    assert sim.spend["booting"] == pytest.approx(box.price * 180 / 3600) and sim.spend["empty"] == 0.0
+
+
+def test_the_breakdown_adds_up_to_the_cost_under_interruptions(tmp_path, capsys):
+    rows = "".join(f"{i * 900},{5400 + i * 600},{1 + i % 2},{2 + 2 * (i % 3)},{4096 * (1 + i % 2)}\n" for i in range(12))
+    trace = write(tmp_path, "submit_s,duration_s,gpus,vcpus,memory_mib\n" + rows)
+    result = run_json(capsys, "--trace", str(trace), "--mode", "replay", "--interruptions-per-hour", "0.5")
+    for name, figures in result["strategies"].items():
+        parts = figures["cost_breakdown_usd"]
+        assert set(parts) == {"used", "unused_room", "empty", "booting"} and min(parts.values()) >= 0, name
+        assert sum(parts.values()) == pytest.approx(figures["cost_usd"], abs=0.03), name
+    # One instance per job holds a machine only for its job: nothing is shared, little is left over.
+    mlfleet, alone = result["strategies"]["mlfleet"], result["strategies"]["one-instance-per-job"]
+    assert alone["cost_breakdown_usd"]["booting"] > mlfleet["cost_breakdown_usd"]["booting"]
+
+
 def test_karpenter_removes_an_empty_node_after_consolidate_after_and_never_moves_jobs():
     jobs = [TraceJob("long", 0, 7200, 1, 2, 4096), TraceJob("short", 0, 600, 1, 2, 4096)]
     strategy = KarpenterWhenEmptyStrategy(TYPES, consolidate_after_s=30)
