@@ -41,7 +41,7 @@ class BenchmarkError(Exception):
 
 def instance_types(catalog, region: str) -> list[InstanceType]:
     types = [InstanceType(t.name, t.gpus, float(t.schedulable_vcpus), t.schedulable_memory_mib, t.spot_price(region),
-                          t.on_demand_price(region), t.shareable_gpu_memory_mib)
+                          t.on_demand_price(region), t.shareable_gpu_memory_mib, t.nominal_gpu_memory_mib)
              for t in catalog.types if region in t.regions()]
     if not types:
         raise BenchmarkError(f"--region {region}: the catalog prices no instance type there "

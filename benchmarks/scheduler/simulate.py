@@ -57,6 +57,7 @@ class InstanceType:
     price: float  # $/h, spot, in the benchmark's region
     on_demand_price: float = math.inf  # $/h, on-demand, in the benchmark's region
     gpu_memory: int = 0  # shareable memory per GPU (lambdas.common.catalog; 0: cannot share)
+    nominal_gpu_memory: int = 0  # memory per GPU, for a job run on a whole GPU that needs so much of it
 
     @property
     def capacity(self) -> tuple[int, float, int]:
@@ -64,8 +65,12 @@ class InstanceType:
 
     def holds(self, job: TraceJob) -> bool:
         gpus_ok = self.gpus >= 1 and self.gpu_memory >= job.gpu_memory_mib if job.shares_gpu else self.gpus >= job.gpus
-        return (gpus_ok and self.vcpus >= job.vcpus and self.memory_mib >= job.memory_mib
-                and accepts(job.instance_type_pattern, self.name))
+        return gpus_ok and self.vcpus >= job.vcpus and self.memory_mib >= job.memory_mib and self.allows(job)
+
+    def allows(self, job: TraceJob) -> bool:
+        """The job's constraints besides its size: its type pattern, and the memory per GPU a job that
+        shares a GPU where it can needs of a whole one where it cannot (`TraceJob.as_whole`)."""
+        return self.nominal_gpu_memory >= job.min_gpu_memory_mib and accepts(job.instance_type_pattern, self.name)
 
 
 @functools.lru_cache(maxsize=None)
@@ -109,7 +114,7 @@ class Box:
 
     def fits(self, job: TraceJob) -> bool:
         return (self.gpu_room(job) and self.free[1] >= job.vcpus - 1e-9 and self.free[2] >= job.memory_mib
-                and accepts(job.instance_type_pattern, self.type.name))
+                and self.type.allows(job))
 
     def gpu_room(self, job: TraceJob) -> bool:
         if not job.shares_gpu:

@@ -16,7 +16,7 @@ import bisect
 import time
 from collections import Counter
 
-from benchmarks.scheduler.simulate import Box, InstanceType, JobState, Simulation, accepts
+from benchmarks.scheduler.simulate import Box, InstanceType, JobState, Simulation
 from lambdas.scheduler.planning import (
     Fleet, JobRequest, Limits, Machine, ReleasePolicy, Reservation, keeps_replacement, plan,
 )
@@ -36,9 +36,9 @@ def cheapest_holding(types: list[InstanceType], job) -> InstanceType:
     return min((t for t in types if t.holds(job)), key=lambda t: (t.price, t.name))
 
 
-def _fits(free, job, instance_type: str) -> bool:
+def _fits(free, job, instance_type: InstanceType) -> bool:
     return (free[0] >= job.gpus and free[1] >= job.vcpus - 1e-9 and free[2] >= job.memory_mib
-            and accepts(job.instance_type_pattern, instance_type))
+            and instance_type.allows(job))
 
 
 class _Booking:
@@ -307,7 +307,7 @@ class KarpenterWhenEmptyStrategy:
                 sim.start(state, max(fitting, key=lambda b: (
                     (b.free[1] - job.vcpus) / b.type.vcpus + (b.free[2] - job.memory_mib) / b.type.memory_mib, -b.id)))
                 continue
-            held = next((b for b in launching if _fits(booking[b.id], job, b.type.name)), None)
+            held = next((b for b in launching if _fits(booking[b.id], job, b.type)), None)
             if held is not None:
                 booking[held.id] = [booking[held.id][0] - job.gpus, booking[held.id][1] - job.vcpus,
                                     booking[held.id][2] - job.memory_mib]
@@ -320,7 +320,7 @@ class KarpenterWhenEmptyStrategy:
                 pods, options, total = node
                 need = (total[0] + job.gpus, total[1] + job.vcpus, total[2] + job.memory_mib)
                 still = [t for t in options if t.gpus >= need[0] and t.vcpus >= need[1] - 1e-9
-                         and t.memory_mib >= need[2] and accepts(job.instance_type_pattern, t.name)]
+                         and t.memory_mib >= need[2] and t.allows(job)]
                 if still:
                     pods.append(job)
                     options[:] = still

@@ -20,6 +20,7 @@ an mlfleet job needs at least one GPU. An openb pod is its own submission (the l
 from __future__ import annotations
 
 import csv
+import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -50,6 +51,8 @@ class TraceJob:
     # The trace's own GPU count where it is a fraction (an openb pod's gpu_milli / 1000): what it counts
     # for completed GPU-hours and utilisation, whether or not a strategy lets it share.
     gpu_fraction: float | None = None
+    # Run on a whole GPU by a strategy that cannot share (`as_whole`): the GPU memory it still needs.
+    min_gpu_memory_mib: int = 0
 
     @property
     def submission_id(self) -> str:
@@ -64,8 +67,10 @@ class TraceJob:
         return self.gpu_fraction if self.gpu_fraction is not None else float(self.gpus)
 
     def as_whole(self) -> TraceJob:
-        """The job as a strategy that cannot share GPUs runs it: one whole GPU."""
-        return replace(self, gpus=1, gpu_memory_mib=0) if self.shares_gpu else self
+        """The job as a strategy that cannot share GPUs runs it: one whole GPU, with at least the memory
+        it asked to share (a job that needs 20 GiB of GPU memory runs on no 16 GiB GPU, shared or not)."""
+        return replace(self, gpus=1, gpu_memory_mib=0, min_gpu_memory_mib=self.gpu_memory_mib) \
+            if self.shares_gpu else self
 
 
 @dataclass
@@ -121,6 +126,12 @@ def _number(values: dict, column: str, line: int, kind=float, minimum=0.0):
 
 def _plain(values: dict, line: int) -> TraceJob:
     pattern = values.get("instance_type") or None
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            raise TraceError(f"line {line}, column instance_type: {pattern!r} is not a regular expression "
+                             f"({error})") from None
     gpu_memory = _number(values, "gpu_memory_mib", line, int, 0) if values.get("gpu_memory_mib") else 0
     gpus = _number(values, "gpus", line, int, 0 if gpu_memory else 1)
     if gpus and gpu_memory:

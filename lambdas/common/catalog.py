@@ -93,13 +93,17 @@ class InstanceType:
         return self.vcpus
 
     @property
+    def nominal_gpu_memory_mib(self) -> int:
+        """Memory per GPU: the smaller of AWS's stated GiB and what DescribeInstanceTypes reports."""
+        stated = self.gpu_memory_gib * 1024
+        return min(stated, self.gpu_memory_mib) if self.gpu_memory_mib else stated
+
+    @property
     def shareable_gpu_memory_mib(self) -> int:
         """GPU memory per GPU that jobs sharing it may be planned onto (0: its GPUs cannot be shared)."""
         if self.family in VGPU_FAMILIES:
             return 0
-        stated = self.gpu_memory_gib * 1024
-        nominal = min(stated, self.gpu_memory_mib) if self.gpu_memory_mib else stated
-        return int(nominal * SHAREABLE_GPU_MEMORY_SHARE)
+        return int(self.nominal_gpu_memory_mib * SHAREABLE_GPU_MEMORY_SHARE)
 
     def gpu_fraction(self, gpu_memory_mib: int) -> float:
         """The part of one of its GPUs a job sharing it holds with this much memory (a whole GPU when its

@@ -39,7 +39,8 @@ def test_fractional_pods_ask_for_their_share_of_the_reference_gpu(tmp_path):
     shared = {j.job_id: j for j in read_trace(path, share_fractional=True, reference_gpu_memory_mib=T4).jobs}
     assert (shared["p0"].gpus, shared["p0"].gpu_memory_mib, shared["p0"].trace_gpus) == (0, T4 * 460 // 1000, 0.46)
     assert shared["p1"].gpus == 1 and not shared["p1"].shares_gpu  # a whole GPU stays whole
-    assert shared["p0"].as_whole() == TraceJob("p0", 0, 600, 1, 2.0, 4096, None, gpu_fraction=0.46)
+    assert shared["p0"].as_whole() == TraceJob("p0", 0, 600, 1, 2.0, 4096, None, gpu_fraction=0.46,
+                                               min_gpu_memory_mib=T4 * 460 // 1000)
     whole = {j.job_id: j for j in read_trace(path).jobs}
     assert whole["p0"].gpus == 1 and whole["p0"].trace_gpus == 0.46
 
@@ -50,6 +51,21 @@ def test_plain_traces_may_ask_for_gpu_memory_and_never_for_both(tmp_path):
     assert [(j.gpus, j.gpu_memory_mib) for j in trace.jobs] == [(0, 6000), (1, 0)]
     with pytest.raises(TraceError, match="line 2, column gpu_memory_mib.*not both"):
         read_trace(write(tmp_path, header + "0,60,1,2,4096,6000\n"))
+
+
+def test_a_job_run_whole_by_a_strategy_that_cannot_share_still_needs_its_gpu_memory(tmp_path, capsys):
+    """20 GiB of GPU memory fits no T4 (16 GiB) whether the GPU is shared or whole: one instance per job and
+    Karpenter must buy it a 24 GiB GPU too, or they would be priced for a machine the job cannot run on."""
+    big = BY_NAME["g6.xlarge"].gpu_memory  # an L4's shareable memory: more than any T4 has
+    job = TraceJob("j", 0, 3600, 0, 2, 4096, gpu_memory_mib=big)
+    whole = job.as_whole()
+    assert (whole.gpus, whole.gpu_memory_mib, whole.min_gpu_memory_mib) == (1, 0, big)
+    assert not BY_NAME["g4dn.xlarge"].holds(whole) and BY_NAME["g6.xlarge"].holds(whole)
+    path = write(tmp_path, f"submit_s,duration_s,gpus,vcpus,memory_mib,gpu_memory_mib\n0,3600,0,2,4096,{big}\n")
+    assert main(["--trace", str(path), "--mode", "replay", "--json"]) == 0
+    for name, figures in json.loads(capsys.readouterr().out)["strategies"].items():
+        bought = figures["cost_by_instance_type"]
+        assert bought and all(BY_NAME[t].nominal_gpu_memory >= big for t in bought), (name, bought)
 
 
 @settings(max_examples=300, deadline=None)

@@ -57,6 +57,8 @@ def test_plain_format_with_instance_type_column(tmp_path):
     ("submit_s,duration_s,gpus,vcpus,memory_mib\n0,60,one,4,8192\n", "line 2, column gpus: 'one' is not a number"),
     ("submit_s,duration_s,gpus,vcpus,memory_mib\n0,60,1,4,8192\n0,-5,1,4,8192\n", "line 3, column duration_s"),
     ("submit_s,duration_s,gpus,vcpus,memory_mib\n0,60,0,4,8192\n", "line 2, column gpus: '0' is below 1"),
+    ("submit_s,duration_s,gpus,vcpus,memory_mib,instance_type\n0,60,1,4,8192,g5.*\n0,60,1,4,8192,[g5\n",
+     "line 3, column instance_type: '[g5' is not a regular expression"),
 ])
 def test_bad_traces_name_file_line_and_column(tmp_path, text, fragment):
     path = write(tmp_path, text)
