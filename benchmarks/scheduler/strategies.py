@@ -199,6 +199,12 @@ class MlfleetStrategy(_Reaped):
             assert not box.jobs, "the release stage proposed a machine with work"
             sim.terminate(box)
             self.released += 1
+        if self.release_after_s is not None and not sim.snapshot and any(
+                b.terminated is None and not b.jobs and b.idle_since is not None
+                and now - b.idle_since >= self.release_after_s for b in usable):
+            # The disruption budget held some back: production's scheduler runs every minute anyway
+            # (components/jobs/jobs.py SCHEDULE), so the next tick releases more.
+            sim.wake_at(now)
         for scale_out in result.scale_outs:
             instance_type, _, lifecycle = scale_out.fleet.partition("/")
             for _ in range(scale_out.add_instances):

@@ -152,6 +152,21 @@ def test_mlfleet_releases_an_empty_instance_after_the_delay_and_never_one_with_w
     assert first.terminated == 1140.0 and strategy.released == 2 and len(sim.boxes) == 2
 
 
+def test_releases_the_disruption_budget_holds_back_go_on_the_next_ticks_not_with_the_reaper():
+    """Twelve one-GPU jobs end together on twelve g4dn.xlarge: the budget (10% of the group, rounded up)
+    lets a run give back two, then one. Production's scheduler runs every minute, so the simulation runs
+    it again while any is held back; before, the rest waited for the next event or the reaper (90 + 30
+    minutes)."""
+    jobs = [TraceJob(f"j{n}", 0, 600, 1, 2, 4096) for n in range(12)]
+    strategy = MlfleetStrategy(TYPES, CATALOG, "us-east-1", 5400, 1800, release_after_s=180)
+    sim = tiny_sim(jobs, strategy)
+    sim.run()
+    assert len(sim.boxes) == 12 and strategy.released == 12
+    # Bought at 60, ready at 240, the jobs run 300-900; the delay runs out at 1080: two go at the run of
+    # 1140 (ceil(10% of 12)), then one a minute (ceil(10% of 10 or fewer)).
+    assert sorted(b.terminated for b in sim.boxes) == [1140.0, 1140.0, *(1140.0 + 60 * k for k in range(1, 11))]
+
+
 def test_the_cost_breakdown_books_each_second_of_an_instance_once():
     """The release scenario above, second by second: 180 s booting, 600 s running its one job (a whole
     g4dn.xlarge's GPU: its used share is 1), empty from ready to the job (60 s) and after it (240 s)."""
