@@ -1,7 +1,10 @@
-"""Make the benchmark's other traces, seeded, in the plain format (with a `submission` column).
+"""Make the benchmark's other traces, seeded: in the plain format (with a `submission` column), or for
+`gpushare` an openb pod list.
 
     python -m benchmarks.traces synthetic --seed 1 --output benchmarks/data/synthetic_ml_workload.csv
     python -m benchmarks.traces resample --seed 1 --output benchmarks/data/openb_resampled.csv
+                                         [--source benchmarks/data/openb_pod_list_default.csv]
+    python -m benchmarks.traces gpushare --seed 1 --fractional-share 1.0 --output gpushare100.csv
                                          [--source benchmarks/data/openb_pod_list_default.csv]
 
 - synthetic: an ML team's month (--days, 30) of submissions arriving as a Poisson process, busier in
@@ -18,6 +21,13 @@
 - resample: the shared openb trace's GPU pods drawn with replacement (as many as it has), each keeping
   its shape and runtime, arriving at the source's submit times shifted by a random day and
   re-sorted: the same kinds of job and the same load over time, another sequence.
+- gpushare: an openb pod list whose GPU pods ask for part of one GPU in the share --fractional-share
+  (1.0: all of them), as the trace's published variants emphasise GPU-sharing pods
+  (alibaba/clusterdata, cluster-trace-gpu-v2023: `openb_pod_list_gpushare20.csv` to `...100.csv`,
+  "sampled from the default one"): as many GPU pods as the source has, each drawn with replacement from
+  its fractional pods (`num_gpu` 1, `gpu_milli` under 1000) with that probability and from its other GPU
+  pods otherwise, keeping its shape and its own times. CPU-only pods are left out (the benchmark
+  excludes them anyway). Run it with `--share-fractional-gpus`.
 
 Every figure is drawn from random.Random(seed); the same seed writes the same file.
 """
@@ -100,18 +110,53 @@ def resample(seed: int, source: Path) -> list[tuple]:
     return rows
 
 
+OPENB_HEADER = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos", "pod_phase",
+                "creation_time", "deletion_time", "scheduled_time")
+
+
+def gpushare(seed: int, source: Path, fractional_share: float) -> list[tuple]:
+    with source.open(newline="") as handle:
+        pods = [row for row in csv.DictReader(handle) if int(row["num_gpu"] or 0) >= 1]
+    fractional, whole = [], []
+    for pod in pods:
+        (fractional if int(pod["num_gpu"]) == 1 and 0 < int(pod["gpu_milli"] or 0) < 1000 else whole).append(pod)
+    if not fractional and fractional_share > 0 or not whole and fractional_share < 1:
+        raise ValueError(f"{source}: no {'fractional' if not fractional else 'whole-GPU'} pods to draw from")
+    rng = random.Random(seed)
+    rows = []
+    for n in range(len(pods)):
+        pod = rng.choice(fractional if rng.random() < fractional_share else whole)
+        rows.append((f"gpushare-pod-{n:05d}", *(pod.get(column, "") for column in OPENB_HEADER[1:])))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.traces", description=__doc__.splitlines()[0])
-    parser.add_argument("kind", choices=("synthetic", "resample"))
+    parser.add_argument("kind", choices=("synthetic", "resample", "gpushare"))
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--output", type=Path, required=True)
     parser.add_argument("--days", type=float, default=30.0, help="synthetic: how long the workload lasts")
     parser.add_argument("--submissions-per-day", type=float, default=8.0, help="synthetic: the mean rate")
     parser.add_argument("--source", type=Path, default=ROOT / "benchmarks" / "data" / "openb_pod_list_default.csv",
-                        help="resample: the trace to draw from")
+                        help="resample, gpushare: the openb pod list to draw from")
+    parser.add_argument("--fractional-share", type=float, default=1.0,
+                        help="gpushare: the share of GPU pods drawn from those asking for part of a GPU")
     args = parser.parse_args(argv)
     if args.days <= 0 or args.submissions_per_day <= 0:
         parser.error("--days and --submissions-per-day must be > 0")
+    if not 0 <= args.fractional_share <= 1:
+        parser.error(f"--fractional-share must be in [0, 1], not {args.fractional_share}")
+    if args.kind == "gpushare":
+        try:
+            rows = gpushare(args.seed, args.source, args.fractional_share)
+        except (OSError, KeyError, ValueError) as error:
+            parser.error(f"gpushare: {error}")
+        with args.output.open("w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(OPENB_HEADER)
+            writer.writerows(rows)
+        print(f"{args.output}: {len(rows)} GPU pods", file=sys.stderr)
+        return 0
     rows = synthetic(args.seed, args.days, args.submissions_per_day) if args.kind == "synthetic" \
         else resample(args.seed, args.source)
     rows.sort(key=lambda r: (r[0], r[6]))

@@ -292,6 +292,32 @@ def test_generated_traces_are_seeded_and_readable(tmp_path):
         assert trace.format == "plain" and trace.jobs and all(j.submission for j in trace.jobs)
 
 
+SOURCE_PODS = OPENB_NO_TIMES.strip().split(",") + ["qos", "pod_phase", "creation_time", "deletion_time", "scheduled_time"]
+
+
+@pytest.mark.parametrize("share", [0.0, 0.5, 1.0])
+def test_a_gpushare_trace_draws_fractional_pods_in_the_share_asked_keeping_each_pod(tmp_path, capsys, share):
+    rows = ["whole,8000,30517,1,1000,,LS,Running,100,900,100", "eight,64000,262144,8,1000,,LS,Running,0,7200,10",
+            "cpu,4000,8192,0,0,,BE,Running,0,60,0"] + [
+        f"part{n},4000,15258,1,{100 * (n + 1)},,BE,Running,{n * 60},{n * 60 + 600},{n * 60}" for n in range(5)]
+    source = write(tmp_path, ",".join(SOURCE_PODS) + "\n" + "\n".join(rows) + "\n", "source.csv")
+    first, second = tmp_path / "a.csv", tmp_path / "b.csv"
+    for output in (first, second):
+        assert make_trace(["gpushare", "--seed", "2", "--fractional-share", str(share), "--source", str(source),
+                           "--output", str(output)]) == 0
+    assert first.read_text() == second.read_text()
+    by_shape = {tuple(r.split(",")[1:]) for r in rows}
+    drawn = first.read_text().splitlines()[1:]
+    assert len(drawn) == 7 and all(tuple(r.split(",")[1:]) in by_shape for r in drawn)  # the 7 GPU pods, as they were
+    fractional = sum(1 for r in drawn if 0 < int(r.split(",")[4]) < 1000)
+    assert {0.0: fractional == 0, 0.5: 0 < fractional < 7, 1.0: fractional == 7}[share]  # seed 2 draws 0 < n < 7
+    trace = read_trace(first, share_fractional=True, reference_gpu_memory_mib=15073)
+    assert trace.format == "openb" and trace.timed and sum(1 for j in trace.jobs if j.shares_gpu) == fractional
+    with pytest.raises(SystemExit):
+        make_trace(["gpushare", "--fractional-share", "1.5", "--output", str(first)])
+    assert "--fractional-share must be in [0, 1]" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("checkpoint, state, forgiven", [(1800.0, "waiting", 1), (None, "dead_lettered", 0)])
 def test_an_interruption_after_a_checkpoint_in_the_run_gives_the_attempts_back(checkpoint, state, forgiven):
     """The retry rule of lambdas/job_events/decide.py, in the simulation: the job's last attempt (3 of 3)
