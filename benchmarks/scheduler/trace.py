@@ -29,7 +29,10 @@ PLAIN = ("submit_s", "duration_s", "gpus", "vcpus", "memory_mib")
 PLAIN_OPTIONAL = {"instance_type", "submission", "gpu_memory_mib"}
 OPENB = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec")
 OPENB_TIMES = ("creation_time", "deletion_time", "scheduled_time")
-GPU_MODEL_PATTERNS = {"T4": r"g4dn\..*", "V100M16": r"p3\..*", "V100M32": r"p3dn\..*", "V100": r"p3(dn)?\..*"}
+# openb GPU models (its node list: T4, V100M16, V100M32, A10, P100, G2, G3) on the AWS families with them.
+# AWS sells an A10 variant, the A10G (g5, 24 GB like the A10); P100, G2 and G3 it does not.
+GPU_MODEL_PATTERNS = {"T4": r"g4dn\..*", "V100M16": r"p3\..*", "V100M32": r"p3dn\..*", "V100": r"p3(dn)?\..*",
+                      "A10": r"g5\..*"}
 
 
 class TraceError(ValueError):

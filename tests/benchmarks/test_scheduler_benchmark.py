@@ -39,12 +39,14 @@ def test_openb_mapping(tmp_path):
                              "p1,6000,8192,0,0,,BE,Running,0,50,0\n"            # no GPU: excluded
                              "p2,4000,4096,2,1000,T4,LS,Pending,200,500,\n"     # never scheduled, T4 only
                              "p3,4000,4096,1,1000,G2,LS,Running,300,400,300\n"  # no AWS equivalent: dropped
-                             "p4,4000,4096,1,1000,P100|T4,LS,Running,300,400,300\n"))  # keeps the model AWS sells
+                             "p4,4000,4096,1,1000,P100|T4,LS,Running,300,400,300\n"    # keeps the model AWS sells
+                             "p5,4000,4096,1,1000,A10,LS,Running,300,400,300\n"))      # AWS's A10G: g5
     assert trace.format == "openb" and trace.excluded == {"no_gpu": 1, "gpu_spec_without_aws_equivalent:G2": 1}
     by_id = {j.job_id: j for j in trace.jobs}
     assert by_id["p0"] == TraceJob("p0", 100, 540, 1, 12.0, 16384, None, gpu_fraction=0.46)  # a whole GPU
     assert by_id["p2"].duration_s == 300 and by_id["p2"].gpus == 2 and by_id["p2"].instance_type_pattern
     assert "p3" not in by_id and by_id["p4"].instance_type_pattern == r"(?:g4dn\..*)"
+    assert by_id["p5"].instance_type_pattern == r"(?:g5\..*)"
 
 
 def test_plain_format_with_instance_type_column(tmp_path):
