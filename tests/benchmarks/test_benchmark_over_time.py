@@ -209,7 +209,7 @@ def test_the_breakdown_adds_up_to_the_cost_under_interruptions(tmp_path, capsys)
         parts = figures["cost_breakdown_usd"]
         assert set(parts) == {"used", "unused_room", "empty", "booting"} and min(parts.values()) >= 0, name
         assert sum(parts.values()) == pytest.approx(figures["cost_usd"], abs=0.03), name
-    # One instance per job holds a machine only for its job: nothing is shared, little is left over.
+    # One instance per job boots a machine for every run; mlfleet reuses the machines it has.
     mlfleet, alone = result["strategies"]["mlfleet"], result["strategies"]["one-instance-per-job"]
     assert alone["cost_breakdown_usd"]["booting"] > mlfleet["cost_breakdown_usd"]["booting"]
 
