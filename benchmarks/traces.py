@@ -114,9 +114,12 @@ OPENB_HEADER = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_
                 "creation_time", "deletion_time", "scheduled_time")
 
 
-def gpushare(seed: int, source: Path, fractional_share: float) -> list[tuple]:
+def gpushare(seed: int, source: Path, fractional_share: float) -> tuple[tuple[str, ...], list[tuple]]:
+    """The header (the source's openb columns: a list without times stays one) and the drawn pods."""
     with source.open(newline="") as handle:
-        pods = [row for row in csv.DictReader(handle) if int(row["num_gpu"] or 0) >= 1]
+        reader = csv.DictReader(handle)
+        header = tuple(c for c in OPENB_HEADER if c in (reader.fieldnames or ()))
+        pods = [row for row in reader if int(row["num_gpu"] or 0) >= 1]
     fractional, whole = [], []
     for pod in pods:
         (fractional if int(pod["num_gpu"]) == 1 and 0 < int(pod["gpu_milli"] or 0) < 1000 else whole).append(pod)
@@ -126,8 +129,8 @@ def gpushare(seed: int, source: Path, fractional_share: float) -> list[tuple]:
     rows = []
     for n in range(len(pods)):
         pod = rng.choice(fractional if rng.random() < fractional_share else whole)
-        rows.append((f"gpushare-pod-{n:05d}", *(pod.get(column, "") for column in OPENB_HEADER[1:])))
-    return rows
+        rows.append((f"gpushare-pod-{n:05d}", *(pod[column] for column in header[1:])))
+    return header, rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,12 +151,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--fractional-share must be in [0, 1], not {args.fractional_share}")
     if args.kind == "gpushare":
         try:
-            rows = gpushare(args.seed, args.source, args.fractional_share)
+            header, rows = gpushare(args.seed, args.source, args.fractional_share)
         except (OSError, KeyError, ValueError) as error:
             parser.error(f"gpushare: {error}")
         with args.output.open("w", newline="") as handle:
             writer = csv.writer(handle)
-            writer.writerow(OPENB_HEADER)
+            writer.writerow(header)
             writer.writerows(rows)
         print(f"{args.output}: {len(rows)} GPU pods", file=sys.stderr)
         return 0

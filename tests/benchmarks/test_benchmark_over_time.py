@@ -318,6 +318,15 @@ def test_a_gpushare_trace_draws_fractional_pods_in_the_share_asked_keeping_each_
     assert "--fractional-share must be in [0, 1]" in capsys.readouterr().err
 
 
+def test_a_gpushare_trace_from_a_pod_list_without_times_has_none_either(tmp_path):
+    source = write(tmp_path, OPENB_NO_TIMES + "a,4000,8192,1,500,,\nb,8000,16384,2,1000,T4\n", "source.csv")
+    output = tmp_path / "out.csv"
+    assert make_trace(["gpushare", "--fractional-share", "0.5", "--source", str(source), "--output", str(output)]) == 0
+    assert output.read_text().splitlines()[0] == OPENB_NO_TIMES.strip()
+    trace = read_trace(output)
+    assert trace.format == "openb" and not trace.timed and len(trace.jobs) == 2
+
+
 @pytest.mark.parametrize("checkpoint, state, forgiven", [(1800.0, "waiting", 1), (None, "dead_lettered", 0)])
 def test_an_interruption_after_a_checkpoint_in_the_run_gives_the_attempts_back(checkpoint, state, forgiven):
     """The retry rule of lambdas/job_events/decide.py, in the simulation: the job's last attempt (3 of 3)
