@@ -154,20 +154,17 @@ def main(argv: list[str] | None = None) -> int:
             header, rows = gpushare(args.seed, args.source, args.fractional_share)
         except (OSError, KeyError, ValueError) as error:
             parser.error(f"gpushare: {error}")
-        with args.output.open("w", newline="") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(header)
-            writer.writerows(rows)
-        print(f"{args.output}: {len(rows)} GPU pods", file=sys.stderr)
-        return 0
-    rows = synthetic(args.seed, args.days, args.submissions_per_day) if args.kind == "synthetic" \
-        else resample(args.seed, args.source)
-    rows.sort(key=lambda r: (r[0], r[6]))
+        summary = f"{len(rows)} GPU pods"
+    else:
+        rows = synthetic(args.seed, args.days, args.submissions_per_day) if args.kind == "synthetic" \
+            else resample(args.seed, args.source)
+        rows.sort(key=lambda r: (r[0], r[6]))
+        header, summary = HEADER, f"{len(rows)} jobs in {len({r[6] for r in rows})} submissions"
     with args.output.open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(HEADER)
+        writer.writerow(header)
         writer.writerows(rows)
-    print(f"{args.output}: {len(rows)} jobs in {len({r[6] for r in rows})} submissions", file=sys.stderr)
+    print(f"{args.output}: {summary}", file=sys.stderr)
     return 0
 
 
