@@ -211,6 +211,8 @@ def replay_bound(jobs: list[TraceJob], types: list[InstanceType], exact_solves: 
     if not classes:
         return 0.0
     intervals = list(_intervals(jobs, of_job, len(classes)))
+    if not intervals:
+        return 0.0  # every job the types hold ends as it starts: no work to pay for
     lp = ClassLP(types, classes)
     # One dual is the aggregate LP's single price per resource: feasible for every type.
     duals = [lp.single_price(resource_prices([(t.capacity, t.price) for t in types], _gpu_total(lp, intervals)))]

@@ -83,6 +83,14 @@ def test_the_replay_bound_never_exceeds_the_exact_lp_of_an_interval():
     assert replay_bound(jobs, TYPES) > 0
 
 
+def test_a_replay_whose_jobs_take_no_time_has_a_bound_of_zero_and_runs(tmp_path, capsys):
+    # Found by fuzzing the benchmark: no interval has work, and the bound's dual step had nothing to price.
+    assert replay_bound([TraceJob("a", 0, 0, 1, 4, 8192), TraceJob("b", 60, 0, 1, 4, 8192)], TYPES) == 0.0
+    trace = write(tmp_path, "submit_s,duration_s,gpus,vcpus,memory_mib\n0,0,1,4,8192\n")
+    result = run_json(capsys, "--trace", str(trace), "--mode", "replay", "--strategies", "mlfleet")
+    assert result["lower_bound_cost_usd"] == 0.0 and result["strategies"]["mlfleet"]["jobs_completed"] == 1
+
+
 def test_the_configuration_bound_keeps_jobs_tied_to_a_gpu_model():
     tied = [TraceJob(f"t{i}", 0, 60, 1, 4, 8192, r"p3\..*") for i in range(2)]
     bound = snapshot_configuration_bound(tied, TYPES)
