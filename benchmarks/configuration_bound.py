@@ -10,7 +10,7 @@ instance type an exact integer knapsack for the pattern of most dual value (scip
 when no pattern prices out, the master's optimum is the bound.
 
 Jobs that share a GPU (a kind with GPU memory, `gpu_memory_of`) need a GPU's memory each, on one GPU. A
-pattern counts the box's GPUs under dual-feasible functions (`dual_feasible`): whole-GPU jobs take a GPU,
+pattern counts the box's GPUs under dual-feasible functions (`gpu_views`): whole-GPU jobs take a GPU,
 a sharing job f(its share of a GPU), within the box's GPUs for every function. Every packing that fits
 each job onto one GPU is a pattern, so the bound stays valid (the exact per-GPU packing is too slow to
 price on the shared trace's 8-GPU types).
@@ -25,8 +25,9 @@ import math
 import os
 import time
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
@@ -95,6 +96,12 @@ def configuration_bound(demand: Mapping | Sequence, boxes: Sequence[Box], *, max
     if not kinds:
         return ConfigurationBound(0.0, 0, 0, True)
     need = np.array([counts[k] for k in kinds], dtype=float)
+    # The thresholds are chosen on the smallest GPU that can share (any choice keeps the bound valid).
+    reference, shares = min((share(b) for b in range(len(boxes)) if share(b)), default=0), Counter()
+    for k in kinds:
+        if gpu_memory_of(k) and reference:
+            shares[gpu_memory_of(k) / reference] += counts[k]
+    views = gpu_views(shares)
     sizes = np.array([shape_of(k) for k in kinds], dtype=float)  # one row per kind
     shapes = [shape_of(k) for k in kinds]
     memories = np.array([gpu_memory_of(k) for k in kinds], dtype=float)
@@ -124,7 +131,7 @@ def configuration_bound(demand: Mapping | Sequence, boxes: Sequence[Box], *, max
             shared = [k for k in range(len(kinds)) if memories[k] and upper[k]]
             with _quiet_stdout():
                 if shared:
-                    found = _price_sharing(duals, sizes, memories, upper, shared, capacity, share(b))
+                    found = _price_sharing(duals, sizes, memories, upper, shared, capacity, share(b), views)
                 else:
                     pattern = milp(-duals, constraints=LinearConstraint(sizes.T, -np.inf, np.array(capacity, dtype=float)),
                                    integrality=np.ones(len(kinds)), bounds=Bounds(0, upper),
@@ -159,20 +166,46 @@ def dual_feasible(k: int, x: float) -> float:
     return math.floor((k + 1) * x) / k
 
 
-VIEWS = 4  # the identity, u_1, u_2, u_3
+def threshold(epsilon: float, x: float) -> float:
+    """Fekete and Schepers' U^(epsilon), 0 < epsilon <= 1/2 (same paper): a share above 1 - epsilon counts a
+    whole GPU, one below epsilon nothing, the others themselves. Jobs that fit one GPU with a share above
+    1 - epsilon are each below epsilon, so the values still sum to at most 1. It is the function behind
+    Martello and Toth's L2 bound for bin packing, and it sees what the u_k miss: a GPU holding 81% of its
+    memory holds no job of 22% beside it."""
+    if x > 1 - epsilon:
+        return 1.0
+    return x if x >= epsilon else 0.0
+
+
+GpuView = Callable[[float], float]
+BASE_VIEWS: tuple[GpuView, ...] = tuple(partial(dual_feasible, k) for k in range(4))  # identity, u_1, u_2, u_3
+THRESHOLD_VIEWS = 4  # U^(epsilon) views added for the jobs at hand
+
+
+def gpu_views(shares: Mapping[float, float]) -> tuple[GpuView, ...]:
+    """The views GPUs are counted in, for jobs sharing them ({a job's share of a reference GPU: how many such
+    jobs}): BASE_VIEWS, then the THRESHOLD_VIEWS thresholds U^(epsilon), epsilon among the shares of at most
+    1/2, that count these jobs at the most GPUs (the L2 bound's choice of epsilon, and the next best). Every
+    view is dual feasible whatever the shares, so the choice only decides how tight the bounds are."""
+    candidates = sorted({x for x in shares if 0 < x <= 0.5})
+    count = {e: sum(n * threshold(e, x) for x, n in shares.items()) for e in candidates}
+    best = sorted(candidates, key=lambda e: (-count[e], e))[:THRESHOLD_VIEWS]
+    return BASE_VIEWS + tuple(partial(threshold, e) for e in sorted(best))
 
 
 def _price_sharing(duals: np.ndarray, sizes: np.ndarray, memories: np.ndarray, upper: np.ndarray,
-                   shared: Sequence[int], capacity: Shape, gpu_memory: int) -> tuple[np.ndarray, float] | None:
+                   shared: Sequence[int], capacity: Shape, gpu_memory: int,
+                   views: Sequence[GpuView]) -> tuple[np.ndarray, float] | None:
     """The pattern of most dual value on one box when some kinds share GPUs, with the GPUs counted under
     each dual-feasible function: whole GPUs plus the sharing jobs' f-values within the box's GPUs in every
     view. Every way to pack the box's GPUs passes, so the bound stays valid; the exact per-GPU packing
-    (a count per kind and GPU) is too slow to price at this size, the views are nearly as tight."""
-    gpu_rows = np.tile(sizes[:, 0], (VIEWS, 1))
+    (a count per kind and GPU) is too slow to price at this size. Without the thresholds the views were
+    8% below every packing where most pods share (docs/scheduler-benchmark.md)."""
+    gpu_rows = np.tile(sizes[:, 0], (len(views), 1))
     for k in shared:
-        gpu_rows[:, k] = [dual_feasible(v, memories[k] / gpu_memory) for v in range(VIEWS)]
+        gpu_rows[:, k] = [view(memories[k] / gpu_memory) for view in views]
     rows = np.vstack([sizes[:, 1], sizes[:, 2], gpu_rows])
-    limits = np.array([capacity[1], capacity[2], *[capacity[0]] * VIEWS], dtype=float)
+    limits = np.array([capacity[1], capacity[2], *[capacity[0]] * len(views)], dtype=float)
     result = milp(-duals, constraints=LinearConstraint(rows, -np.inf, limits), integrality=np.ones(len(duals)),
                   bounds=Bounds(0, upper), options={"mip_rel_gap": 0.0})
     return (np.round(result.x), -result.fun) if result.x is not None else None

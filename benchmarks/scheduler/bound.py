@@ -14,9 +14,11 @@ GPU demand is counted in jobs. Pooling a type's GPU memory would be a weak bound
 (Fekete and Schepers, "New classes of fast lower bounds for bin packing problems", Math. Programming 91,
 2001): for any jobs on one GPU, the sum of f(memory / the GPU's shareable memory) is at most 1. The
 identity is one such f, and the step functions u_k(x) = floor((k + 1) x) / k (x where (k + 1) x is a
-whole number) for k = 1, 2, 3 are the others. Each f is its own view of the GPUs: in every view, the
-whole-GPU jobs and the sharing jobs' f-values on a type fit its GPUs. Every packing that puts each job on
-one GPU is a solution in every view at once, so this sharing-aware bound is valid.
+whole number) for k = 1, 2, 3 are others, and so are their thresholds U^(e) (a share above 1 - e counts a
+whole GPU, one below e nothing), with e the trace's own shares that count its jobs at the most GPUs
+(`gpu_views`). Each f is its own view of the GPUs: in every view, the whole-GPU jobs and the sharing jobs'
+f-values on a type fit its GPUs. Every packing that puts each job on one GPU is a solution in every view
+at once, so this sharing-aware bound is valid.
 
 - snapshot: all jobs at once, $/h, solved exactly (scipy, HiGHS).
 - replay: each interval between trace events (a job present from its submission to its submission plus
@@ -36,14 +38,15 @@ GPUs from one instance and vCPUs from another.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
-from benchmarks.configuration_bound import VIEWS, ConfigurationBound, configuration_bound, dual_feasible
+from benchmarks.configuration_bound import ConfigurationBound, configuration_bound, gpu_views
 from benchmarks.scheduler.simulate import InstanceType
 from benchmarks.scheduler.trace import TraceJob
 from lambdas.scheduler.planning import resource_prices
@@ -86,18 +89,22 @@ def gpu_demand(job: TraceJob) -> int:
 class ClassLP:
     """The class-aware covering LP over fixed types and classes; demand changes between solves.
 
-    Resources: VIEWS views of the GPUs, vCPUs, memory. Dual prices w[t, q] are per unscaled unit: per GPU
-    in each view (q < VIEWS), per vCPU (q = VIEWS) and per MiB (q = VIEWS + 1).
+    Resources: the GPUs in each of the n_views views (`gpu_views` of the sharing jobs' `shares`), vCPUs,
+    memory. Dual prices w[t, q] are per unscaled unit: per GPU in each view (q < n_views), per vCPU
+    (q = n_views) and per MiB (q = n_views + 1).
     """
 
-    def __init__(self, types: Sequence[InstanceType], classes: Sequence[JobClass]):
+    def __init__(self, types: Sequence[InstanceType], classes: Sequence[JobClass], shares: Mapping[float, float]):
         self.types, self.classes = types, classes
+        self.views = gpu_views(shares)
+        self.n_views = len(self.views)
         self.scale = np.array([max(t.capacity[r] for t in types) for r in range(3)], dtype=float)
         self.capacity = np.array([t.capacity for t in types], dtype=float) / self.scale
         self.price = np.array([t.price for t in types], dtype=float)
         # f_k(share of a GPU of type t) of one job of a sharing class: the GPUs it takes in view k.
-        self.takes = [{(k, t): dual_feasible(k, cls.gpu_memory / types[t].gpu_memory)
-                       for k in range(VIEWS) for t in cls.types} if cls.shared else {} for cls in classes]
+        self.takes = [{(k, t): view(cls.gpu_memory / types[t].gpu_memory)
+                       for k, view in enumerate(self.views) for t in cls.types} if cls.shared else {}
+                      for cls in classes]
         # GPUs one unit of a class's GPU demand is, roughly (for ordering and the single-price dual only).
         self.gpus_per_unit = np.array([min(self.takes[c][0, t] for t in cls.types) if cls.shared else 1.0
                                        for c, cls in enumerate(classes)])
@@ -107,11 +114,11 @@ class ClassLP:
         least = np.zeros((len(self.classes), 3))
         for c, cls in enumerate(self.classes):
             on = w[list(cls.types)]
-            least[c, 1:] = on[:, VIEWS:].min(axis=0)
+            least[c, 1:] = on[:, self.n_views:].min(axis=0)
             if cls.shared:
-                least[c, 0] = sum(min(w[t, k] * self.takes[c][k, t] for t in cls.types) for k in range(VIEWS))
+                least[c, 0] = sum(min(w[t, k] * self.takes[c][k, t] for t in cls.types) for k in range(self.n_views))
             else:
-                least[c, 0] = on[:, :VIEWS].sum(axis=1).min()
+                least[c, 0] = on[:, :self.n_views].sum(axis=1).min()
         return least
 
     def dual_value(self, demand: np.ndarray, w: np.ndarray) -> float:
@@ -120,8 +127,8 @@ class ClassLP:
 
     def single_price(self, prices: Sequence[float]) -> np.ndarray:
         """Type prices from one price per GPU, vCPU and MiB (the identity view's): feasible for every type."""
-        w = np.zeros((len(self.types), VIEWS + 2))
-        w[:, 0], w[:, VIEWS], w[:, VIEWS + 1] = prices
+        w = np.zeros((len(self.types), self.n_views + 2))
+        w[:, 0], w[:, self.n_views], w[:, self.n_views + 1] = prices
         return w
 
     def solve(self, demand: np.ndarray) -> tuple[float, np.ndarray]:
@@ -129,32 +136,33 @@ class ClassLP:
         active = [c for c in range(len(self.classes)) if demand[c].any()]
         n_types = len(self.types)
         if not active:
-            return 0.0, np.zeros((n_types, VIEWS + 2))
-        z = {}  # (class, type, q) -> column: q < VIEWS GPUs in view q (one column for all views: whole jobs)
+            return 0.0, np.zeros((n_types, self.n_views + 2))
+        z = {}  # (class, type, q) -> column: q < n_views GPUs in view q (one column for all views: whole jobs)
         for c in active:
-            views = range(VIEWS) if self.classes[c].shared else (0,)
+            views = range(self.n_views) if self.classes[c].shared else (0,)
             for t in self.classes[c].types:
-                for q in (*views, VIEWS, VIEWS + 1):
+                for q in (*views, self.n_views, self.n_views + 1):
                     z[c, t, q] = n_types + len(z)
         rows, cols, values, bounds = [], [], [], []
         row = 0
         for c in active:  # cover: -sum_t a_ctq z_ctq <= -demand (a = jobs per GPU in view q for sharing jobs)
             cls = self.classes[c]
-            covers = [(q, 0) for q in (range(VIEWS) if cls.shared else (0,))] + [(VIEWS, 1), (VIEWS + 1, 2)]
+            v = self.n_views
+            covers = [(q, 0) for q in (range(v) if cls.shared else (0,))] + [(v, 1), (v + 1, 2)]
             for q, r in covers:
-                if cls.shared and q < VIEWS and min(self.takes[c][q, t] for t in cls.types) <= 0:
+                if cls.shared and q < self.n_views and min(self.takes[c][q, t] for t in cls.types) <= 0:
                     continue  # free on some type in this view: the view says nothing about the class
                 for t in cls.types:
                     rows.append(row), cols.append(z[c, t, q])
-                    values.append(-(1.0 / self.takes[c][q, t] if cls.shared and q < VIEWS else 1.0))
+                    values.append(-(1.0 / self.takes[c][q, t] if cls.shared and q < self.n_views else 1.0))
                 bounds.append(-demand[c, r] / self.scale[r])
                 row += 1
         type_rows = row
         for t in range(n_types):  # share: sum_c z_ctq - capacity_t x_t <= 0, every GPU view, vCPUs, memory
-            for q in range(VIEWS + 2):
-                r = min(q - VIEWS + 1, 2) if q >= VIEWS else 0
+            for q in range(self.n_views + 2):
+                r = min(q - self.n_views + 1, 2) if q >= self.n_views else 0
                 for c in active:
-                    column = z.get((c, t, q if self.classes[c].shared or q >= VIEWS else 0))
+                    column = z.get((c, t, q if self.classes[c].shared or q >= self.n_views else 0))
                     if column is not None:
                         rows.append(row), cols.append(column), values.append(1.0)
                 rows.append(row), cols.append(t), values.append(-self.capacity[t, r])
@@ -166,8 +174,8 @@ class ClassLP:
         result = linprog(cost, A_ub=matrix, b_ub=np.array(bounds), bounds=(0, None), method="highs")
         if result.status != 0:
             raise RuntimeError(f"bound LP failed: {result.message}")
-        scale = np.concatenate([np.full(VIEWS, self.scale[0]), self.scale[1:]])
-        w = -np.asarray(result.ineqlin.marginals[type_rows:]).reshape(n_types, VIEWS + 2) / scale
+        scale = np.concatenate([np.full(self.n_views, self.scale[0]), self.scale[1:]])
+        w = -np.asarray(result.ineqlin.marginals[type_rows:]).reshape(n_types, self.n_views + 2) / scale
         return float(result.fun), np.maximum(w, 0.0)
 
 
@@ -179,11 +187,18 @@ def _demand_matrix(jobs: Sequence[TraceJob], of_job: Sequence[int], n_classes: i
     return demand
 
 
+def sharing_shares(jobs: Sequence[TraceJob], types: Sequence[InstanceType]) -> Counter:
+    """{a sharing job's share of the smallest GPU that can share: how many such jobs}, what `gpu_views`
+    chooses its thresholds from."""
+    reference = min((t.gpu_memory for t in types if t.gpu_memory), default=0)
+    return Counter(job.gpu_memory_mib / reference for job in jobs if job.shares_gpu and reference)
+
+
 def aggregate_bound(jobs: list[TraceJob], types: list[InstanceType]) -> float:
     classes, of_job = job_classes(jobs, types)
     if not classes:
         return 0.0
-    return ClassLP(types, classes).solve(_demand_matrix(jobs, of_job, len(classes)))[0]
+    return ClassLP(types, classes, sharing_shares(jobs, types)).solve(_demand_matrix(jobs, of_job, len(classes)))[0]
 
 
 def _intervals(jobs: Sequence[TraceJob], of_job: Sequence[int], n_classes: int):
@@ -213,7 +228,7 @@ def replay_bound(jobs: list[TraceJob], types: list[InstanceType], exact_solves: 
     intervals = list(_intervals(jobs, of_job, len(classes)))
     if not intervals:
         return 0.0  # every job the types hold ends as it starts: no work to pay for
-    lp = ClassLP(types, classes)
+    lp = ClassLP(types, classes, sharing_shares(jobs, types))
     # One dual is the aggregate LP's single price per resource: feasible for every type.
     duals = [lp.single_price(resource_prices([(t.capacity, t.price) for t in types], _gpu_total(lp, intervals)))]
     weight = sorted(range(len(intervals)), key=lambda i: -(intervals[i][1] - intervals[i][0]) * _gpus(lp, intervals[i][2]))
@@ -231,7 +246,7 @@ def replay_bound_gap(jobs: list[TraceJob], types: list[InstanceType], sample: in
     intervals: the dual bound is never above the exact optimum; the mean and worst shortfall."""
     classes, of_job = job_classes(jobs, types)
     intervals = list(_intervals(jobs, of_job, len(classes)))
-    lp = ClassLP(types, classes)
+    lp = ClassLP(types, classes, sharing_shares(jobs, types))
     chosen = random.Random(seed).sample(range(len(intervals)), min(sample, len(intervals)))
     weight = sorted(range(len(intervals)), key=lambda i: -(intervals[i][1] - intervals[i][0]) * _gpus(lp, intervals[i][2]))
     duals = [lp.single_price(resource_prices([(t.capacity, t.price) for t in types], _gpu_total(lp, intervals)))]

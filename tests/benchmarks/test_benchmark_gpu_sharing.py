@@ -7,14 +7,18 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from collections import Counter
+from functools import partial
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import benchmarks.configuration_bound as configuration_bound_module
+from benchmarks.configuration_bound import BASE_VIEWS, THRESHOLD_VIEWS, gpu_views, threshold
 from benchmarks.scheduler.__main__ import BenchmarkError, check_packing, instance_types, main
-from benchmarks.scheduler.bound import VIEWS, aggregate_bound, dual_feasible, replay_bound, snapshot_configuration_bound
+from benchmarks.scheduler.bound import aggregate_bound, replay_bound, snapshot_configuration_bound
 from benchmarks.scheduler.simulate import Simulation
 from benchmarks.scheduler.strategies import MlfleetStrategy
 from benchmarks.scheduler.trace import TraceError, TraceJob, read_trace
@@ -69,12 +73,25 @@ def test_a_job_run_whole_by_a_strategy_that_cannot_share_still_needs_its_gpu_mem
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.floats(0.001, 1.0), min_size=1, max_size=12))
-def test_each_view_is_a_dual_feasible_function(sizes):
-    # Fekete and Schepers: for jobs that fit one GPU together, the f-values of every view sum to at most 1.
+@given(st.lists(st.floats(0.001, 1.0), min_size=1, max_size=12), st.lists(st.floats(0.001, 1.0), max_size=20))
+def test_each_view_is_a_dual_feasible_function(sizes, trace_shares):
+    # Fekete and Schepers: for jobs that fit one GPU together, the f-values of every view sum to at most 1,
+    # whichever thresholds the jobs of a trace choose (and for the jobs' own sizes as thresholds).
     if sum(sizes) <= 1.0:
-        for k in range(VIEWS):
-            assert sum(dual_feasible(k, x) for x in sizes) <= 1.0 + 1e-9
+        views = gpu_views(Counter(trace_shares)) + tuple(partial(threshold, x) for x in sizes if x <= 0.5)
+        for view in views:
+            assert sum(view(x) for x in sizes) <= 1.0 + 1e-9
+
+
+def test_the_thresholds_are_those_that_count_the_jobs_at_the_most_gpus():
+    # 81% of a GPU leaves room for nothing of 22% or more: U^(0.22) counts the 81% jobs whole, which the
+    # identity and u_1..u_3 do not see (one 81% and one 22% job: 1.03 GPUs at least, not two).
+    shares = Counter({0.81: 10, 0.22: 10, 0.1: 3})
+    views = gpu_views(shares)
+    assert len(views) == len(BASE_VIEWS) + 2 and THRESHOLD_VIEWS >= 2  # the shares of at most 1/2: 0.1 and 0.22
+    assert max(sum(n * view(x) for x, n in shares.items()) for view in views) == pytest.approx(10 + 2.2)
+    assert max(sum(n * view(x) for x, n in shares.items()) for view in BASE_VIEWS) < 10 + 2.2 - 1e-6
+    assert gpu_views({}) == BASE_VIEWS
 
 
 def exact_cost(jobs, types) -> float:
@@ -172,6 +189,25 @@ def test_the_views_make_the_bound_count_a_gpu_per_job_over_half_of_one():
     two = [TraceJob(f"k{n}", 0, 3600, 0, 1, 1024, None, gpu_memory_mib=int(T4 * 0.4)) for n in range(2)]
     assert aggregate_bound(two, [BY_NAME["g4dn.xlarge"]]) == pytest.approx(price)  # two of 40% share one
     assert replay_bound(two, [BY_NAME["g4dn.xlarge"]]) == pytest.approx(price)
+
+
+def test_the_thresholds_see_what_the_other_views_miss(monkeypatch):
+    # On one g4dn.12xlarge (4 T4s), three jobs of 81% of a GPU, two of 47% and one of 32% pass the identity
+    # (3.69 GPUs) and u_1..u_3 (3, 4 and 4 GPUs), but no GPU beside an 81% job holds the others: two
+    # instances at the least. U^(0.32) counts them at 4.26 GPUs, and the configuration LP must mix patterns
+    # that really fit.
+    types = [BY_NAME["g4dn.12xlarge"]]
+    shares = [0.81] * 3 + [0.47] * 2 + [0.32]
+    jobs = [TraceJob(f"j{n}", 0, 3600, 0, 1, 1024, None, gpu_memory_mib=int(T4 * x)) for n, x in enumerate(shares)]
+    price = types[0].price
+    with_thresholds = snapshot_configuration_bound(jobs, types)
+    aggregate = aggregate_bound(jobs, types)
+    monkeypatch.setattr(configuration_bound_module, "THRESHOLD_VIEWS", 0)
+    assert snapshot_configuration_bound(jobs, types).cost == pytest.approx(price)
+    assert aggregate_bound(jobs, types) == pytest.approx(price)
+    assert aggregate == pytest.approx(price * 4.26 / 4, rel=1e-3)
+    assert exact_cost(jobs, types) == pytest.approx(2 * price)
+    assert price < aggregate < with_thresholds.cost <= 2 * price + 1e-6
 
 
 def test_the_checker_catches_a_gpu_shared_past_its_memory():
