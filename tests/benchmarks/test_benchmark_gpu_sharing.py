@@ -83,15 +83,25 @@ def test_each_view_is_a_dual_feasible_function(sizes, trace_shares):
             assert sum(view(x) for x in sizes) <= 1.0 + 1e-9
 
 
-def test_the_thresholds_are_those_that_count_the_jobs_at_the_most_gpus():
-    # 81% of a GPU leaves room for nothing of 22% or more: U^(0.22) counts the 81% jobs whole, which the
-    # identity and u_1..u_3 do not see (one 81% and one 22% job: 1.03 GPUs at least, not two).
-    shares = Counter({0.81: 10, 0.22: 10, 0.1: 3})
+def test_the_thresholds_are_those_that_keep_apart_what_cannot_share_a_gpu():
+    # 81% of a GPU leaves room for nothing of 22% or more, 65% for nothing of 37% or more: U^(0.22) and
+    # U^(0.37) count those jobs whole, which the identity and u_1..u_3 do not see (one 81% and one 22% job
+    # need 1.03 GPUs by the identity, but two GPUs).
+    shares = Counter({0.81: 10, 0.65: 5, 0.37: 5, 0.22: 10, 0.1: 3})
     views = gpu_views(shares)
-    assert len(views) == len(BASE_VIEWS) + 2 and THRESHOLD_VIEWS >= 2  # the shares of at most 1/2: 0.1 and 0.22
-    assert max(sum(n * view(x) for x, n in shares.items()) for view in views) == pytest.approx(10 + 2.2)
-    assert max(sum(n * view(x) for x, n in shares.items()) for view in BASE_VIEWS) < 10 + 2.2 - 1e-6
+    thresholds = [view.args[0] for view in views[len(BASE_VIEWS):]]
+    assert thresholds == [0.1, 0.22, 0.37] and THRESHOLD_VIEWS >= 3  # every share of at most 1/2, here
+    best = 10 + 5 * 0.65 + 5 * 0.37 + 10 * 0.22  # U^(0.22): the 81% jobs whole
+    assert max(sum(n * view(x) for x, n in shares.items()) for view in views) == pytest.approx(best)
+    assert max(sum(n * view(x) for x, n in shares.items()) for view in BASE_VIEWS) < best - 1e-6
     assert gpu_views({}) == BASE_VIEWS
+
+
+def test_the_thresholds_that_keep_apart_come_first_when_there_are_many(monkeypatch):
+    monkeypatch.setattr(configuration_bound_module, "THRESHOLD_VIEWS", 2)
+    # 0.37 counts the jobs at fewer GPUs than the small shares do, but it is the one that keeps 37% off a GPU with 65%.
+    shares = Counter({0.65: 1, 0.37: 1, **{x / 100: 50 for x in range(20, 36)}})
+    assert 0.37 in [view.args[0] for view in gpu_views(shares)[len(BASE_VIEWS):]]
 
 
 def exact_cost(jobs, types) -> float:
