@@ -171,8 +171,9 @@ def threshold(epsilon: float, x: float) -> float:
     whole GPU, one below epsilon nothing, the others themselves. Jobs that fit one GPU with a share above
     1 - epsilon are each below epsilon, so the values still sum to at most 1. It is the function behind
     Martello and Toth's L2 bound for bin packing, and it sees what the u_k miss: a GPU holding 81% of its
-    memory holds no job of 22% beside it."""
-    if x > 1 - epsilon:
+    memory holds no job of 22% beside it. (A margin far below one MiB of a GPU keeps two jobs that fill a
+    GPU exactly from counting more than 1 through rounding.)"""
+    if x > 1 - epsilon + 1e-9:
         return 1.0
     return x if x >= epsilon else 0.0
 

@@ -97,6 +97,14 @@ def test_the_thresholds_are_those_that_keep_apart_what_cannot_share_a_gpu():
     assert gpu_views({}) == BASE_VIEWS
 
 
+def test_two_jobs_that_fill_a_gpu_exactly_count_one_gpu_in_every_view():
+    # Shares of a 15,073 MiB T4 that add up to it exactly: rounding must not count the larger one whole.
+    for small in range(1, 7537):
+        pair = (small / T4, (T4 - small) / T4)
+        for view in gpu_views(Counter(pair)):
+            assert view(pair[0]) + view(pair[1]) <= 1.0 + 1e-9, small
+
+
 def test_the_thresholds_that_keep_apart_come_first_when_there_are_many(monkeypatch):
     monkeypatch.setattr(configuration_bound_module, "THRESHOLD_VIEWS", 2)
     # 0.37 counts the jobs at fewer GPUs than the small shares do, but it is the one that keeps 37% off a GPU with 65%.
