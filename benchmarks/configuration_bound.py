@@ -208,8 +208,9 @@ def _price_sharing(duals: np.ndarray, sizes: np.ndarray, memories: np.ndarray, u
     """The pattern of most dual value on one box when some kinds share GPUs, with the GPUs counted under
     each dual-feasible function: whole GPUs plus the sharing jobs' f-values within the box's GPUs in every
     view. Every way to pack the box's GPUs passes, so the bound stays valid; the exact per-GPU packing
-    (a count per kind and GPU) is too slow to price at this size. Without the thresholds the views were
-    8% below every packing where most pods share (docs/scheduler-benchmark.md)."""
+    (a count per kind and GPU) is too slow to price at this size. The views still pass some patterns no
+    GPU packing holds (docs/scheduler-benchmark.md, "Traces where more pods share"): the bound is valid,
+    not tight."""
     gpu_rows = np.tile(sizes[:, 0], (len(views), 1))
     for k in shared:
         gpu_rows[:, k] = [view(memories[k] / gpu_memory) for view in views]
