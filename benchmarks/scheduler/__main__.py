@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT)]
 
 from benchmarks.scheduler.bound import aggregate_bound, replay_bound, snapshot_configuration_bound  # noqa: E402
-from benchmarks.scheduler.simulate import InstanceType, Simulation  # noqa: E402
+from benchmarks.scheduler.simulate import InstanceType, Simulation, share_reference_mib  # noqa: E402
 from benchmarks.scheduler.strategies import (  # noqa: E402
     EcsBinpackMemoryStrategy, FirstFitStrategy, KarpenterWhenEmptyStrategy, MlfleetStrategy,
     OneInstancePerJobStrategy, StrategyCannotRun,
@@ -47,12 +47,6 @@ def instance_types(catalog, region: str) -> list[InstanceType]:
         raise BenchmarkError(f"--region {region}: the catalog prices no instance type there "
                              f"(it has {', '.join(catalog.regions())})")
     return types
-
-
-def share_reference_mib(types: list[InstanceType]) -> int:
-    """The GPU memory a fractional pod's `gpu_milli` is a share of: the smallest GPU among `types`, so it
-    fits any of them (0 when none can share)."""
-    return min((t.gpu_memory for t in types if t.gpu_memory), default=0)
 
 
 def job_hints(jobs, args) -> dict[str, float]:

@@ -47,7 +47,7 @@ from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
 from benchmarks.configuration_bound import ConfigurationBound, configuration_bound, gpu_views
-from benchmarks.scheduler.simulate import InstanceType
+from benchmarks.scheduler.simulate import InstanceType, share_reference_mib
 from benchmarks.scheduler.trace import TraceJob
 from lambdas.scheduler.planning import resource_prices
 
@@ -190,7 +190,7 @@ def _demand_matrix(jobs: Sequence[TraceJob], of_job: Sequence[int], n_classes: i
 def sharing_shares(jobs: Sequence[TraceJob], types: Sequence[InstanceType]) -> Counter:
     """{a sharing job's share of the smallest GPU that can share: how many such jobs}, what `gpu_views`
     chooses its thresholds from."""
-    reference = min((t.gpu_memory for t in types if t.gpu_memory), default=0)
+    reference = share_reference_mib(types)
     return Counter(job.gpu_memory_mib / reference for job in jobs if job.shares_gpu and reference)
 
 

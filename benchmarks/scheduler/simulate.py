@@ -73,6 +73,12 @@ class InstanceType:
         return self.nominal_gpu_memory >= job.min_gpu_memory_mib and accepts(job.instance_type_pattern, self.name)
 
 
+def share_reference_mib(types: list[InstanceType]) -> int:
+    """The GPU memory a fractional pod's `gpu_milli` is a share of: the smallest GPU among `types`, so it
+    fits any of them (0 when none can share)."""
+    return min((t.gpu_memory for t in types if t.gpu_memory), default=0)
+
+
 @functools.lru_cache(maxsize=None)
 def accepts(pattern: str | None, instance_type: str) -> bool:
     return pattern is None or re.fullmatch(pattern, instance_type) is not None
