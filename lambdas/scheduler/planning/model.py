@@ -151,3 +151,4 @@ class Plan:
     scale_outs: tuple[ScaleOut, ...]
     waiting: tuple[tuple[str, str], ...]  # (job_id, reason)
     releases: tuple[Candidate, ...] = ()  # empty machines the scheduler gives back (release.py)
+    headroom: tuple[ScaleOut, ...] = ()  # instances bought ahead for no job (headroom.py): nothing to reserve

@@ -11,7 +11,8 @@ oldest first among equals):
 1. live.py          the fittest live machine (duration-aware: packer.py)
 2. launching.py     instances already asked for and still launching
 3. purchase.py      what to buy, runtime class by class, within each fleet's cap and the dollar cap
-4. release.py       empty machines nothing was placed on, past the release delay, given back
+   headroom.py      (opt-in) placeholders for recent boot-waiting jobs, after the real ones in stages 1-3
+4. release.py       empty machines nothing was placed on (nor kept for headroom), past the release delay, given back
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from .constraints import Patterns, constraint_key, demand_of, planning_order
 from .fleets import Option, cheapest_alone, purchase_options
+from .headroom import buy_ahead
 from .launching import place_on_launching
 from .lifecycle import choose_lifecycles
 from .live import place_live
@@ -36,10 +38,13 @@ DEFAULT_BOOT_S = 180.0
 def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequence[Fleet], catalog,
          limits: Limits, *, prices: Mapping[tuple[str, str], float] | None = None, now: float = 0.0,
          release: ReleasePolicy | None = None, interruption_rate: Callable[[str, str], float] | None = None,
-         boot_s: float = DEFAULT_BOOT_S, shares: Shares | None = None) -> Plan:
+         boot_s: float = DEFAULT_BOOT_S, shares: Shares | None = None,
+         headroom: Sequence[JobRequest] = ()) -> Plan:
     """`release`: propose empty machines to give back (None: propose none). `interruption_rate(region,
     type)`: spot interruptions per instance-hour, for the lifecycle stage (None: leave lifecycles alone).
-    `shares`: teams, quotas and priorities (shares.py); None offers every job, as for one team without a quota."""
+    `shares`: teams, quotas and priorities (shares.py); None offers every job, as for one team without a quota.
+    `headroom`: placeholder requests (headroom.py), planned after every real job: a live machine one fits is
+    kept, and what none fits is bought ahead (`Plan.headroom`) within the caps the real jobs leave."""
     def releases(placed_on) -> tuple:
         return propose_releases(machines, fleets, catalog, now, release, placed_on) if release else ()
 
@@ -64,16 +69,26 @@ def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequen
                                             catalog)
         fallbacks = {job_id: originals[job_id] for job_id in marked}
     timing = Timing(now, _alternative(options, patterns, boot_s)) if any(j.runtime for j in ordered) else None
-    placements, unplaced = place_live(ordered, open_machines, catalog, patterns, timing)
+    # Placeholders come after every real job in each stage: they take only the room real jobs leave.
+    spare = {j.job_id for j in headroom}
+    placements, unplaced = place_live([*ordered, *headroom], open_machines, catalog, patterns, timing)
+    kept |= {p.machine_key for p in placements if p.job_id in spare}
+    placements = [p for p in placements if p.job_id not in spare]
     waiting: list[tuple[str, str]] = []
     scale_outs: list[ScaleOut] = []
+    ahead: list[ScaleOut] = []
     if unplaced:
         unplaced, waiting = place_on_launching(unplaced, options(), catalog, patterns)
+        waiting = [w for w in waiting if w[0] not in spare]
+        spare_left = [j for j in unplaced if j.job_id in spare]
+        unplaced = [j for j in unplaced if j.job_id not in spare]
         if unplaced:
             scale_outs, bought_waiting = purchase(unplaced, options(), catalog, patterns, limits, fallbacks)
             waiting += bought_waiting
+        if spare_left:
+            ahead = buy_ahead(spare_left, options(), scale_outs, unplaced, catalog, patterns, limits)
     return Plan(tuple(placements), tuple(scale_outs), tuple(sorted([*waiting, *held_back])),
-                releases({p.machine_key for p in placements} | kept))
+                releases({p.machine_key for p in placements} | kept), tuple(ahead))
 
 
 class _Lazy:
