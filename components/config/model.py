@@ -284,6 +284,16 @@ class StackConfig(_Model):
     disruption_budget_percent: int = Field(
         default=10, ge=1, le=100,
         description="Share of a fleet group (rounded up, at least one instance) that removals may drain at once.")
+    # Headroom trades dollars for waits (lambdas/scheduler/planning/headroom.py); the bounds are the scheduler's
+    # own (lambdas/scheduler/handler.py MAX_HEADROOM_WINDOW_MINUTES, MAX_HEADROOM_JOBS).
+    headroom_window_minutes: int = Field(
+        default=0, ge=0, le=1440,
+        description="Keep room ready for jobs like those the scheduler bought instances for in the last this many "
+        "minutes, so the next ones start without waiting for a boot; it costs more (docs/scheduler.md, \"Headroom\"). "
+        "0: no headroom.")
+    headroom_max_jobs: int = Field(
+        default=8, ge=1, le=100,
+        description="With headroom: room for at most this many of those recent jobs.")
 
     # Jobs. A job spec may ask for at most MAX_ATTEMPTS_LIMIT attempts; the stack's default must be one it could ask for.
     job_max_attempts: int = Field(

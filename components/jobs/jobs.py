@@ -241,6 +241,9 @@ class JobService(pulumi.ComponentResource):
         releases = {"DISRUPTION_BUDGET_PERCENT": str(cfg.disruption_budget_percent)}
         if cfg.release_after_empty_minutes is not None:
             releases["RELEASE_AFTER_EMPTY_MINUTES"] = str(cfg.release_after_empty_minutes)
+        if cfg.headroom_window_minutes:  # off by default: the stacks' rendered functions do not change
+            releases.update(HEADROOM_WINDOW_MINUTES=str(cfg.headroom_window_minutes),
+                            HEADROOM_MAX_JOBS=str(cfg.headroom_max_jobs))
         scheduler = PythonFunction(
             f"{name}-scheduler",
             PythonFunctionArgs(

@@ -35,7 +35,8 @@ region it runs in), and a job that has run goes back to the region of its checkp
 
 Environment: ENVIRONMENT, JOBS_TABLE, JOBS_QUEUE_URL, JOBS_DLQ_URL, ADMISSION_PARAMETER, FLEETS,
 MAX_HOURLY_USD, ALERT_TOPIC_ARN, DEFAULT_MAX_ATTEMPTS, REBALANCE_TIMEOUT_MINUTES, ACCOUNT_ID, and optionally
-RELEASE_AFTER_EMPTY_MINUTES (unset: the measured boot time) and DISRUPTION_BUDGET_PERCENT (default 10).
+RELEASE_AFTER_EMPTY_MINUTES (unset: the measured boot time), DISRUPTION_BUDGET_PERCENT (default 10),
+HEADROOM_WINDOW_MINUTES (default 0: no headroom) and HEADROOM_MAX_JOBS (default 8).
 The teams' weights and quotas: the SSM parameter /mlfleet/<env>/teams (lambdas/jobs/teams.py).
 """
 
@@ -65,11 +66,12 @@ from ..jobs.quarantine import Quarantine, alert_new
 from ..jobs.teams import TeamsSettings, read_teams
 from ..jobs.teams import parameter_name as teams_parameter_name
 from ..removal.execute import LedgerSource
-from . import actions, releases, state, teams
+from . import actions, headroom, releases, state, teams
 from .planning import (
     Fleet, JobRequest, Limits, Machine, ReleasePolicy, RuntimeEstimate, ScaleOut, Shares, decayed_usage,
     plan,
 )
+from .planning.headroom import RecentWait, placeholders, remember
 from .planning.runtimes import FinishedRun, estimates, expected_end
 from .requests import job_request
 
@@ -86,6 +88,7 @@ PERMISSIONS = (
     *lease.PERMISSIONS,
     *releases.PERMISSIONS,
     *teams.PERMISSIONS,
+    *headroom.PERMISSIONS,
 )
 
 MAX_MESSAGES = 100
@@ -101,6 +104,9 @@ MAX_START_FAILURES = 5
 BREAKER_FAILURES, BREAKER_WINDOW = 3, timedelta(minutes=30)
 # Submissions whose finished jobs are read per run for runtime estimates (one Query each).
 MAX_SUBMISSIONS_READ = 50
+# Headroom's bounds (components/config/model.py checks the stack's values against the same): a day's
+# window, and a ledger item far below DynamoDB's 400 KB.
+MAX_HEADROOM_WINDOW_MINUTES, MAX_HEADROOM_JOBS = 24 * 60, 100
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,9 @@ class Settings:
     # Giving back what it bought (lambdas/scheduler/releases.py): None measures the fleets' boot time.
     release_after_empty_minutes: int | None = None
     disruption_budget_percent: int = 10
+    # Headroom (planning/headroom.py): room kept for jobs like those bought for in the window; 0: none.
+    headroom_window_minutes: int = 0
+    headroom_max_jobs: int = 8
 
     def __post_init__(self) -> None:
         if self.admission_parameter != admission.parameter_name(self.environment):
@@ -130,6 +139,11 @@ class Settings:
             raise SettingsError(f"DISRUPTION_BUDGET_PERCENT={self.disruption_budget_percent!r}: must be 1 to 100")
         if self.release_after_empty_minutes is not None and self.release_after_empty_minutes < 1:
             raise SettingsError(f"RELEASE_AFTER_EMPTY_MINUTES={self.release_after_empty_minutes!r}: must be at least 1")
+        if not 0 <= self.headroom_window_minutes <= MAX_HEADROOM_WINDOW_MINUTES:
+            raise SettingsError(f"HEADROOM_WINDOW_MINUTES={self.headroom_window_minutes!r}: must be 0 (no headroom) "
+                                f"to {MAX_HEADROOM_WINDOW_MINUTES}")
+        if not 1 <= self.headroom_max_jobs <= MAX_HEADROOM_JOBS:
+            raise SettingsError(f"HEADROOM_MAX_JOBS={self.headroom_max_jobs!r}: must be 1 to {MAX_HEADROOM_JOBS}")
 
     def checkpoint_uri(self, region: str, job_id: str) -> str:
         """The job's location in the region's checkpoint bucket, as components/storage names the bucket."""
@@ -195,7 +209,7 @@ def run(settings: Settings, remaining_ms: Callable[[], int], now: datetime | Non
     # its alert and the messages' deletion below still happen (each job's own failures are per item inside).
     with per_item("place-and-scale-failed", summary["errors"], action="nothing more started or bought this run"):
         place_and_scale(settings, fleets, catalog, ledger, quarantine, pending if starts_allowed else [], remaining_ms,
-                        now, summary, held, shares)
+                        now, summary, held, shares, headroom_allowed=starts_allowed)
 
     summary["quarantined"].extend(quarantine.sweep(stamp, summary["errors"]))
     with per_item("quarantine-alert-failed", summary["errors"]):
@@ -499,8 +513,12 @@ def breaker_stopped(fleet_views: dict, now: datetime, settings: Settings, summar
 
 def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog, ledger: L.Ledger,
                     quarantine: Quarantine, pending: list[L.JobRecord], remaining_ms: Callable[[], int], now: datetime,
-                    summary: dict, held: lease.Lease | None = None, shares: Shares | None = None) -> None:
-    views, prices = read_regions(fleets, catalog, bool(pending), now, summary)
+                    summary: dict, held: lease.Lease | None = None, shares: Shares | None = None,
+                    headroom_allowed: bool = False) -> None:
+    waits = read_recent_waits(settings, ledger, summary) if headroom_allowed else None
+    window_s = settings.headroom_window_minutes * 60
+    spare = placeholders(waits or [], now.timestamp(), window_s, settings.headroom_max_jobs)
+    views, prices = read_regions(fleets, catalog, bool(pending or spare), now, summary)
     with per_item("empty-since-failed", summary["errors"], action="empty times left as they were this run"):
         releases.record_empty(views, now)
     machines = {m.container_instance_arn: m for view in views for m in view.machines}
@@ -545,7 +563,7 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
         release=ReleasePolicy(after_empty_s=releases.release_delay_s(settings.release_after_empty_minutes, in_view),
                               budget_percent=settings.disruption_budget_percent),
         interruption_rate=load_interruption_rates().per_hour, boot_s=boot_s,
-        shares=shares,
+        shares=shares, headroom=spare,
     )
     records = {r.job_id: r for r in pending}
     definitions: dict[str, actions.TaskDefinitions] = {}
@@ -572,8 +590,38 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
                       asg=scale_out.asg_name):
             spent += scale_one(settings, ledger, records, scale_out, fleet_views, stopped, spent, now, remaining_ms,
                                summary)
+    if waits is not None:
+        keep_recent_waits(settings, ledger, waits, requests, the_plan, spare, now, summary)
+    for scale_out in the_plan.headroom:  # after the real jobs' purchases: what the caps leave
+        with per_item("headroom-scale-out-failed", summary["errors"], region=scale_out.region, fleet=scale_out.fleet,
+                      asg=scale_out.asg_name):
+            spent += scale_one(settings, ledger, records, scale_out, fleet_views, stopped, spent, now, remaining_ms,
+                               summary)
     with per_item("release-failed", summary["errors"], action="releases tried again next run"):
         give_back(settings, views, the_plan.releases, held, now, summary)
+
+
+def read_recent_waits(settings: Settings, ledger: L.Ledger, summary: dict) -> list[RecentWait] | None:
+    """The jobs recently bought for (headroom.py), or None when headroom is off or the item unreadable."""
+    if settings.headroom_window_minutes == 0:
+        return None
+    with per_item("read-headroom-failed", summary["errors"], action="no headroom this run"):
+        return headroom.read_waits(ledger.dynamodb, ledger.table)
+    return None
+
+
+def keep_recent_waits(settings: Settings, ledger: L.Ledger, waits: list[RecentWait], requests: list[JobRequest],
+                      the_plan, spare: list[JobRequest], now: datetime, summary: dict) -> None:
+    """Add the jobs this run bought for to the waits kept, and log what headroom did this run."""
+    window_s = settings.headroom_window_minutes * 60
+    kept = remember(waits, requests, the_plan.scale_outs, now.timestamp(), window_s, settings.headroom_max_jobs)
+    if kept != waits:
+        headroom.write_waits(ledger.dynamodb, ledger.table, kept, now.timestamp())
+    if spare or kept:
+        log_decision("headroom", placeholders=len(spare), waits_kept=len(kept),
+                     bought_ahead=[{"fleet": s.fleet, "region": s.region, "add": s.add_instances}
+                                   for s in the_plan.headroom],
+                     window_minutes=settings.headroom_window_minutes)
 
 
 def scale_one(settings: Settings, ledger: L.Ledger, records: dict[str, L.JobRecord], scale_out: ScaleOut,

@@ -43,6 +43,16 @@ def test_an_unset_release_delay_is_left_out_so_the_scheduler_measures_it():
     assert "RELEASE_AFTER_EMPTY_MINUTES" not in variables and variables["DISRUPTION_BUDGET_PERCENT"] == "10"
 
 
+def test_headroom_reaches_the_scheduler_only_when_the_stack_turns_it_on():
+    (variables,) = environments(render_stack("staging", headroomWindowMinutes=240, headroomMaxJobs=4),
+                                "-scheduler-function").values()
+    settings = from_env(SchedulerSettings, {k: str(v) for k, v in variables.items()})
+    assert (settings.headroom_window_minutes, settings.headroom_max_jobs) == (240, 4)
+    (default,) = environments(render_stack("dev"), "-scheduler-function").values()
+    assert not {"HEADROOM_WINDOW_MINUTES", "HEADROOM_MAX_JOBS"} & set(default)
+    assert from_env(SchedulerSettings, {k: str(v) for k, v in default.items()}).headroom_window_minutes == 0
+
+
 @pytest.mark.parametrize("name, value", [("DISRUPTION_BUDGET_PERCENT", "0"), ("DISRUPTION_BUDGET_PERCENT", "101"),
                                          ("DISRUPTION_BUDGET_PERCENT", "ten")])
 def test_a_bad_budget_in_the_reaper_s_environment_is_one_clear_error(prod, name, value):
@@ -62,6 +72,8 @@ def test_a_reaper_without_the_ledger_is_refused_naming_what_is_missing(prod):
     ("DISRUPTION_BUDGET_PERCENT", "0", "DISRUPTION_BUDGET_PERCENT=0: must be 1 to 100"),
     ("RELEASE_AFTER_EMPTY_MINUTES", "0", "RELEASE_AFTER_EMPTY_MINUTES=0: must be at least 1"),
     ("RELEASE_AFTER_EMPTY_MINUTES", "soon", "RELEASE_AFTER_EMPTY_MINUTES='soon' is not an int"),
+    ("HEADROOM_WINDOW_MINUTES", "-1", "HEADROOM_WINDOW_MINUTES=-1: must be 0 .no headroom. to 1440"),
+    ("HEADROOM_MAX_JOBS", "0", "HEADROOM_MAX_JOBS=0: must be 1 to 100"),
 ])
 def test_a_bad_release_setting_in_the_scheduler_s_environment_is_one_clear_error(name, value, message):
     base = {"ENVIRONMENT": "dev", "JOBS_TABLE": "t", "JOBS_QUEUE_URL": "q", "JOBS_DLQ_URL": "d",

@@ -1,0 +1,84 @@
+"""The jobs the scheduler recently bought instances for, kept between runs for headroom
+(planning/headroom.py; on only with `mlfleet:headroomWindowMinutes` > 0).
+
+One item of the job ledger table, key WAITS_KEY, as the teams' use is kept (teams.py): no job id can take
+that key and the item has neither `state` nor `submission_id`, so the sparse indexes never list it. Runs
+are one at a time (the placement lease), and the write is conditional on a newer time, so a late write
+never replaces a newer list. An item that cannot be read (throttled, denied) means no headroom for that
+run, never a failed run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from decimal import Decimal
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from ..common.logs import log_decision
+from ..common.permissions import needs
+from ..jobs.ledger import TABLE_ARNS
+from .planning.headroom import RecentWait
+
+WAITS_KEY = "#headroom/recent-waits"
+PERMISSIONS = (
+    needs("dynamodb:GetItem", "dynamodb:PutItem", resources=TABLE_ARNS[:1],
+          condition={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [WAITS_KEY]}},
+          why="keep the jobs recently bought for between runs (headroom), one item of the job ledger"),
+)
+
+
+def _number(value: float) -> dict:
+    return {"N": str(Decimal(repr(value)))}
+
+
+def _encode(wait: RecentWait) -> dict:
+    fields = {"at": _number(wait.at), "gpus": _number(wait.gpus), "vcpus": _number(wait.vcpus),
+              "memory_mib": _number(wait.memory_mib), "gpu_memory_mib": _number(wait.gpu_memory_mib),
+              "regions": {"L": [{"S": r} for r in wait.regions]}}
+    if wait.instance_type_pattern is not None:
+        fields["instance_type_pattern"] = {"S": wait.instance_type_pattern}
+    if wait.lifecycle is not None:
+        fields["lifecycle"] = {"S": wait.lifecycle}
+    return {"M": fields}
+
+
+def _decode(value: dict) -> RecentWait:
+    m = value["M"]
+    return RecentWait(at=float(m["at"]["N"]), gpus=int(m["gpus"]["N"]), vcpus=float(m["vcpus"]["N"]),
+                      memory_mib=int(m["memory_mib"]["N"]), gpu_memory_mib=int(m["gpu_memory_mib"]["N"]),
+                      instance_type_pattern=m.get("instance_type_pattern", {}).get("S"),
+                      regions=tuple(r["S"] for r in m.get("regions", {}).get("L", [])),
+                      lifecycle=m.get("lifecycle", {}).get("S"))
+
+
+def read_waits(dynamodb, table: str) -> list[RecentWait]:
+    """The waits the last run kept, oldest first; [] before the first. An entry that cannot be decoded
+    (written by hand, or by another version) is logged and left out: this run's write replaces it."""
+    item = dynamodb.get_item(TableName=table, Key={"job_id": {"S": WAITS_KEY}}, ConsistentRead=True).get("Item")
+    waits = []
+    for value in (item or {}).get("waits", {}).get("L", []):
+        try:
+            waits.append(_decode(value))
+        except (KeyError, TypeError, ValueError) as error:
+            log_decision("headroom-wait-undecodable", entry=str(value)[:200], error=repr(error), action="dropped")
+    return sorted(waits, key=lambda w: w.at)
+
+
+def write_waits(dynamodb, table: str, waits: Sequence[RecentWait], at: float) -> bool:
+    """Keep the waits computed at `at`; False, writing nothing, when a newer list is there (or the write
+    failed: the next run starts from the last list kept, and headroom is only as recent as that)."""
+    try:
+        dynamodb.put_item(
+            TableName=table,
+            Item={"job_id": {"S": WAITS_KEY}, "at": _number(at), "waits": {"L": [_encode(w) for w in waits]}},
+            ConditionExpression="attribute_not_exists(job_id) OR #at < :at",
+            ExpressionAttributeNames={"#at": "at"},
+            ExpressionAttributeValues={":at": _number(at)})
+        return True
+    except dynamodb.exceptions.ConditionalCheckFailedException:
+        log_decision("headroom-waits-stale", at=at, reason="a newer list is kept; this run's is dropped")
+        return False
+    except (BotoCoreError, ClientError) as error:
+        log_decision("headroom-waits-write-failed", at=at, error=str(error))
+        return False

@@ -1,0 +1,95 @@
+"""Headroom in the scheduler Lambda, against moto: a run that buys for a job keeps its shape in the ledger's
+headroom item; later runs keep room for such a job (buying ahead within the caps) until the window passes;
+off by default; an unreadable item costs the run its headroom, nothing else.
+
+Where moto differs from AWS: moto's Auto Scaling launches the instances of a raised desired capacity at
+once, but nothing registers them with ECS, so they stay "launching" to the scheduler (as a booting instance
+is), which is what these runs need.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import boto3
+from botocore.exceptions import ClientError
+import pytest
+from conftest import ASG, HOME, build_fleet, open_admission
+from test_scheduler_release_inputs import later, run_held, spec
+
+from lambdas.jobs import ledger as L
+from lambdas.jobs.spec import assign_ids
+from lambdas.scheduler import headroom
+from lambdas.scheduler.planning.headroom import RecentWait
+
+WINDOW = 60  # minutes
+
+
+@pytest.fixture
+def fleet_empty(aws):
+    """The fleet's group and cluster with no instance yet, and admission open."""
+    build_fleet(size=0)
+    open_admission()
+
+
+def desired() -> int:
+    return boto3.client("autoscaling", HOME).describe_auto_scaling_groups(
+        AutoScalingGroupNames=[ASG])["AutoScalingGroups"][0]["DesiredCapacity"]
+
+
+def queue_whole_box_job(home: dict, now) -> None:
+    """A job that takes all four GPUs of the fleet's g5.12xlarge: nothing else fits beside it."""
+    ledger = L.Ledger(boto3.client("dynamodb", HOME), home["table"])
+    for job in assign_ids("sub-20261126070000-abcdef", [spec(gpus=4)]):
+        ledger.put_new(L.new_record(job, now.timestamp()))
+
+
+def waits(home: dict) -> list[RecentWait]:
+    return headroom.read_waits(boto3.client("dynamodb", HOME), home["table"])
+
+
+def test_room_is_bought_ahead_for_a_job_like_the_last_one_bought_for_until_the_window_passes(aws, home, fleet_empty):
+    now = later()
+    queue_whole_box_job(home, now)
+    run_held(home, now, headroom_window_minutes=WINDOW)
+    assert desired() == 1  # bought for the job (its instance is still launching)
+    (kept,) = waits(home)
+    assert (kept.gpus, kept.at) == (4, now.timestamp())
+    # The next run keeps room for one more such job: the launching instance is the real job's, so one more.
+    run_held(home, now + timedelta(minutes=1), headroom_window_minutes=WINDOW)
+    assert desired() == 2
+    run_held(home, now + timedelta(minutes=2), headroom_window_minutes=WINDOW)
+    assert desired() == 2  # the placeholder waits on the instance bought ahead: nothing more
+    # Past the window, no placeholder is left and nothing more is bought.
+    run_held(home, now + timedelta(minutes=WINDOW + 1), headroom_window_minutes=WINDOW)
+    assert desired() == 2 and waits(home) == []  # and the item forgets the job
+
+
+def test_off_by_default_nothing_is_kept_or_bought_ahead(aws, home, fleet_empty):
+    now = later()
+    queue_whole_box_job(home, now)
+    run_held(home, now)
+    run_held(home, now + timedelta(minutes=1))
+    assert desired() == 1 and waits(home) == []
+
+
+def test_an_undecodable_wait_is_dropped_and_replaced_without_failing_the_run(aws, home, fleet_empty):
+    now = later()
+    boto3.client("dynamodb", HOME).put_item(TableName=home["table"], Item={
+        "job_id": {"S": headroom.WAITS_KEY}, "at": {"N": "1"}, "waits": {"L": [{"M": {"gpus": {"S": "four"}}}]}})
+    queue_whole_box_job(home, now)
+    summary = run_held(home, now, headroom_window_minutes=WINDOW)
+    assert desired() == 1 and summary["errors"] == []
+    assert [w.gpus for w in waits(home)] == [4]
+
+
+def test_an_unreadable_headroom_item_costs_the_run_its_headroom_only(aws, home, fleet_empty, monkeypatch):
+    def throttled(*args, **kwargs):
+        raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow down"}},
+                          "GetItem")
+    monkeypatch.setattr(headroom, "read_waits", throttled)
+    now = later()
+    queue_whole_box_job(home, now)
+    summary = run_held(home, now, headroom_window_minutes=WINDOW)
+    assert desired() == 1  # the job was still bought for
+    assert [e["decision"] for e in summary["errors"]] == ["read-headroom-failed"]
