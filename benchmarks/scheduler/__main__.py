@@ -180,7 +180,8 @@ def make_strategy(name: str, placeable, types, catalog, args):
             boot_s=args.boot_seconds,
             interruptions_per_hour=0.0 if "lifecycle" in without else args.interruptions_per_hour,
             on_demand_max_instances=args.on_demand_max_instances, runtimes="runtimes" not in without,
-            replacement_rule="replacement" not in without)
+            replacement_rule="replacement" not in without,
+            headroom_window_s=args.headroom_window_minutes * 60, headroom_max_jobs=args.headroom_max_jobs)
     if name == "one-instance-per-job":
         return OneInstancePerJobStrategy(types)
     if name == "karpenter-when-empty":
@@ -289,6 +290,11 @@ def main(argv=None) -> int:
     parser.add_argument("--on-demand-max-instances", type=int, default=0,
                         help="mlfleet's cap per on-demand fleet, one per type, used only with interruptions (default "
                              "0: no on-demand fleet, as in the committed stacks)")
+    parser.add_argument("--headroom-window-minutes", type=float, default=0.0,
+                        help="mlfleet's headroom (mlfleet:headroomWindowMinutes): keep room for the jobs it bought "
+                             "instances for in this window (0, the default: none)")
+    parser.add_argument("--headroom-max-jobs", type=int, default=8,
+                        help="mlfleet's headroom: at most this many of those jobs (mlfleet:headroomMaxJobs)")
     parser.add_argument("--consolidate-after-seconds", type=float, default=0.0,
                         help="karpenter-when-empty's consolidateAfter (the NodePool default is 0s)")
     parser.add_argument("--mlfleet-without", type=lambda text: [p for p in text.split(",") if p], default=[],
@@ -311,9 +317,11 @@ def main(argv=None) -> int:
     if not (0 <= args.hint_share <= 1 and 0 <= args.checkpoint_share <= 1) or args.hint_sigma < 0 \
             or args.checkpoint_interval_minutes <= 0 or args.on_demand_max_instances < 0 \
             or args.consolidate_after_seconds < 0 or args.timeline_hours < 0 \
+            or args.headroom_window_minutes < 0 or args.headroom_max_jobs < 0 \
             or (args.release_after_empty_seconds is not None and args.release_after_empty_seconds < 0):
         parser.error("--hint-share and --checkpoint-share must be in [0, 1]; --hint-sigma, --on-demand-max-instances, "
-                     "--consolidate-after-seconds, --timeline-hours and --release-after-empty-seconds >= 0; "
+                     "--consolidate-after-seconds, --timeline-hours, --release-after-empty-seconds, "
+                     "--headroom-window-minutes and --headroom-max-jobs >= 0; "
                      "--checkpoint-interval-minutes > 0")
     if set(args.mlfleet_without) - set(MLFLEET_PARTS):
         parser.error(f"--mlfleet-without: unknown {','.join(sorted(set(args.mlfleet_without) - set(MLFLEET_PARTS)))} "

@@ -20,6 +20,7 @@ from benchmarks.scheduler.simulate import Box, InstanceType, JobState, Simulatio
 from lambdas.scheduler.planning import (
     Fleet, JobRequest, Limits, Machine, ReleasePolicy, Reservation, keeps_replacement, plan,
 )
+from lambdas.scheduler.planning.headroom import RecentWait, placeholders, remember
 from lambdas.scheduler.planning.runtimes import estimate, expected_end
 
 ECS_SCALE_IN_S = 15 * 60  # managed scaling removes an instance 15 minutes after its last task
@@ -90,7 +91,8 @@ class MlfleetStrategy(_Reaped):
 
     def __init__(self, types: list[InstanceType], catalog, region: str, idle_window_s: float, grace_s: float, *,
                  release_after_s: float | None = None, boot_s: float = 180.0, interruptions_per_hour: float = 0.0,
-                 on_demand_max_instances: int = 0, runtimes: bool = True, replacement_rule: bool = True):
+                 on_demand_max_instances: int = 0, runtimes: bool = True, replacement_rule: bool = True,
+                 headroom_window_s: float = 0.0, headroom_max_jobs: int = 0):
         super().__init__(idle_window_s, grace_s)
         self.types = {t.name: t for t in types}
         self.catalog = catalog
@@ -108,6 +110,9 @@ class MlfleetStrategy(_Reaped):
         self._finished_seen = 0
         self.beliefs: dict[str, object] = {}  # running job -> the belief it was started with
         self.released = 0
+        # Headroom (planning/headroom.py): what the scheduler keeps in the ledger's headroom item.
+        self.headroom_window_s, self.headroom_max_jobs = headroom_window_s, headroom_max_jobs
+        self.recent_waits: list[RecentWait] = []
 
     def _fleet(self, box: Box) -> str:
         return box.type.name if box.lifecycle == "spot" else f"{box.type.name}/{ON_DEMAND}"
@@ -184,11 +189,13 @@ class MlfleetStrategy(_Reaped):
         fleets = self._fleets(usable, coming)
         jobs = [self._request(sim, s) for s in sim.waiting.values()]
         hourly = sum(b.price for b in sim.alive.values())
+        spare = [] if sim.snapshot else placeholders(self.recent_waits, now, self.headroom_window_s,
+                                                     self.headroom_max_jobs)
         result = plan(jobs, machines, fleets, self.catalog, Limits(float("inf"), hourly), prices=self._prices(), now=now,
                       release=None if sim.snapshot or self.release_after_s is None
                       else ReleasePolicy(after_empty_s=self.release_after_s),
                       interruption_rate=(lambda region, instance_type: self.rate) if self.rate > 0 else None,
-                      boot_s=self.boot_s)
+                      boot_s=self.boot_s, headroom=spare)
         sim.plan_seconds += time.process_time() - started
         beliefs = {j.job_id: j.runtime for j in jobs}
         for placement in result.placements:
@@ -205,7 +212,14 @@ class MlfleetStrategy(_Reaped):
             # The disruption budget held some back: production's scheduler runs every minute anyway
             # (components/jobs/jobs.py SCHEDULE), so the next tick releases more.
             sim.wake_at(now)
-        for scale_out in result.scale_outs:
+        if not sim.snapshot and self.headroom_window_s > 0:
+            self.recent_waits = remember(self.recent_waits, jobs, result.scale_outs, now, self.headroom_window_s,
+                                         self.headroom_max_jobs)
+            if self.recent_waits and self.recent_waits[-1].at == now:
+                # Placeholders expire: a run then gives back what was kept for them (the newest wait's
+                # expiry ends them all; earlier ones end some, and the ticks of other events see those).
+                sim.wake_at(now + self.headroom_window_s)
+        for scale_out in [*result.scale_outs, *result.headroom]:
             instance_type, _, lifecycle = scale_out.fleet.partition("/")
             for _ in range(scale_out.add_instances):
                 sim.launch(self.types[instance_type], lifecycle=lifecycle or "spot")

@@ -350,3 +350,23 @@ def test_an_interruption_before_the_first_checkpoint_of_the_run_uses_an_attempt(
     sim.now = 240.0 + 1000
     sim._on_notice(sim.boxes[0])
     assert (run.state, run.forgiven, run.attempts_used, run.progress) == ("waiting", 0, 1, 3600.0)
+
+
+def test_headroom_starts_the_next_job_like_the_last_one_without_a_boot_and_lets_go_after_the_window():
+    """Two alike jobs half an hour apart. Released after the boot time, the first job's instance is gone
+    when the second arrives, which waits for a boot. With an hour of headroom (planning/headroom.py) the
+    scheduler keeps room for one more such job: the second starts on the next tick. Once the window has
+    passed, what was kept is given back: nothing runs on."""
+    jobs = [TraceJob("a", 0, 600, 1, 2, 4096), TraceJob("b", 1800, 600, 1, 2, 4096)]
+    waits, costs = {}, {}
+    for window in (0, 3600):
+        sim = tiny_sim(jobs, MlfleetStrategy(TYPES, CATALOG, "us-east-1", 5400, 1800, release_after_s=180,
+                                             headroom_window_s=window, headroom_max_jobs=8))
+        sim.run()
+        waits[window] = sim.jobs["b"].first_start - 1800
+        costs[window] = sum((b.terminated - b.launched) / 3600 * b.price for b in sim.boxes)
+        assert all(b.terminated is not None for b in sim.boxes)
+        if window:  # the last job bought for was bought for at 60 s: its window ends at 3,660 s, and so does all
+            assert max(b.terminated for b in sim.boxes) <= 60 + window + 60
+    assert waits[0] >= 180 and waits[3600] <= 60
+    assert costs[3600] > costs[0]  # the wait is bought with dollars
