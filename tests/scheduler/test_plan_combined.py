@@ -144,12 +144,17 @@ def fleet_runs(job, fleet):
                CATALOG.get(t).shareable_gpu_memory_mib >= job.gpu_memory_mib for t in fleet.instance_types)
 
 
-def quota_gpus(job, fleets):
-    """What a job counts for its team before it runs: its GPUs, or the part of the smallest shareable GPU a
-    fleet has (docs/scheduler.md, "Sharing GPUs": the most it could take)."""
+def quota_gpus(job, fleets, machines, placed_on=None):
+    """What a job counts for its team: its GPUs, or the part of one GPU its memory is on the machine it was
+    placed on, before it runs on the smallest shareable GPU a fleet or live machine has (docs/scheduler.md,
+    "Sharing GPUs")."""
     if not job.shares_gpu:
         return float(job.gpus)
-    sizes = [o.gpu_memory for o in purchase_options(fleets, CATALOG, None) if o.gpu_memory >= job.gpu_memory_mib]
+    if placed_on is not None:
+        return gpu_share(job, placed_on.gpu_memory_mib)
+    sizes = [o.gpu_memory for o in purchase_options(fleets, CATALOG, None)]
+    sizes += [m.gpu_memory_mib for m in machines if not (m.draining or m.removing)]
+    sizes = [size for size in sizes if size >= job.gpu_memory_mib]
     return gpu_share(job, min(sizes)) if sizes else 1.0
 
 
@@ -227,8 +232,10 @@ def check(jobs, machines, fleets, limits, kwargs, result):
             if policy.max_gpus is None:
                 continue
             mine = [by_id[j] for j in committed if shares.team_of(by_id[j]) == name]
-            before = sum(quota_gpus(j, fleets) for j in jobs if j.reserved is not None and shares.team_of(j) == name)
-            holds = shares.held_gpus.get(name, 0) + sum(quota_gpus(j, fleets) for j in mine)
+            before = sum(quota_gpus(j, fleets, machines) for j in jobs
+                         if j.reserved is not None and shares.team_of(j) == name)
+            holds = shares.held_gpus.get(name, 0) + sum(
+                quota_gpus(j, fleets, machines, by_key.get(placed.get(j.job_id))) for j in mine)
             assert holds <= max(policy.max_gpus, shares.held_gpus.get(name, 0) + before) + 1e-9, name
         kept = offer_jobs(jobs, machines, fleets, CATALOG, limits, shares).kept if limits.admission_open else ()
         assert not set(kept) & set(on)
