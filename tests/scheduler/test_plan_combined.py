@@ -38,7 +38,7 @@ TEAMS = ("a", "b")
 @st.composite
 def fleets_st(draw):
     fleets = []
-    for name in draw(st.lists(st.sampled_from(["f1", "f2", "f3", "f4"]), max_size=4, unique=True)):
+    for name in draw(st.lists(st.sampled_from(["f1", "f2", "f3", "f4"]), min_size=1, max_size=4, unique=True)):
         mix = draw(st.sampled_from(["spot", "spot", "on-demand", "mixed"]))
         fleets.append(Fleet(draw(st.sampled_from(REGIONS)), name, f"asg-{name}", draw(st.sampled_from(FLEET_TYPES)),
                             current_instances=0, pending_instances=draw(st.sampled_from([0, 0, 1, 2])),
@@ -108,10 +108,10 @@ def worlds(draw):
         mine = [m for m in machines if (m.region, m.fleet) == (f.region, f.fleet)]
         usable = sum(1 for m in mine if not (m.draining or m.removing))
         fleets[i] = Fleet(**{**vars(f), "current_instances": usable,
-                             "max_instances": usable + f.pending_instances + draw(st.integers(-1, 4)),
+                             "max_instances": max(0, usable + f.pending_instances + draw(st.integers(-1, 4))),
                              "min_size": min(f.min_size, usable + f.pending_instances),
                              "removing_instances": max(f.removing_instances, sum(1 for m in mine if m.removing))})
-    jobs = [draw(job_st(n, fleets)) for n in range(draw(st.integers(0, 18)))]
+    jobs = [draw(job_st(n, fleets)) for n in range(draw(st.integers(1, 24)))]
     shares = None
     if draw(st.booleans()):
         teams = {name: Team(draw(st.sampled_from([0.5, 1.0, 3.0])), draw(st.none() | st.integers(0, 8)))
@@ -120,11 +120,15 @@ def worlds(draw):
                         usage={name: draw(st.floats(0, 10)) for name in TEAMS}, now=NOW)
     limits = Limits(max_hourly_usd=draw(st.sampled_from([3.0, 10.0, 40.0, math.inf])),
                     current_hourly_usd=draw(st.sampled_from([0.0, 0.0, 2.0, 20.0])),
-                    admission_open=draw(st.integers(0, 9)) > 0, scaling_allowed=draw(st.integers(0, 5)) > 0)
+                    admission_open=draw(st.sampled_from([True] * 19 + [False])),
+                    scaling_allowed=draw(st.sampled_from([True] * 9 + [False])))
     rates = draw(st.none() | st.fixed_dictionaries({r: st.sampled_from([0.0, 0.0003, 0.05, 0.5]) for r in REGIONS}))
     release = draw(st.none() | st.builds(ReleasePolicy, st.sampled_from([0.0, 180.0, 600.0]),
                                          st.sampled_from([10, 50, 100])))
-    kwargs = dict(now=NOW, release=release, shares=shares,
+    # Live spot prices for some pools (the catalog's for the others).
+    prices = {(region, t): CATALOG.get(t).spot_price(region) * draw(st.sampled_from([0.3, 1.0, 3.0]))
+              for region in REGIONS for t in draw(st.sets(st.sampled_from(sorted({t for ts in FLEET_TYPES for t in ts}))))}
+    kwargs = dict(now=NOW, release=release, shares=shares, prices=prices or None, boot_s=draw(st.sampled_from([60.0, 180.0])),
                   interruption_rate=None if rates is None else (lambda region, _type: rates[region]))
     return jobs, machines, fleets, limits, kwargs
 
@@ -237,7 +241,8 @@ def check(jobs, machines, fleets, limits, kwargs, result):
             holds = shares.held_gpus.get(name, 0) + sum(
                 quota_gpus(j, fleets, machines, by_key.get(placed.get(j.job_id))) for j in mine)
             assert holds <= max(policy.max_gpus, shares.held_gpus.get(name, 0) + before) + 1e-9, name
-        kept = offer_jobs(jobs, machines, fleets, CATALOG, limits, shares).kept if limits.admission_open else ()
+        kept = offer_jobs(jobs, machines, fleets, CATALOG, limits, shares,
+                          prices=kwargs["prices"]).kept if limits.admission_open else ()
         assert not set(kept) & set(on)
     else:
         kept = ()
@@ -265,7 +270,7 @@ def check(jobs, machines, fleets, limits, kwargs, result):
             assert f.removing_instances + released <= disruption_budget(desired, policy.budget_percent)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=250, deadline=None)
 @given(worlds(), st.randoms(use_true_random=False))
 def test_every_rule_holds_with_every_feature_at_once(world, rng: random.Random):
     jobs, machines, fleets, limits, kwargs = world
