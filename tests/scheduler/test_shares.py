@@ -90,6 +90,21 @@ def test_a_quota_is_never_passed_even_with_free_capacity():
     assert reasons["a2"] == reasons["a1"]  # behind a1 in its team: the quota frees for a1 first
 
 
+def test_a_sharing_job_counts_on_the_smallest_gpu_it_could_take_live_machines_included():
+    """No fleet buys T4s any more (its types changed), but two live T4 machines share: 10,000 MiB is 0.47 of an
+    A10G and 0.66 of a T4. Counted on the A10G both would be offered to a team of one GPU, and hold 1.33 on
+    the T4s they are placed on."""
+    t4 = CATALOG.get("g4dn.xlarge")
+    machines = [Machine(f"t{n}", f"i-t{n}", "us-east-1", "old", t4.name, "us-east-1a", "spot", 1, t4.schedulable_vcpus,
+                        t4.schedulable_memory_mib, t4.spot_price("us-east-1"), gpu_memory_mib=t4.shareable_gpu_memory_mib)
+                for n in range(2)]
+    a10g = Fleet("us-east-1", "gpu1", "mlfleet-dev-gpu1", ("g5.2xlarge",), 0, 0, 4)
+    jobs = [job(f"a{n}", "a", 0, vcpus=1, memory_mib=2048, gpu_memory_mib=10_000, at=n) for n in range(2)]
+    result = plan(jobs, machines, [a10g], CATALOG, LIMITS, shares=shares({"a": (1.0, 1)}))
+    assert [p.job_id for p in result.placements] == ["a0"]
+    assert dict(result.waiting)["a1"].startswith("team a is at its quota")
+
+
 def test_reserved_jobs_count_against_the_quota_and_are_always_offered():
     reservation = Reservation("us-east-1", "gpu4", "box-1")
     jobs = [job("a1", "a", gpus=4, reserved=reservation), job("a2", "a")]

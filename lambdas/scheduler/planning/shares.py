@@ -15,8 +15,8 @@ belongs to one team; a job of no team, or of a team the config no longer lists, 
   sharing; a half-life of 0 counts only what it holds now. Weights share what quotas leave: a team's
   unused share goes to the teams that have work. GPUs only: they are what the fleets are bought for and
   priced by (vCPUs and memory come with them on GPU instances), and what quotas and reports count. A job
-  sharing a GPU counts as the part of one its memory is, on the smallest GPU a fleet able to run it has
-  (the most it could take).
+  sharing a GPU counts as the part of one its memory is, on the smallest GPU a fleet or a live machine able
+  to hold it has (the most it could take).
 - Within a team: higher priority first, then the oldest. A job gains one priority step per AGING_S it
   waits, so no newer job of its team stays ahead of it for more than (9 - priority + 1) x AGING_S.
 - No preemption: a running job is never stopped to make room. Shares converge as running jobs end,
@@ -134,6 +134,9 @@ class _Room:
                               for o in self.options for n in range(o.fleet.pending_instances)], catalog,
                              lambda job, g: may_run(job, self.options[index[(g.region, g.fleet)]], patterns))
         self.room = [o.room for o in self.options]
+        # Shareable GPU sizes a job may be placed on or bought: a live machine's GPU may be smaller than any
+        # fleet's (a type the fleets no longer buy).
+        self.gpu_sizes = sorted({o.gpu_memory for o in self.options} | {m.gpu_memory_mib for m in self.machines})
         self.budget = limits.max_hourly_usd - limits.current_hourly_usd
         self.buying = True
         self.touched: set[str] = set()
@@ -153,11 +156,12 @@ class _Room:
 
     def gpus_of(self, job: JobRequest) -> float:
         """What the job counts for its team's quota and share: its GPUs, or for a job sharing a GPU the part
-        of one its memory is on the smallest GPU of a fleet able to run it (the most it could take)."""
+        of one its memory is on the smallest GPU of a fleet or live machine able to hold it (the most it could
+        take)."""
         if not job.shares_gpu:
             return float(job.gpus)
-        sizes = [o.gpu_memory for o in self.options if o.gpu_memory >= job.gpu_memory_mib]
-        return gpu_share(job, min(sizes)) if sizes else 1.0
+        smallest = next((size for size in self.gpu_sizes if size >= job.gpu_memory_mib), None)
+        return gpu_share(job, smallest) if smallest else 1.0
 
     def _buy(self, job: JobRequest) -> str | None:
         able = [i for i, o in enumerate(self.options) if o.holds(job) and may_run(job, o, self.patterns)]
