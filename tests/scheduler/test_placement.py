@@ -377,3 +377,15 @@ def reference_placements(jobs, machines):
 def test_indexed_placement_equals_a_scan_over_every_machine(jobs, machines):
     result = plan(jobs, machines, [], CATALOG, LIMITS)
     assert sorted((p.job_id, p.machine_key) for p in result.placements) == reference_placements(jobs, machines)
+
+
+def test_instances_a_removal_is_draining_count_against_the_fleet_cap():
+    """The group's desired capacity still counts an instance being removed until its terminate decrements it
+    (lambdas/scheduler/state.py): with two in service and one draining, a cap of three leaves no room. Found
+    by the combined property (tests/scheduler/test_plan_combined.py): the plan bought one, the handler's raise
+    was clamped at the cap, and the job was told an instance was on its way."""
+    full = fleet("gpu1", ("g5.2xlarge",), current=2, max_instances=3, removing_instances=1)
+    result = plan([job()], [], [full], CATALOG, LIMITS)
+    assert result.scale_outs == () and len(result.waiting) == 1
+    assert plan([job()], [], [fleet("gpu1", ("g5.2xlarge",), current=2, max_instances=3)], CATALOG,
+                LIMITS).scale_outs[0].add_instances == 1

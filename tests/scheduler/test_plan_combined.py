@@ -203,7 +203,9 @@ def check(jobs, machines, fleets, limits, kwargs, result):
         f = fleet_of[(s.region, s.fleet)]
         assert s.add_instances == len(s.boxes) > 0 and all(s.boxes)
         assert sorted(j for box in s.boxes for j in box) == sorted(s.for_jobs)
-        assert s.add_instances <= max(0, f.max_instances - f.current_instances - f.pending_instances)
+        # The group's desired capacity counts removals in flight until their terminate (state.py).
+        assert s.add_instances <= max(0, f.max_instances - f.current_instances - f.pending_instances
+                                      - f.removing_instances)
         for j in s.for_jobs:
             assert j not in placed and "new instance" in waiting[j]
             assert fleet_runs(by_id[j], f), (by_id[j], f)
