@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lambdas.common.catalog import load_catalog
-from lambdas.scheduler.planning import Fleet, JobRequest, Limits, RuntimeEstimate, plan
+from lambdas.scheduler.planning import Fleet, JobRequest, Limits, Reservation, RuntimeEstimate, plan
 from lambdas.scheduler.planning.lifecycle import finish_probability, on_demand_cost, spot_cost_to_finish
 
 CATALOG = load_catalog()
@@ -117,6 +117,17 @@ def test_a_user_lifecycle_is_never_overridden():
     result = plan([job(runtime=7 * DAY, lifecycle="spot")], [], fleets(), CATALOG, Limits(100, 0),
                   interruption_rate=lambda r, t: 0.05)
     assert bought(result) == {"spot": 1}
+
+
+def test_a_job_reserved_an_instance_keeps_the_lifecycle_it_was_bought_for():
+    """A spot instance bought for the job is still booting (the spot fleet's pending one) when on-demand room
+    appears: choosing again would send the job on-demand and buy it a second instance (found by the
+    combined property over the planner, tests/scheduler/test_plan_combined.py)."""
+    spot, on_demand = fleets()
+    booting = Fleet(**{**vars(spot), "pending_instances": 1})
+    reserved = job(runtime=7 * DAY, reserved=Reservation("us-east-1", "spot", "earlier-run:0"))
+    result = plan([reserved], [], [booting, on_demand], CATALOG, Limits(100, 0), interruption_rate=lambda r, t: 0.05)
+    assert bought(result) == {} and "already launching" in result.waiting[0][1]
 
 
 def test_past_the_on_demand_cap_the_rest_fall_back_to_spot():

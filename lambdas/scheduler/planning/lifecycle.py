@@ -91,7 +91,10 @@ def choose_lifecycles(jobs: Iterable[JobRequest], options: Sequence[Option], mac
     spot_options = [o for o in options if fleet_lifecycle(o.fleet) == "spot"]
     chosen, marked = [], set()
     for job in jobs:
-        if job.lifecycle is not None or job.runtime is None or not (on_demand_room or on_demand_live):
+        # A reserved job's instance was bought (and its lifecycle chosen) by an earlier run and may be booting:
+        # choosing again would buy it a second one.
+        if job.lifecycle is not None or job.reserved is not None or job.runtime is None \
+                or not (on_demand_room or on_demand_live):
             chosen.append(job)
             continue
         need = demand_of(job)
