@@ -21,6 +21,7 @@ from lambdas.scheduler.planning import (
 )
 from lambdas.scheduler.planning.constraints import capacity_of, gpu_share
 from lambdas.scheduler.planning.fleets import fleet_lifecycle, purchase_options
+from lambdas.scheduler.planning.headroom import RecentWait, placeholders
 from lambdas.scheduler.planning.shares import offer_jobs
 
 from test_gpu_sharing import gpus_pack  # tests/scheduler is on the path (rootdir-relative import)
@@ -129,7 +130,10 @@ def worlds(draw):
     types = sorted({t for ts in FLEET_TYPES for t in ts})
     prices = {(region, t): CATALOG.get(t).spot_price(region) * draw(st.sampled_from([0.3, 1.0, 3.0]))
               for region in REGIONS for t in draw(st.sets(st.sampled_from(types)))}
+    # Headroom: placeholders shaped like some of the jobs (planning/headroom.py), after every real one.
+    waits = [RecentWait.of(j, NOW - 60) for j in draw(st.lists(st.sampled_from(jobs), max_size=4))] if jobs else []
     kwargs = dict(now=NOW, release=release, shares=shares, prices=prices or None,
+                  headroom=placeholders(waits, NOW, 3600, 8),
                   boot_s=draw(st.sampled_from([60.0, 180.0])),
                   interruption_rate=None if rates is None else (lambda region, _type: rates[region]))
     return jobs, machines, fleets, limits, kwargs
@@ -218,6 +222,17 @@ def check(jobs, machines, fleets, limits, kwargs, result):
     budget = max(0.0, limits.max_hourly_usd - limits.current_hourly_usd)
     assert sum(s.hourly_usd for s in result.scale_outs) <= budget + 1e-3
 
+    # Headroom bought ahead: for no job, only while jobs may start and scaling is allowed, and within the caps
+    # together with the real purchases.
+    assert all(s.for_jobs == () and s.boxes == () and s.add_instances > 0 for s in result.headroom)
+    if not (limits.admission_open and limits.scaling_allowed) or not kwargs["headroom"]:
+        assert result.headroom == ()
+    for f in fleets:
+        added = sum(s.add_instances for s in [*result.scale_outs, *result.headroom]
+                    if (s.region, s.fleet) == (f.region, f.fleet))
+        assert added <= max(0, f.max_instances - f.current_instances - f.pending_instances - f.removing_instances)
+    assert sum(s.hourly_usd for s in [*result.scale_outs, *result.headroom]) <= budget + 1e-3
+
     # Jobs held by a launching instance: of a fleet with instances on their way, that may run them.
     launching: dict[str, list[JobRequest]] = {}
     for job_id, reason in result.waiting:
@@ -285,6 +300,12 @@ def test_every_rule_holds_with_every_feature_at_once(world, rng: random.Random):
     result = plan(jobs, machines, fleets, CATALOG, limits, **kwargs)
     check(jobs, machines, fleets, limits, kwargs, result)
     assert plan(jobs, machines, fleets, CATALOG, limits, **kwargs) == result  # deterministic
+    # Placeholders take nothing from real jobs: the same placements, purchases and waits without them, and
+    # only fewer releases (the machines kept for them).
+    without = plan(jobs, machines, fleets, CATALOG, limits, **{**kwargs, "headroom": ()})
+    assert (result.placements, result.scale_outs, result.waiting) == \
+        (without.placements, without.scale_outs, without.waiting)
+    assert set(result.releases) <= set(without.releases)
     # The Lambda reads jobs, machines and fleets in whatever order AWS lists them: the plan does not depend on it.
     shuffled = [rng.sample(items, len(items)) for items in (jobs, machines, fleets)]
     assert plan(*shuffled[:2], shuffled[2], CATALOG, limits, **kwargs) == result
