@@ -1,23 +1,17 @@
 """The jobs the scheduler recently bought instances for, kept between runs for headroom
 (planning/headroom.py; on only with `mlfleet:headroomWindowMinutes` > 0).
 
-One item of the job ledger table, key WAITS_KEY, as the teams' use is kept (teams.py): no job id can take
-that key and the item has neither `state` nor `submission_id`, so the sparse indexes never list it. Runs
-are one at a time (the placement lease), and the write is conditional on a newer time, so a late write
-never replaces a newer list. An item that cannot be read (throttled, denied) means no headroom for that
-run, never a failed run.
+One item of the job ledger table, key WAITS_KEY (kept_item.py). An item that cannot be read (throttled,
+denied) means no headroom for that run, never a failed run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from decimal import Decimal
-
-from botocore.exceptions import BotoCoreError, ClientError
-
 from ..common.logs import log_decision
 from ..common.permissions import needs
 from ..jobs.ledger import TABLE_ARNS
+from .kept_item import number, put_if_newer
 from .planning.headroom import RecentWait
 
 WAITS_KEY = "#headroom/recent-waits"
@@ -28,13 +22,9 @@ PERMISSIONS = (
 )
 
 
-def _number(value: float) -> dict:
-    return {"N": str(Decimal(repr(value)))}
-
-
 def _encode(wait: RecentWait) -> dict:
-    fields = {"at": _number(wait.at), "gpus": _number(wait.gpus), "vcpus": _number(wait.vcpus),
-              "memory_mib": _number(wait.memory_mib), "gpu_memory_mib": _number(wait.gpu_memory_mib),
+    fields = {"at": number(wait.at), "gpus": number(wait.gpus), "vcpus": number(wait.vcpus),
+              "memory_mib": number(wait.memory_mib), "gpu_memory_mib": number(wait.gpu_memory_mib),
               "regions": {"L": [{"S": r} for r in wait.regions]}}
     if wait.instance_type_pattern is not None:
         fields["instance_type_pattern"] = {"S": wait.instance_type_pattern}
@@ -66,19 +56,7 @@ def read_waits(dynamodb, table: str) -> list[RecentWait]:
 
 
 def write_waits(dynamodb, table: str, waits: Sequence[RecentWait], at: float) -> bool:
-    """Keep the waits computed at `at`; False, writing nothing, when a newer list is there (or the write
-    failed: the next run starts from the last list kept, and headroom is only as recent as that)."""
-    try:
-        dynamodb.put_item(
-            TableName=table,
-            Item={"job_id": {"S": WAITS_KEY}, "at": _number(at), "waits": {"L": [_encode(w) for w in waits]}},
-            ConditionExpression="attribute_not_exists(job_id) OR #at < :at",
-            ExpressionAttributeNames={"#at": "at"},
-            ExpressionAttributeValues={":at": _number(at)})
-        return True
-    except dynamodb.exceptions.ConditionalCheckFailedException:
-        log_decision("headroom-waits-stale", at=at, reason="a newer list is kept; this run's is dropped")
-        return False
-    except (BotoCoreError, ClientError) as error:
-        log_decision("headroom-waits-write-failed", at=at, error=str(error))
-        return False
+    """Keep the waits computed at `at`; False when a newer list is there or the write failed (kept_item.py:
+    the next run starts from the last list kept, and headroom is only as recent as that)."""
+    return put_if_newer(dynamodb, table, WAITS_KEY, at, {"waits": {"L": [_encode(w) for w in waits]}},
+                        "headroom-waits")

@@ -2,23 +2,17 @@
 the GPUs each team's jobs hold, and each one's decayed use.
 
 Each team's use (the GPUs it held, decayed over the half-life: planning/shares.py decayed_usage) is kept
-between runs in one item of the job ledger table, key USAGE_KEY. Like the placement lease's, no job id
-can take that key and the item has neither `state` nor `submission_id`, so the sparse indexes never list
-it. Runs are one at a time (the lease), and the write is conditional on a newer time, so a late write
-never replaces a newer value.
+between runs in one item of the job ledger table, key USAGE_KEY (kept_item.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from decimal import Decimal
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from ..common.logs import log_decision
 from ..common.permissions import needs
 from ..jobs.ledger import TABLE_ARNS, JobRecord
 from ..jobs.teams import READ_PERMISSIONS, TeamsSettings
+from .kept_item import number, put_if_newer
 
 USAGE_KEY = "#usage/teams"
 PERMISSIONS = (
@@ -59,20 +53,6 @@ def read_usage(dynamodb, table: str) -> tuple[dict[str, float], float | None]:
 
 
 def write_usage(dynamodb, table: str, usage: Mapping[str, float], at: float) -> bool:
-    """Keep the use computed at `at`; False, writing nothing, when a newer value is there (or the write
-    failed: the next run computes it again from the last value kept)."""
-    try:
-        dynamodb.put_item(
-            TableName=table,
-            Item={"job_id": {"S": USAGE_KEY}, "at": {"N": str(Decimal(repr(at)))},
-                  "usage": {"M": {team: {"N": str(Decimal(repr(round(value, 6))))} for team, value in usage.items()}}},
-            ConditionExpression="attribute_not_exists(job_id) OR #at < :at",
-            ExpressionAttributeNames={"#at": "at"},
-            ExpressionAttributeValues={":at": {"N": str(Decimal(repr(at)))}})
-        return True
-    except dynamodb.exceptions.ConditionalCheckFailedException:
-        log_decision("team-usage-stale", at=at, reason="a newer value is kept; this run's is dropped")
-        return False
-    except (BotoCoreError, ClientError) as error:
-        log_decision("team-usage-write-failed", at=at, error=str(error))
-        return False
+    """Keep the use computed at `at`; False when a newer value is there or the write failed (kept_item.py)."""
+    return put_if_newer(dynamodb, table, USAGE_KEY, at, {"usage": {"M": {
+        team: number(round(value, 6)) for team, value in usage.items()}}}, "team-usage")
