@@ -30,8 +30,10 @@ def _default(value: Any) -> Any:
     return str(value)
 
 
-def log_decision(decision: str, **fields: Any) -> dict[str, Any]:
+def log_decision(decision: str, /, **fields: Any) -> dict[str, Any]:
     """Write one structured line `{"decision": ..., **fields}` and return it (tests assert on it)."""
+    if "decision" in fields:  # a field of that name (a mapping's keys passed as fields) is kept beside it
+        fields["decision_field"] = fields.pop("decision")
     record = {"decision": decision, **fields}
     try:
         line = json.dumps(record, default=_default, sort_keys=True)
