@@ -35,7 +35,10 @@ def _decode(raw: Any) -> Any:
     if isinstance(raw, str) and raw[:1] in ("[", "{"):
         try:
             return json.loads(raw)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
+            # Not JSON (JSONDecodeError), or JSON Python will not build: an integer of more than 4,300
+            # digits (ValueError), nesting past the interpreter's stack (RecursionError). The model then
+            # names the key and the text.
             return raw
     return raw
 

@@ -33,8 +33,10 @@ from __future__ import annotations
 import difflib
 import itertools
 import json
+import math
 import re
 import secrets
+import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -194,8 +196,17 @@ def _required_number(problems: list[str], document: Mapping, key: str, kind, min
 
 
 def _number(problems: list[str], key: str, value, kind, minimum, *, inclusive: bool, maximum=None):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not float(value).is_integer()):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            (kind is int and isinstance(value, float) and not value.is_integer()):
         problems.append(f"{key}={value!r}: must be a{'n integer' if kind is int else ' number'}")
+        return None
+    # YAML's .nan/.inf and Python's json (NaN, Infinity) give these; NaN compares false with every bound.
+    if isinstance(value, float) and not math.isfinite(value):
+        problems.append(f"{key}={value!r}: must be a finite number")
+        return None
+    # An integer past float's range (vcpus: 1e400 written out) cannot be held, let alone be a size.
+    if kind is float and abs(value) > sys.float_info.max:
+        problems.append(f"{key}={value!r}: too large")
         return None
     if (value < minimum) if inclusive else (value <= minimum):
         problems.append(f"{key}={value!r}: must be {'>=' if inclusive else '>'} {minimum}")
@@ -304,7 +315,9 @@ def parse_spec(document: Mapping, *, fleet_regions: Sequence[str], catalog: Cata
             compiled = re.compile(pattern) if isinstance(pattern, str) and pattern else None
             if compiled is None:
                 problems.append(f"instance_type_pattern={pattern!r}: must be a non-empty regular expression")
-        except re.error as error:
+        except (re.error, RecursionError, OverflowError) as error:
+            # sre refuses a repeat past its limit (`g5{99999999999}`) with OverflowError, and nesting
+            # deeper than the interpreter's stack with RecursionError, not re.error.
             problems.append(f"instance_type_pattern={pattern!r}: not a regular expression ({error})")
 
     regions = document.get("regions") or ()
@@ -314,6 +327,8 @@ def parse_spec(document: Mapping, *, fleet_regions: Sequence[str], catalog: Cata
     for region in regions:
         if region not in fleet_regions:
             problems.append(f"regions: {region!r} is not a region of this stack's fleets ({', '.join(fleet_regions)})")
+    # Only the stack's regions are looked up below (`regions: [[us-east-1]]` is no key of fleet_types or pulls).
+    regions = [region for region in regions if region in fleet_regions]
 
     lifecycle = document.get("lifecycle")
     if lifecycle is not None and lifecycle not in LIFECYCLES:
@@ -477,7 +492,7 @@ def closest_types(types: Sequence[InstanceType], gpus: int, vcpus: float, memory
     def over(capacity: tuple[int, int, int]) -> float:
         # How many times the request exceeds the type in its tightest dimension: 1.0 would just fit.
         g, v, m = capacity
-        return max(gpus / g if g else float("inf"), vcpus / v, memory_mib / m)
+        return max(_ratio(gpus, g), _ratio(vcpus, v), _ratio(memory_mib, m))
 
     ranked = sorted((c for c in groups if over(c) > 1), key=lambda c: (over(c), c))[:shown]
     if not ranked:
@@ -496,6 +511,11 @@ def closest_types(types: Sequence[InstanceType], gpus: int, vcpus: float, memory
             line += f"; ask for {' and '.join(f for f in fits if f)} (e.g. {' '.join(f for f in flags if f)})"
         lines.append(line)
     return "; closest:\n      " + "\n      ".join(lines)
+
+
+def _ratio(request: float, capacity: float) -> float:
+    # An integer request past float's range (memory_mib: 10**400) overflows true division; it is over anyway.
+    return request / capacity if capacity and request <= sys.float_info.max else float("inf")
 
 
 def _fitting_memory(mib: int) -> str:
@@ -716,6 +736,9 @@ def parse_batches(text: str) -> list[tuple[int, int]]:
         problems.append(f"batches={text!r}: STEP must be > 0")
     if start >= end:
         problems.append(f"batches={text!r}: START must be < END")
+    # Counted before the ranges are listed: 0:1000000000:1 would hold a billion tuples before expand() refused it.
+    if not problems and (count := -(-(end - start) // step)) > MAX_JOBS_PER_SUBMISSION:
+        problems.append(f"batches={text!r}: {count:,} ranges, more than {MAX_JOBS_PER_SUBMISSION:,} jobs per submission")
     if problems:
         raise SpecError(problems)
     return [(lo, min(lo + step, end)) for lo in range(start, end, step)]

@@ -52,6 +52,35 @@ def test_a_malformed_spec_file_is_one_message_with_file_line_and_column(tmp_path
     assert message in err[0].replace(str(tmp_path) + "/", "")
 
 
+@pytest.mark.parametrize(("name", "text", "message"), [
+    # Regressions: each raised a traceback (ValueError, AttributeError, RecursionError), not one message.
+    ("big.json", '{"gpus": ' + "1" * 5000 + "}", "big.json: not valid JSON: Exceeds the limit (4300 digits)"),
+    ("big.yaml", "gpus: " + "1" * 5000 + "\n", "big.yaml: not valid YAML: Exceeds the limit (4300 digits)"),
+    ("deep.json", "[" * 100_000 + "]" * 100_000, "deep.json: not valid JSON: nested too deeply"),
+    ("deep.yaml", "[" * 100_000 + "]" * 100_000, "deep.yaml: not valid YAML: nested too deeply"),
+    ("date.yaml", "image: 2026-13-45\n", "date.yaml: not valid YAML: month must be in 1..12"),
+    ("tag.yaml", "image: !!timestamp x\n", "tag.yaml: not valid YAML: 'NoneType' object has no attribute"),
+    ("int.yaml", "gpus: !!int x\n", "int.yaml: not valid YAML: invalid literal for int()"),
+])
+def test_a_spec_file_python_cannot_build_is_one_message_naming_the_file(tmp_path, name, text, message):
+    path = tmp_path / name
+    path.write_text(text)
+    code, out, err = mlfleet("submit", "--dry-run", "--stack", "dev", "-f", str(path))
+    assert (code, out, len(err)) == (2, [], 1)
+    assert err[0].startswith(f"mlfleet: {path}") and message in err[0].replace(str(tmp_path) + "/", "")
+
+
+@pytest.mark.parametrize(("key", "flag", "value", "shown"), [("environment", "--env", "[A=1]", "['A=1']"),
+                                                           ("secrets", "--secret", "7", "7")])
+def test_a_file_mapping_of_the_wrong_shape_under_a_flag_is_named(tmp_path, key, flag, value, shown):
+    """Regression: the file's `environment: [A=1]` with --env B=2 raised TypeError ('list' object is not a mapping)."""
+    path = tmp_path / "spec.yaml"
+    path.write_text(f"{key}: {value}\n")
+    code, out, err = mlfleet("submit", "--dry-run", "--stack", "dev", "-f", str(path), *SIZE, flag, "B=x", "--", "run")
+    assert (code, out, err[0]) == (2, [], "mlfleet: invalid job spec:")
+    assert err[1].startswith(f"  - {key}={shown}: must be a mapping of NAME to")
+
+
 def test_a_missing_unreadable_or_directory_spec_file_is_named_with_the_fix(tmp_path):
     assert mlfleet("submit", "-f", str(tmp_path / "nope.yaml"))[2] == [
         f"mlfleet: spec file {tmp_path}/nope.yaml: no such file (give its path relative to {os.getcwd()}, or an "

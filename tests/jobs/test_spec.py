@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from datetime import datetime, timezone
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lambdas.common.catalog import load_catalog
-from lambdas.jobs.spec import (BATCH_END_ENV, BATCH_START_ENV, DEFAULT_PRIORITY, RegionPulls, SpecError, assign_ids,
+from test_properties import json_value
+
+from lambdas.jobs.spec import (BATCH_END_ENV, BATCH_START_ENV, DEFAULT_PRIORITY, KEYS, RegionPulls, SpecError, assign_ids,
                                closest_types, expand, expand_batches, expand_sweep, is_job_id, new_submission_id,
                                parse_batches, parse_memory, parse_spec, parse_sweep, spec_from_document)
 
@@ -144,6 +147,15 @@ def test_batches_give_twenty_jobs_with_offsets():
 def test_bad_batch_ranges(text):
     with pytest.raises(SpecError, match="batches="):
         parse_batches(text)
+
+
+def test_batches_past_the_submission_cap_are_refused_before_their_ranges_are_listed():
+    """Regression: 0:1000000000000:1 listed a trillion ranges (memory, minutes) before expand() counted them."""
+    assert len(parse_batches("0:10000:1")) == 10_000
+    with pytest.raises(SpecError, match=re.escape("batches='0:10001:1': 10,001 ranges, more than 10,000 jobs")):
+        parse_batches("0:10001:1")
+    with pytest.raises(SpecError, match="1,000,000,000,000 ranges"):
+        parse_batches("0:1000000000000:1")
 
 
 def test_sweep_times_batches_and_the_submission_cap():
@@ -382,3 +394,68 @@ def test_docker_hub_and_another_regions_ecr_are_unreachable_without_egress():
 def test_ecr_public_without_a_cache_is_unreachable_without_egress():
     with pytest.raises(SpecError, match="cannot pull from public.ecr.aws"):
         parse_in({r: RegionPulls(internet_egress=False) for r in REGIONS}, image="public.ecr.aws/a/b:1")
+
+
+# --- any document: a spec, or one SpecError naming keys ---------------------------------------------------
+
+@pytest.mark.parametrize("changes, fragment", [
+    # Found by the property below; each raised OverflowError or RecursionError, or was accepted.
+    ({"vcpus": 10**400}, "vcpus=1000"),
+    ({"gpus": 10**400}, "gpus=1000"),
+    ({"memory_mib": 10**400}, "memory_mib=1000"),
+    ({"vcpus": float("nan")}, "vcpus=nan: must be a finite number"),
+    ({"expected_runtime_s": float("nan")}, "expected_runtime_s=nan: must be a finite number"),
+    ({"instance_type_pattern": "g5{99999999999}"}, "instance_type_pattern='g5{99999999999}': not a regular expression"),
+    ({"instance_type_pattern": "(" * 5000 + ")" * 5000}, "not a regular expression"),
+])
+def test_numbers_and_patterns_python_cannot_hold_are_refused_by_key(changes, fragment):
+    with pytest.raises(SpecError, match=re.escape(fragment)):
+        parse(**changes)
+
+
+@pytest.mark.parametrize("regions", [[["us-east-1"]], [{}], ["eu-west-9"]])
+def test_a_region_that_is_not_a_name_is_refused_by_key_against_the_stacks_fleets(regions):
+    """Regression: `regions: [[us-east-1]]` (YAML nesting) raised TypeError (unhashable) where the stack's fleet
+    types and pulls are looked up by region, as the CLI always does; a bad region also said "gpus=1: more GPUs
+    than any instance type ... (largest: 0, none)"."""
+    with pytest.raises(SpecError) as error:
+        parse_spec({**GOOD, "regions": regions}, fleet_regions=REGIONS, catalog=load_catalog(), default_max_attempts=3,
+                   fleet_types={r: ["g5.2xlarge"] for r in REGIONS}, pulls={r: RegionPulls(True) for r in REGIONS})
+    assert error.value.problems == (f"regions: {regions[0]!r} is not a region of this stack's fleets (us-east-1, "
+                                    "us-west-2)",)
+
+
+SPECIAL = st.sampled_from([float("nan"), float("inf"), -float("inf"), 10**400, -(10**400), 1e308, 2**63, 0.5, -0.0,
+                           "", "(", "g5{99999999999}", "(" * 3000, "\x00", "slack", "spot"])
+spec_values = st.one_of(SPECIAL, json_value, st.lists(st.one_of(SPECIAL, json_value), max_size=3),
+                        st.dictionaries(st.one_of(st.text(max_size=8), st.integers(), st.none()),
+                                        st.one_of(SPECIAL, json_value), max_size=3))
+spec_documents = st.dictionaries(st.one_of(st.sampled_from([*KEYS, "sweep"]), st.text(max_size=8)), spec_values,
+                                 max_size=5).map(lambda changes: {**GOOD, **changes})
+
+
+# What the CLI passes for a deployed stack: its fleets' types and how each region pulls images.
+STACK = {"fleet_types": {"us-east-1": ["g5.xlarge", "g5.12xlarge"], "us-west-2": ["g6.xlarge"]},
+         "pulls": {"us-east-1": RegionPulls(internet_egress=False), "us-west-2": RegionPulls(internet_egress=True)}}
+
+
+def names_a_key(problem: str, document) -> bool:
+    return re.split(r"[=:, ]", problem, maxsplit=1)[0] in KEYS or any(problem.startswith(f"{key}=") for key in document)
+
+
+@settings(max_examples=300, deadline=None)
+@given(document=spec_documents, teams=st.sampled_from([(), ("nlp", "vision")]),
+       environment=st.sampled_from([None, "dev"]), stack=st.booleans())
+def test_any_document_is_a_spec_or_one_spec_error_naming_its_keys(document, teams, environment, stack):
+    """Whatever a spec file or a caller holds (wrong types, NaN, numbers past float, nested junk, regexes
+    sre cannot compile): parse_spec returns a spec the ledger stores and reads back, or raises SpecError
+    whose every problem begins with the key it is about; never another exception."""
+    try:
+        spec = parse_spec(document, fleet_regions=REGIONS, catalog=load_catalog(), default_max_attempts=3,
+                          teams=teams, environment=environment, notify_channels=("email", "slack"),
+                          **(STACK if stack else {}))
+    except SpecError as error:
+        assert error.problems and all(names_a_key(p, document) for p in error.problems), error.problems
+        return
+    json.dumps(spec.to_document(), allow_nan=False)  # DynamoDB stores no NaN or Infinity
+    assert spec_from_document(spec.to_document()) == spec

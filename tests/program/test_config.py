@@ -163,6 +163,11 @@ BAD_CASES = [
                  id="negative-half-life"),
     pytest.param({"aws:region": None}, ["aws:region: required key is not set"], id="no-home-region"),
     pytest.param({"aws:region": "mars-1"}, ["aws:region", "'mars-1' is not an AWS region"], id="bad-home-region"),
+    # Regressions: JSON Python will not build raised RecursionError or ValueError out of the loader.
+    pytest.param({"regions": "[" * 5000}, ["mlfleet:regions: Input should be a valid tuple (got '[[["],
+                 id="json-nested-past-the-stack"),
+    pytest.param({"maxHourlyUsd": "[" + "1" * 5000 + "]"}, ["mlfleet:maxHourlyUsd", "(got '[111"],
+                 id="json-integer-past-4300-digits"),
 ]
 
 

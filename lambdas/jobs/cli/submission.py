@@ -78,6 +78,10 @@ def read_spec_file(path: str) -> dict:
         except json.JSONDecodeError as error:
             raise CliError(f"{path}:{error.lineno}:{error.colno}: not valid JSON: {error.msg} (a spec file "
                            "ending in .yaml or .yml is read as YAML)") from None
+        except ValueError as error:  # an integer past Python's sys.get_int_max_str_digits(), not JSONDecodeError
+            raise CliError(f"{path}: not valid JSON: {str(error).split(';')[0]}") from None
+        except RecursionError:
+            raise CliError(f"{path}: not valid JSON: nested too deeply (a job spec is a flat mapping)") from None
     if document is None:
         raise CliError(f"spec file {path}: is empty; a job spec is a mapping of {', '.join(KEYS)}")
     if not isinstance(document, dict):
@@ -98,6 +102,12 @@ def _yaml(path: str, text: str):
         raise CliError(f"{where}: not valid YAML: {error.problem or error.context}{context}") from None
     except yaml.YAMLError as error:
         raise CliError(f"{path}: not valid YAML: {error}") from None
+    except RecursionError:
+        raise CliError(f"{path}: not valid YAML: nested too deeply (a job spec is a flat mapping)") from None
+    except (ValueError, TypeError, AttributeError, OverflowError) as error:
+        # PyYAML's constructors raise these, not YAMLError, for a scalar they resolved but cannot build:
+        # `2020-13-45` (a timestamp), `!!int x`, `!!timestamp x`, an integer of more than 4,300 digits.
+        raise CliError(f"{path}: not valid YAML: {str(error).split(';')[0]}") from None
 
 
 def spec_document(args, environment: Mapping[str, str] = os.environ) -> dict:
@@ -123,15 +133,22 @@ def spec_document(args, environment: Mapping[str, str] = os.environ) -> dict:
     if "team" not in document and environment.get(TEAM_VARIABLE):
         document["team"] = environment[TEAM_VARIABLE]
     if args.env:
-        document["environment"] = {**(document.get("environment") or {}), **dict(_pairs(args.env, "--env"))}
+        document["environment"] = _merged(document.get("environment"), _pairs(args.env, "--env"))
     if args.secret:
-        document["secrets"] = {**(document.get("secrets") or {}), **dict(_pairs(args.secret, "--secret"))}
+        document["secrets"] = _merged(document.get("secrets"), _pairs(args.secret, "--secret"))
     command = list(args.command or [])
     if command[:1] == ["--"]:
         command = command[1:]
     if command:
         document["command"] = command
     return document
+
+
+def _merged(given, pairs: list[tuple[str, str]]):
+    """The file's NAME: value mapping with the flags' pairs over it; a file value that is not a mapping is
+    left as it is, for parse_spec to name (`environment=[...]: must be a mapping`)."""
+    given = given or {}
+    return {**given, **dict(pairs)} if isinstance(given, Mapping) else given
 
 
 def _exit_codes(text: str) -> list[int]:
