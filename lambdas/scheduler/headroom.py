@@ -8,6 +8,7 @@ denied) means no headroom for that run, never a failed run.
 from __future__ import annotations
 
 from collections.abc import Sequence
+
 from ..common.logs import log_decision
 from ..common.permissions import needs
 from ..jobs.ledger import TABLE_ARNS
