@@ -18,7 +18,9 @@ then placed by the next scheduled run, within a minute. A run:
      claim QUEUED(n) -> STARTING(n+1) in the ledger BEFORE StartTask, so a message delivered twice or a
      second run can never start the same attempt twice; then STARTING -> RUNNING with the task ARN;
   6. raises the chosen groups' desired capacity within the fleet cap and the dollars-per-hour cap,
-     except where the circuit breaker has stopped a fleet's scaling;
+     except where the circuit breaker has stopped a fleet's scaling; with headroom on (HEADROOM_WINDOW_MINUTES
+     > 0), keeps the jobs it bought for in the ledger's headroom item and then raises the groups for what
+     the plan buys ahead (planning/headroom.py);
   7. hands the plan's releases (its release stage: empty machines past the release delay) to the removal
      executor (lambdas/removal, docs/removal.md), which validates them again, drains, re-checks and
      terminates them with a decrement, under the placement lease this run holds;
