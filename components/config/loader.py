@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import typing
 from collections.abc import Mapping
 from typing import Any
@@ -45,13 +46,15 @@ def _decode(raw: Any) -> Any:
 
 # Where the two derived fields come from, for error messages.
 _DERIVED_KEYS = {"environment": "stack name", "homeRegion": "aws:region"}
+_PLAIN = re.compile(r"[A-Za-z0-9_.:/-]+")
 
 
 def _format_location(loc: tuple[Any, ...]) -> str:
     head, *rest = loc or ("(stack)",)
     key = _DERIVED_KEYS.get(str(head), f"{PROJECT}:{head}")
     for part in rest:
-        key += f"[{part}]" if isinstance(part, int) else f".{part}"
+        # A name that is not plain (empty, spaces, a newline) is quoted, so the error shows it.
+        key += f"[{part}]" if isinstance(part, int) else f".{part}" if _PLAIN.fullmatch(str(part)) else f"[{part!r}]"
     return key
 
 

@@ -95,6 +95,7 @@ _PLACEHOLDER = re.compile(r"\{\{|\}\}|\$\{[^}]*\}|\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SUBMISSION_ID = re.compile(r"sub-\d{14}-[0-9a-f]{6}")
 _JOB_ID = re.compile(r"(sub-\d{14}-[0-9a-f]{6})-(\d{5})")
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 class SpecError(ValueError):
@@ -254,7 +255,7 @@ def parse_spec(document: Mapping, *, fleet_regions: Sequence[str], catalog: Cata
     for key in sorted(set(document) - set(known), key=str):
         close = difflib.get_close_matches(str(key), known, n=1)
         hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(known)}"
-        problems.append(f"{key}={document[key]!r}: unknown key ({hint})")
+        problems.append(f"{_shown(key)}={document[key]!r}: unknown key ({hint})")
 
     image = document.get("image")
     image_problem = reference_problem(image) if isinstance(image, str) else "must be a container image reference"
@@ -511,6 +512,11 @@ def closest_types(types: Sequence[InstanceType], gpus: int, vcpus: float, memory
             line += f"; ask for {' and '.join(f for f in fits if f)} (e.g. {' '.join(f for f in flags if f)})"
         lines.append(line)
     return "; closest:\n      " + "\n      ".join(lines)
+
+
+def _shown(key) -> str:
+    """A key as an error names it: quoted when it is not a plain name (empty, spaces, a newline, a number)."""
+    return key if isinstance(key, str) and _PLAIN_KEY.fullmatch(key) else repr(key)
 
 
 def _ratio(request: float, capacity: float) -> float:

@@ -440,7 +440,9 @@ STACK = {"fleet_types": {"us-east-1": ["g5.xlarge", "g5.12xlarge"], "us-west-2":
 
 
 def names_a_key(problem: str, document) -> bool:
-    return re.split(r"[=:, ]", problem, maxsplit=1)[0] in KEYS or any(problem.startswith(f"{key}=") for key in document)
+    """The problem begins with a known key, or with a key of the document as it shows (quoted when not plain)."""
+    return re.split(r"[=:, ]", problem, maxsplit=1)[0] in KEYS or any(
+        problem.startswith(f"{key}=") or problem.startswith(f"{key!r}=") for key in document)
 
 
 @settings(max_examples=300, deadline=None)
@@ -459,3 +461,11 @@ def test_any_document_is_a_spec_or_one_spec_error_naming_its_keys(document, team
         return
     json.dumps(spec.to_document(), allow_nan=False)  # DynamoDB stores no NaN or Infinity
     assert spec_from_document(spec.to_document()) == spec
+
+
+@pytest.mark.parametrize("key", ["", " ", "gpus\n", 7], ids=["empty", "space", "newline", "number"])
+def test_an_unknown_key_that_does_not_show_is_quoted(key):
+    with pytest.raises(SpecError) as error:
+        parse(**{key: 1}) if isinstance(key, str) else parse_spec(
+            {**GOOD, key: 1}, fleet_regions=REGIONS, catalog=load_catalog(), default_max_attempts=3)
+    assert f"{key!r}=1: unknown key" in str(error.value)

@@ -107,6 +107,10 @@ BAD_CASES = [
                  ["mlfleet:fleets.gpu1.regions", "'us-west-2' is not in regions"], id="fleet-region-outside-stack"),
     pytest.param({"fleets": {}}, ["mlfleet:fleets", "at least 1"], id="no-fleet"),
     pytest.param({"fleets": {"GPU-1": {"maxInstances": 1}}}, ["mlfleet:fleets.GPU-1", "pattern"], id="bad-fleet-name"),
+    # A name that does not show (empty, a newline) is quoted: the message names it, on one line.
+    pytest.param({"fleets": {"": {"maxInstances": 1}}}, ["mlfleet:fleets['']", "pattern"], id="empty-fleet-name"),
+    pytest.param({"fleets": {"gpu\n1": {"maxInstances": 1}}}, ["mlfleet:fleets['gpu\\n1']", "pattern"],
+                 id="fleet-name-with-a-newline"),
     pytest.param({"alertEmails": []}, ["mlfleet:alertEmails", "at least 1"], id="no-email"),
     pytest.param({"alertEmails": ["not-an-address"]}, ["mlfleet:alertEmails[0]", "not-an-address"], id="bad-email"),
     pytest.param({"monthlyBudgetUsd": "0"}, ["mlfleet:monthlyBudgetUsd: 0 is not a budget",
