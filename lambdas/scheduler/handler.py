@@ -70,7 +70,7 @@ from ..jobs.teams import parameter_name as teams_parameter_name
 from ..removal.execute import LedgerSource
 from . import actions, headroom, releases, state, teams
 from .planning import (
-    Fleet, JobRequest, Limits, Machine, ReleasePolicy, RuntimeEstimate, ScaleOut, Shares, decayed_usage,
+    Fleet, JobRequest, Limits, Machine, Plan, ReleasePolicy, RuntimeEstimate, ScaleOut, Shares, decayed_usage,
     plan,
 )
 from .planning.headroom import RecentWait, placeholders, remember
@@ -593,7 +593,7 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
             spent += scale_one(settings, ledger, records, scale_out, fleet_views, stopped, spent, now, remaining_ms,
                                summary)
     if waits is not None:
-        keep_recent_waits(settings, ledger, waits, requests, the_plan, spare, now, summary)
+        keep_recent_waits(settings, ledger, waits, requests, the_plan, spare, now)
     for scale_out in the_plan.headroom:  # after the real jobs' purchases: what the caps leave
         with per_item("headroom-scale-out-failed", summary["errors"], region=scale_out.region, fleet=scale_out.fleet,
                       asg=scale_out.asg_name):
@@ -613,7 +613,7 @@ def read_recent_waits(settings: Settings, ledger: L.Ledger, summary: dict) -> li
 
 
 def keep_recent_waits(settings: Settings, ledger: L.Ledger, waits: list[RecentWait], requests: list[JobRequest],
-                      the_plan, spare: list[JobRequest], now: datetime, summary: dict) -> None:
+                      the_plan: Plan, spare: list[JobRequest], now: datetime) -> None:
     """Add the jobs this run bought for to the waits kept, and log what headroom did this run."""
     window_s = settings.headroom_window_minutes * 60
     kept = remember(waits, requests, the_plan.scale_outs, now.timestamp(), window_s, settings.headroom_max_jobs)
@@ -649,7 +649,8 @@ def scale_one(settings: Settings, ledger: L.Ledger, records: dict[str, L.JobReco
     if not changed:
         return 0.0
     summary["scaled"].append({"asg": scale_out.asg_name, "before": changed[0], "after": changed[1]})
-    reserve_boxes(ledger, records, scale_out, changed[1] - changed[0], now, remaining_ms, summary)
+    if scale_out.boxes:  # headroom bought ahead reserves nothing
+        reserve_boxes(ledger, records, scale_out, changed[1] - changed[0], now, remaining_ms, summary)
     return scale_out.hourly_usd
 
 
