@@ -47,14 +47,14 @@ def trace_text(jobs: list[dict]) -> str:
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(jobs=st.lists(job, min_size=1, max_size=20), mode=st.sampled_from(("snapshot", "replay")),
        interruptions=st.sampled_from((0.0, 0.0, 0.5, 2.0)), share=st.booleans(), seed=st.integers(0, 50),
-       checkpoints=st.sampled_from((0.0, 0.5, 1.0)))
+       checkpoints=st.sampled_from((0.0, 0.5, 1.0)), headroom=st.sampled_from((0, 0, 30, 480)))
 def test_any_small_trace_runs_and_its_figures_keep_their_rules(tmp_path_factory, capsys, jobs, mode, interruptions,
-                                                                share, seed, checkpoints):
+                                                                share, seed, checkpoints, headroom):
     trace = tmp_path_factory.mktemp("trace") / "trace.csv"
     trace.write_text(trace_text(jobs))
     argv = ["--trace", str(trace), "--mode", mode, "--seed", str(seed), "--interruptions-per-hour",
             str(interruptions), "--checkpoint-share", str(checkpoints), "--checkpoint-interval-minutes", "5",
-            "--json"] + (["--share-fractional-gpus"] if share else [])
+            "--headroom-window-minutes", str(headroom), "--json"] + (["--share-fractional-gpus"] if share else [])
     capsys.readouterr()
     assert main(argv) == 0
     result = json.loads(capsys.readouterr().out)
