@@ -4,7 +4,8 @@ off by default; an unreadable item costs the run its headroom, nothing else.
 
 Where moto differs from AWS: moto's Auto Scaling launches the instances of a raised desired capacity at
 once, but nothing registers them with ECS, so they stay "launching" to the scheduler (as a booting instance
-is), which is what these runs need.
+is), which is what these runs need. And moto registers every container instance with 4 vCPUs and 7,482 MiB
+whatever its type (AWS registers what the type has, less what the agent reserves), so the jobs here are small.
 """
 
 from __future__ import annotations
@@ -93,3 +94,24 @@ def test_an_unreadable_headroom_item_costs_the_run_its_headroom_only(aws, home, 
     summary = run_held(home, now, headroom_window_minutes=WINDOW)
     assert desired() == 1  # the job was still bought for
     assert [e["decision"] for e in summary["errors"]] == ["read-headroom-failed"]
+
+
+def test_an_empty_machine_a_placeholder_fits_is_kept_until_the_window_passes(aws, home):
+    instances = build_fleet(size=1)
+    open_admission()
+    now = later()
+    tag = (now - timedelta(hours=1)).isoformat(timespec="seconds")
+    boto3.client("ec2", HOME).create_tags(Resources=list(instances), Tags=[{"Key": "mlfleet:empty-since", "Value": tag}])
+    # A job like this one was bought for ten minutes ago (what an earlier run keeps in the item).
+    headroom.write_waits(boto3.client("dynamodb", HOME), home["table"],
+                         [RecentWait(now.timestamp() - 600, gpus=1, vcpus=1, memory_mib=1024)], now.timestamp() - 600)
+    kept = run_held(home, now, headroom_window_minutes=WINDOW, release_after_empty_minutes=5)
+    assert kept["released"] == [] and desired() == 1
+    # A wait older than the window holds nothing: released through the removal protocol like any empty
+    # machine. (The wait is made older rather than the run later: the run's removals act only while the
+    # placement lease, taken at the real time, is valid at the run's time.)
+    headroom.write_waits(boto3.client("dynamodb", HOME), home["table"],
+                         [RecentWait(now.timestamp() - 60 * WINDOW - 1, gpus=1, vcpus=1, memory_mib=1024)],
+                         now.timestamp() + 1)
+    assert run_held(home, now, headroom_window_minutes=WINDOW, release_after_empty_minutes=5)["released"] == \
+        list(instances)
