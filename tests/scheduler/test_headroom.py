@@ -133,3 +133,44 @@ def test_a_placeholder_for_a_job_that_shares_a_gpu_keeps_a_machine_that_can_shar
                   release=ReleasePolicy(after_empty_s=180, budget_percent=100),
                   headroom=spare(wait(gpus=0, gpu_memory_mib=4000)))
     assert [c.instance_id for c in result.releases] == ["i-m2"] and result.headroom == ()
+
+
+def _held_back_by_the_dollar_cap(shares):
+    """An empty 1-GPU machine kept for a placeholder holds the dollars a waiting 4-GPU job needs."""
+    small, big = fleet_of("gpu1", ("g5.2xlarge",), current=1), fleet_of("gpu4", ("g5.12xlarge",))
+    idle = empty_machine(fleet="gpu1")
+    price = CATALOG.get("g5.2xlarge").spot_price("us-east-1")
+    cap = Limits(max_hourly_usd=price + CATALOG.get("g5.12xlarge").spot_price("us-east-1") - 0.01,
+                 current_hourly_usd=price)
+    kw = dict(now=NOW, release=RELEASE, shares=shares)
+    without = plan([job("big", gpus=4)], [idle], [small, big], CATALOG, cap, **kw)
+    result = plan([job("big", gpus=4)], [idle], [small, big], CATALOG, cap, headroom=spare(wait()), **kw)
+    return without, result
+
+
+def test_a_real_job_waiting_on_the_dollar_cap_gets_the_machine_a_placeholder_kept():
+    """Without headroom the idle machine goes back and the next run buys for the job; a placeholder must not
+    hold those dollars (the job would wait the whole window)."""
+    from lambdas.scheduler.planning import Shares
+    for shares in (None, Shares()):
+        without, result = _held_back_by_the_dollar_cap(shares)
+        assert [c.instance_id for c in without.releases] == ["i-m1"]
+        assert [c.instance_id for c in result.releases] == ["i-m1"] and result.headroom == ()
+
+
+def test_a_real_job_waiting_on_its_fleets_cap_gets_the_slot_a_placeholder_kept():
+    """The fleet now buys g6 (its config changed); its last g5 machine is idle and holds the fleet's one slot. A
+    job that asks for g6 waits on the cap: a placeholder must not keep the g5 machine for the whole window."""
+    group = fleet_of("gpu4", ("g6.12xlarge",), current=1, max_instances=1)
+    idle = empty_machine(instance_type="g5.12xlarge", fleet="gpu4")
+    g6 = job("g6", gpus=4, instance_type_pattern=r"g6\..*")
+    without = plan([g6], [idle], [group], CATALOG, LIMITS, now=NOW, release=RELEASE)
+    assert [c.instance_id for c in without.releases] == ["i-m1"]
+    result = plan([g6], [idle], [group], CATALOG, LIMITS, now=NOW, release=RELEASE, headroom=spare(wait()))
+    assert [c.instance_id for c in result.releases] == ["i-m1"]
+    # a fleet the waiting job cannot use keeps its placeholder's machine
+    other = fleet_of("gpu1", ("g5.2xlarge",), current=1)
+    kept = plan([g6], [idle, empty_machine("m2", fleet="gpu1")], [group, other], CATALOG, LIMITS, now=NOW,
+                release=ReleasePolicy(after_empty_s=180, budget_percent=100), headroom=spare(wait(), wait(gpus=4)))
+    assert [c.instance_id for c in kept.releases] == ["i-m1"]
+

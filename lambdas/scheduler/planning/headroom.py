@@ -7,7 +7,8 @@ low-priority placeholder pods that new pods preempt (cluster-autoscaler's FAQ, "
 overprovisioning"): the shapes of the last `max_jobs` jobs the scheduler bought instances for, within
 the last `window_s`, become placeholder requests. The planner plans them after every real job
 (planner.py), so they never take room, a launching instance or a dollar from one: a live machine that
-fits a placeholder is not given back, and what no machine fits is bought within the caps left. Once no
+fits a placeholder is not given back, and what no machine fits is bought within the caps left. A real
+job a cap holds back takes back what placeholders keep (yield_to): the next run buys for it. Once no
 job has waited for a boot for a whole window, there are no placeholders and the machines kept for them
 go back after the release delay. The benchmark measures what it costs (docs/scheduler-benchmark.md,
 "Headroom").
@@ -19,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from .constraints import Patterns
-from .fleets import Option
+from .fleets import Option, may_run
 from .launching import place_on_launching
 from .model import JobRequest, Limits, Reservation, ScaleOut
 from .purchase import purchase
@@ -68,6 +69,26 @@ def remember(recent: Sequence[RecentWait], jobs: Iterable[JobRequest], scale_out
     new = [RecentWait.of(by_id[job_id], now) for scale_out in scale_outs for job_id in scale_out.for_jobs
            if job_id in by_id and by_id[job_id].reserved is None]
     return [w for w in [*recent, *new] if now - w.at < window_s][-max_jobs:] if window_s > 0 and max_jobs > 0 else []
+
+
+def yield_to(capped: Sequence[JobRequest], options: Sequence[Option], bought: Sequence[ScaleOut],
+             patterns: Patterns) -> frozenset[tuple[str, str]] | None:
+    """What placeholders give up to the real jobs a cap holds back: None (everything) when one waits on the
+    dollar cap (a fleet that may run it still has room), else the fleets those jobs may run in, whose caps
+    the machines kept there count against. Without this, a machine kept for a placeholder would hold the
+    dollars or the slot a waiting job needs for the whole window."""
+    added: dict[tuple[str, str], int] = {}
+    for scale_out in bought:
+        added[scale_out.region, scale_out.fleet] = added.get((scale_out.region, scale_out.fleet), 0) + scale_out.add_instances
+    fleets: set[tuple[str, str]] = set()
+    for job in capped:
+        for o in options:
+            if o.holds(job) and may_run(job, o, patterns):
+                key = (o.fleet.region, o.fleet.fleet)
+                if o.room - added.get(key, 0) > 0:
+                    return None
+                fleets.add(key)
+    return frozenset(fleets)
 
 
 def buy_ahead(spare: Sequence[JobRequest], options: Sequence[Option], bought: Sequence[ScaleOut],

@@ -21,11 +21,11 @@ from collections.abc import Callable, Mapping, Sequence
 
 from .constraints import Patterns, constraint_key, demand_of, planning_order
 from .fleets import Option, cheapest_alone, purchase_options
-from .headroom import buy_ahead
+from .headroom import buy_ahead, yield_to
 from .launching import place_on_launching
 from .lifecycle import choose_lifecycles
 from .live import place_live
-from .model import ADMISSION_CLOSED, Fleet, JobRequest, Limits, Machine, Plan, ScaleOut
+from .model import ADMISSION_CLOSED, NO_FLEET, SCALING_PAUSED, Fleet, JobRequest, Limits, Machine, Plan, ScaleOut
 from .packer import Timing
 from .purchase import purchase
 from .release import ReleasePolicy, propose_releases
@@ -55,9 +55,12 @@ def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequen
     patterns = Patterns()
     held_back: tuple[tuple[str, str], ...] = ()
     kept: frozenset = frozenset()
+    capped: set[str] = set()  # real jobs a cap holds back: placeholders give way to them (headroom.yield_to)
+    real = {j.job_id: j for j in jobs}
     if shares is not None:
         offer = offer_jobs(jobs, machines, fleets, catalog, limits, shares, prices=prices, patterns=patterns)
         jobs, held_back, kept = offer.jobs, offer.waiting, frozenset(offer.kept)
+        capped |= offer.capped
     # A machine kept for a large job waiting its turn gets nothing placed on it, and is not given back.
     open_machines = [m for m in machines if m.key not in kept]
     options = _Lazy(lambda: purchase_options(fleets, catalog, prices))
@@ -72,11 +75,12 @@ def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequen
     # Placeholders come after every real job in each stage: they take only the room real jobs leave.
     spare = {j.job_id for j in headroom}
     placements, unplaced = place_live([*ordered, *headroom], open_machines, catalog, patterns, timing)
-    kept |= {p.machine_key for p in placements if p.job_id in spare}
+    spare_kept = {p.machine_key for p in placements if p.job_id in spare}
     placements = [p for p in placements if p.job_id not in spare]
     waiting: list[tuple[str, str]] = []
     scale_outs: list[ScaleOut] = []
     ahead: list[ScaleOut] = []
+    spare_left: list[JobRequest] = []
     if unplaced:
         unplaced, waiting = place_on_launching(unplaced, options(), catalog, patterns)
         waiting = [w for w in waiting if w[0] not in spare]
@@ -85,8 +89,17 @@ def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequen
         if unplaced:
             scale_outs, bought_waiting = purchase(unplaced, options(), catalog, patterns, limits, fallbacks)
             waiting += bought_waiting
-        if spare_left:
-            ahead = buy_ahead(spare_left, options(), scale_outs, unplaced, catalog, patterns, limits)
+            bought_ids = {job_id for s in scale_outs for job_id in s.for_jobs}
+            capped |= {job_id for job_id, reason in bought_waiting
+                       if job_id not in bought_ids and reason not in (NO_FLEET, SCALING_PAUSED)}
+    # Placeholders give way to the real jobs a cap holds back: None, everything; else the capped fleets' machines.
+    given_up = yield_to([real[j] for j in sorted(capped)], options(), scale_outs, patterns) \
+        if capped and headroom else frozenset()
+    if spare_left and given_up is not None:
+        ahead = buy_ahead(spare_left, options(), scale_outs, unplaced, catalog, patterns, limits)
+    if given_up is not None:
+        fleet_of = {m.key: (m.region, m.fleet) for m in machines}
+        kept |= {key for key in spare_kept if fleet_of[key] not in given_up}
     return Plan(tuple(placements), tuple(scale_outs), tuple(sorted([*waiting, *held_back])),
                 releases({p.machine_key for p in placements} | kept), tuple(ahead))
 

@@ -80,6 +80,7 @@ class Offer:
     jobs: tuple[JobRequest, ...]  # offered to placement and purchase, in the order given
     waiting: tuple[tuple[str, str], ...]  # (job_id, reason) of the others
     kept: frozenset[str]  # machine keys kept for a waiting job: the planner places nothing on them
+    capped: frozenset[str] = frozenset()  # ids of the waiting jobs a fleet's cap or the dollar cap holds back
 
 
 def decayed_usage(previous: Mapping[str, float], previous_at: float | None, held: Mapping[str, float],
@@ -237,6 +238,7 @@ def offer_jobs(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: 
             queue.jobs.append(job)
 
     waiting: list[tuple[str, str]] = []
+    capped: set[str] = set()
     keeping: set[str] = set()
     active = {name: q for name, q in queues.items() if q.jobs}
     while active:
@@ -259,6 +261,8 @@ def offer_jobs(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: 
             offered.append(job)
             queue.holds += gpus
             continue
+        if why not in (NO_FLEET, SCALING_PAUSED):
+            capped.add(job.job_id)
         # Its first waiting job may keep a machine; more only while another team still competes (the
         # team's score, kept GPUs included, then says how far below its share it is).
         kept = None
@@ -272,4 +276,4 @@ def offer_jobs(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: 
         waiting.append((job.job_id, why))
     order = {job.job_id: n for n, job in enumerate(jobs)}
     return Offer(tuple(sorted(offered, key=lambda j: order[j.job_id])), tuple(sorted(waiting)),
-                 frozenset(m.key for m in room.kept))
+                 frozenset(m.key for m in room.kept), frozenset(capped))
