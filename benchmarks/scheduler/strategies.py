@@ -214,7 +214,7 @@ class MlfleetStrategy(_Reaped):
             sim.wake_at(now)
         if not sim.snapshot and self.headroom_window_s > 0:
             self.recent_waits = remember(self.recent_waits, jobs, result.scale_outs, now, self.headroom_window_s,
-                                         self.headroom_max_jobs)
+                                         self.headroom_max_jobs, fleets)
             if self.recent_waits and self.recent_waits[-1].at == now:
                 # Placeholders expire: a run then gives back what was kept for them (the newest wait's
                 # expiry ends them all; earlier ones end some, and the ticks of other events see those).

@@ -537,6 +537,17 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
     boot_s = releases.boot_seconds(in_view) or releases.UNMEASURED_BOOT_S
     no_sharing = fleets_without_gpu_sharing(in_view, catalog)
     requests = plannable(pending, regions(fleets), beliefs, quarantine, now.timestamp(), summary)
+    # A fleet whose breaker is open may not grow: its cap is what it already has.
+    plan_fleets = [Fleet(region=fv.config.region, fleet=fv.config.fleet, asg_name=fv.config.asg_name,
+                         instance_types=fv.config.instance_types, current_instances=fv.current_instances,
+                         pending_instances=fv.pending_instances,
+                         max_instances=(fv.current_instances + fv.pending_instances) if key in stopped
+                         else fv.max_instances,
+                         on_demand_base=fv.config.on_demand_base,
+                         on_demand_percent_above_base=fv.config.on_demand_percent_above_base,
+                         min_size=fv.min_size, removing_instances=fv.removing_instances,
+                         gpu_sharing=key not in no_sharing)
+                   for key, fv in fleet_views.items()]
     the_plan = plan(
         requests,
         [Machine(key=m.container_instance_arn, instance_id=m.instance_id, region=m.region, fleet=m.fleet,
@@ -548,16 +559,7 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
                  protected=m.protected, busy_until=busy_until(m, running, beliefs, now.timestamp()),
                  gpu_memory_mib=m.gpu_memory_mib, shared_gpus=m.shared_gpus)
          for m in in_view],
-        # A fleet whose breaker is open may not grow: its cap is what it already has.
-        [Fleet(region=fv.config.region, fleet=fv.config.fleet, asg_name=fv.config.asg_name,
-               instance_types=fv.config.instance_types, current_instances=fv.current_instances,
-               pending_instances=fv.pending_instances,
-               max_instances=(fv.current_instances + fv.pending_instances) if key in stopped else fv.max_instances,
-               on_demand_base=fv.config.on_demand_base,
-               on_demand_percent_above_base=fv.config.on_demand_percent_above_base,
-               min_size=fv.min_size, removing_instances=fv.removing_instances,
-               gpu_sharing=key not in no_sharing)
-         for key, fv in fleet_views.items()],
+        plan_fleets,
         catalog,
         Limits(max_hourly_usd=settings.max_hourly_usd, current_hourly_usd=current_hourly, admission_open=True,
                scaling_allowed=True),
@@ -593,7 +595,7 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
             spent += scale_one(settings, ledger, records, scale_out, fleet_views, stopped, spent, now, remaining_ms,
                                summary)
     if waits is not None:
-        keep_recent_waits(settings, ledger, waits, requests, the_plan, spare, now)
+        keep_recent_waits(settings, ledger, waits, requests, the_plan, spare, now, plan_fleets)
     for scale_out in the_plan.headroom:  # after the real jobs' purchases: what the caps leave
         with per_item("headroom-scale-out-failed", summary["errors"], region=scale_out.region, fleet=scale_out.fleet,
                       asg=scale_out.asg_name):
@@ -613,10 +615,11 @@ def read_recent_waits(settings: Settings, ledger: L.Ledger, summary: dict) -> li
 
 
 def keep_recent_waits(settings: Settings, ledger: L.Ledger, waits: list[RecentWait], requests: list[JobRequest],
-                      the_plan: Plan, spare: list[JobRequest], now: datetime) -> None:
+                      the_plan: Plan, spare: list[JobRequest], now: datetime, fleets: list[Fleet]) -> None:
     """Add the jobs this run bought for to the waits kept, and log what headroom did this run."""
     window_s = settings.headroom_window_minutes * 60
-    kept = remember(waits, requests, the_plan.scale_outs, now.timestamp(), window_s, settings.headroom_max_jobs)
+    kept = remember(waits, requests, the_plan.scale_outs, now.timestamp(), window_s, settings.headroom_max_jobs,
+                    fleets)
     if kept != waits:
         headroom.write_waits(ledger.dynamodb, ledger.table, kept, now.timestamp())
     if spare or kept:

@@ -174,3 +174,19 @@ def test_a_real_job_waiting_on_its_fleets_cap_gets_the_slot_a_placeholder_kept()
                 release=ReleasePolicy(after_empty_s=180, budget_percent=100), headroom=spare(wait(), wait(gpus=4)))
     assert [c.instance_id for c in kept.releases] == ["i-m1"]
 
+
+def test_a_placeholder_holds_the_lifecycle_the_plan_bought_its_job():
+    """The lifecycle stage sent a week-long job without checkpoints on-demand: a placeholder of the same
+    shape must keep on-demand room, or the spot machine it keeps never holds the next such job (the stage
+    sends that one on-demand too) and is paid for nothing."""
+    from lambdas.scheduler.planning import Fleet, RuntimeEstimate
+    spot = Fleet("us-east-1", "spot", "asg-spot", ("g5.xlarge",), 0, 0, 100)
+    on_demand = Fleet("us-east-1", "od", "asg-od", ("g5.xlarge",), 0, 0, 4, on_demand_percent_above_base=100)
+    week = replace(job("week", vcpus=2, memory_mib=8192), runtime=RuntimeEstimate(7 * 86_400.0, 0.5), attempts_left=3)
+    rate = dict(interruption_rate=lambda r, t: 0.05)
+    first = plan([week], [], [spot, on_demand], CATALOG, LIMITS, now=NOW, **rate)
+    assert [s.fleet for s in first.scale_outs] == ["od"]
+    waits = remember([], [week], first.scale_outs, NOW, HOUR, 8, [spot, on_demand])
+    after = plan([], [], [spot, on_demand], CATALOG, LIMITS, now=NOW + 60, headroom=placeholders(waits, NOW + 60, HOUR, 8),
+                 **rate)
+    assert [s.fleet for s in after.headroom] == ["od"]

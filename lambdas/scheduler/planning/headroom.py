@@ -20,9 +20,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from .constraints import Patterns
-from .fleets import Option, may_run
+from .fleets import Option, fleet_lifecycle, may_run
 from .launching import place_on_launching
-from .model import JobRequest, Limits, Reservation, ScaleOut
+from .model import Fleet, JobRequest, Limits, Reservation, ScaleOut
 from .purchase import purchase
 
 PLACEHOLDER_PREFIX = "headroom:"  # no job id can take it (lambdas/jobs/spec.py _JOB_ID: sub-<digits>-<hex>-<n>)
@@ -42,9 +42,11 @@ class RecentWait:
     lifecycle: str | None = None
 
     @classmethod
-    def of(cls, job: JobRequest, at: float) -> RecentWait:
+    def of(cls, job: JobRequest, at: float, bought: str | None = None) -> RecentWait:
+        """`bought`: the lifecycle of the fleet it was bought from when that is on-demand (the lifecycle stage
+        may have sent it there: a placeholder on spot would not hold the next such job)."""
         return cls(at, job.gpus, job.vcpus, job.memory_mib, job.gpu_memory_mib, job.instance_type_pattern,
-                   job.regions, job.lifecycle)
+                   job.regions, job.lifecycle or bought)
 
 
 def is_placeholder(job_id: str) -> bool:
@@ -61,12 +63,14 @@ def placeholders(recent: Sequence[RecentWait], now: float, window_s: float, max_
 
 
 def remember(recent: Sequence[RecentWait], jobs: Iterable[JobRequest], scale_outs: Iterable[ScaleOut], now: float,
-             window_s: float, max_jobs: int) -> list[RecentWait]:
+             window_s: float, max_jobs: int, fleets: Iterable[Fleet] = ()) -> list[RecentWait]:
     """The waits to keep after this run: those still in the window, and the jobs this run bought for that
     had no instance bought for them before (a reserved job bought for again is the same wait), oldest
-    first, at most `max_jobs`."""
+    first, at most `max_jobs`. A job bought on-demand (`fleets`: the plan's) waits as an on-demand one."""
     by_id = {job.job_id: job for job in jobs}
-    new = [RecentWait.of(by_id[job_id], now) for scale_out in scale_outs for job_id in scale_out.for_jobs
+    on_demand = {(f.region, f.fleet) for f in fleets if fleet_lifecycle(f) == "on-demand"}
+    new = [RecentWait.of(by_id[job_id], now, "on-demand" if (scale_out.region, scale_out.fleet) in on_demand else None)
+           for scale_out in scale_outs for job_id in scale_out.for_jobs
            if job_id in by_id and by_id[job_id].reserved is None]
     return [w for w in [*recent, *new] if now - w.at < window_s][-max_jobs:] if window_s > 0 and max_jobs > 0 else []
 
