@@ -44,12 +44,18 @@ def ledger() -> L.Ledger:
     ("empty.yaml", "", "empty.yaml: is empty; a job spec is a mapping of image, command"),
 ])
 def test_a_malformed_spec_file_is_one_message_with_file_line_and_column(tmp_path, name, text, message):
+    error = one_error_for_spec_file(tmp_path, name, text)
+    assert error.startswith("mlfleet: spec file " if "is empty" in message or "holds" in message else "mlfleet: ")
+    assert message in error.replace(str(tmp_path) + "/", "")
+
+
+def one_error_for_spec_file(tmp_path, name: str, text: str, *argv: str) -> str:
+    """`mlfleet submit --dry-run -f <file>` with the file holding `text`: exit 2, nothing on stdout, one line."""
     path = tmp_path / name
     path.write_text(text)
-    code, out, err = mlfleet("submit", "--dry-run", "-f", str(path))
-    assert code == 2 and out == [] and len(err) == 1
-    assert err[0].startswith("mlfleet: spec file " if "is empty" in message or "holds" in message else "mlfleet: ")
-    assert message in err[0].replace(str(tmp_path) + "/", "")
+    code, out, err = mlfleet("submit", "--dry-run", *argv, "-f", str(path))
+    assert (code, out, len(err)) == (2, [], 1)
+    return err[0]
 
 
 @pytest.mark.parametrize(("name", "text", "message"), [
@@ -63,11 +69,8 @@ def test_a_malformed_spec_file_is_one_message_with_file_line_and_column(tmp_path
     ("int.yaml", "gpus: !!int x\n", "int.yaml: not valid YAML: invalid literal for int()"),
 ])
 def test_a_spec_file_python_cannot_build_is_one_message_naming_the_file(tmp_path, name, text, message):
-    path = tmp_path / name
-    path.write_text(text)
-    code, out, err = mlfleet("submit", "--dry-run", "--stack", "dev", "-f", str(path))
-    assert (code, out, len(err)) == (2, [], 1)
-    assert err[0].startswith(f"mlfleet: {path}") and message in err[0].replace(str(tmp_path) + "/", "")
+    error = one_error_for_spec_file(tmp_path, name, text, "--stack", "dev")
+    assert error.startswith(f"mlfleet: {tmp_path / name}") and message in error.replace(str(tmp_path) + "/", "")
 
 
 @pytest.mark.parametrize(("key", "flag", "value", "shown"), [("environment", "--env", "[A=1]", "['A=1']"),
