@@ -10,16 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..common.logs import log_decision
-from ..common.permissions import needs
-from ..jobs.ledger import TABLE_ARNS
-from .kept_item import number, put_if_newer
+from .kept_item import number, permission, put_if_newer
 from .planning.headroom import RecentWait
 
 WAITS_KEY = "#headroom/recent-waits"
 PERMISSIONS = (
-    needs("dynamodb:GetItem", "dynamodb:PutItem", resources=TABLE_ARNS[:1],
-          condition={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [WAITS_KEY]}},
-          why="keep the jobs recently bought for between runs (headroom), one item of the job ledger"),
+    permission(WAITS_KEY, "keep the jobs recently bought for between runs (headroom), one item of the job ledger"),
 )
 
 

@@ -12,6 +12,14 @@ from decimal import Decimal
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ..common.logs import log_decision
+from ..common.permissions import needs
+from ..jobs.ledger import TABLE_ARNS
+
+
+def permission(key: str, why: str):
+    """Get and put the one item `key` of the ledger table, nothing else (dynamodb:LeadingKeys)."""
+    return needs("dynamodb:GetItem", "dynamodb:PutItem", resources=TABLE_ARNS[:1],
+                 condition={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [key]}}, why=why)
 
 
 def number(value: float) -> dict:

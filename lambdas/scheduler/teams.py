@@ -9,17 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from ..common.permissions import needs
-from ..jobs.ledger import TABLE_ARNS, JobRecord
+from ..jobs.ledger import JobRecord
 from ..jobs.teams import READ_PERMISSIONS, TeamsSettings
-from .kept_item import number, put_if_newer
+from .kept_item import number, permission, put_if_newer
 
 USAGE_KEY = "#usage/teams"
 PERMISSIONS = (
     *READ_PERMISSIONS,
-    needs("dynamodb:GetItem", "dynamodb:PutItem", resources=TABLE_ARNS[:1],
-          condition={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [USAGE_KEY]}},
-          why="keep each team's decayed GPU use between runs, one item of the job ledger"),
+    permission(USAGE_KEY, "keep each team's decayed GPU use between runs, one item of the job ledger"),
 )
 
 

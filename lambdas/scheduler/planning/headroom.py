@@ -81,9 +81,7 @@ def yield_to(capped: Sequence[JobRequest], options: Sequence[Option], bought: Se
     dollar cap (a fleet that may run it still has room), else the fleets those jobs may run in, whose caps
     the machines kept there count against. Without this, a machine kept for a placeholder would hold the
     dollars or the slot a waiting job needs for the whole window."""
-    added: dict[tuple[str, str], int] = {}
-    for scale_out in bought:
-        added[scale_out.region, scale_out.fleet] = added.get((scale_out.region, scale_out.fleet), 0) + scale_out.add_instances
+    added = _added(bought)
     fleets: set[tuple[str, str]] = set()
     for job in capped:
         for o in options:
@@ -101,9 +99,7 @@ def buy_ahead(spare: Sequence[JobRequest], options: Sequence[Option], bought: Se
     the jobs they were bought for (each new instance as a launching one reserved for its box, as the next
     run will see it); then new instances, within what the fleets' caps and the dollar cap leave after
     those purchases, each for no job (nothing is reserved on it)."""
-    added: dict[tuple[str, str], int] = {}
-    for scale_out in bought:
-        added[scale_out.region, scale_out.fleet] = added.get((scale_out.region, scale_out.fleet), 0) + scale_out.add_instances
+    added = _added(bought)
     if bought:
         by_id = {job.job_id: job for job in bought_for}
         boxed = [replace(by_id[job_id], reserved=Reservation(s.region, s.fleet, f"ahead:{n}"))
@@ -118,3 +114,11 @@ def buy_ahead(spare: Sequence[JobRequest], options: Sequence[Option], bought: Se
     limits = replace(limits, current_hourly_usd=limits.current_hourly_usd + sum(s.hourly_usd for s in bought))
     scale_outs, _ = purchase(spare, rooms, catalog, patterns, limits)
     return [replace(s, for_jobs=(), boxes=()) for s in scale_outs]
+
+
+def _added(bought: Sequence[ScaleOut]) -> dict[tuple[str, str], int]:
+    """Instances this run's purchases add to each fleet (region, fleet)."""
+    added: dict[tuple[str, str], int] = {}
+    for scale_out in bought:
+        added[scale_out.region, scale_out.fleet] = added.get((scale_out.region, scale_out.fleet), 0) + scale_out.add_instances
+    return added
