@@ -23,6 +23,7 @@ from lambdas.common.catalog import load_catalog
 from lambdas.common.lease import LEASE_KEY
 from lambdas.jobs import cli
 from lambdas.jobs.spec import assign_ids, parse_spec
+from lambdas.scheduler.headroom import WAITS_KEY
 from lambdas.scheduler.teams import USAGE_KEY
 from pulumi_harness import ACCOUNT_ID
 
@@ -159,11 +160,12 @@ def test_the_command_may_only_read_put_and_cancel_in_the_ledger():
     assert set(dynamodb) == {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem"}
     assert dynamodb["dynamodb:UpdateItem"]["Condition"]["ForAllValues:StringEquals"]["dynamodb:Attributes"] == [
         "job_id", "state", "updated_at", "version", "reasons", "reserved", "queued_team"]
-    # Writes of job records only: every job id, never the placement lease nor the teams' use.
+    # Writes of job records only: every job id, never the placement lease, the teams' use nor headroom's waits.
     for action in ("dynamodb:PutItem", "dynamodb:UpdateItem"):
         (keys,) = dynamodb[action]["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]
         assert fnmatch.fnmatchcase(assign_ids("sub-20261122120000-abcdef", [SPEC] * 3)[2].job_id, keys)
-        assert not any(fnmatch.fnmatchcase(key, keys) for key in (LEASE_KEY, USAGE_KEY, "sub-1", "sub-20261122120000"))
+        assert not any(fnmatch.fnmatchcase(key, keys) for key in (LEASE_KEY, USAGE_KEY, WAITS_KEY, "sub-1",
+                                                                  "sub-20261122120000"))
 
 
 def test_a_tag_write_without_its_tag_keys_is_refused_where_it_is_declared():
