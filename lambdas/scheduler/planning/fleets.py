@@ -64,7 +64,8 @@ def purchase_options(fleets: Sequence[Fleet], catalog, prices) -> list[Option]:
         lifecycle = fleet_lifecycle(fleet)
         price = max(worst_price(catalog, prices, fleet.region, t, lifecycle) for t in fleet.instance_types)
         # The group's desired capacity also counts the instances a removal is draining, until their
-        # terminate decrements it (state.py: pending = desired - usable - removing); the cap bounds all three.
+        # terminate decrements it (TerminateInstanceInAutoScalingGroup with ShouldDecrementDesiredCapacity,
+        # botocore's autoscaling model; state.py: pending = desired - usable - removing); the cap bounds all three.
         room = max(0, fleet.max_instances - fleet.current_instances - fleet.pending_instances - fleet.removing_instances)
         options.append(Option(fleet, guaranteed_capacity(catalog, fleet), price, room,
                               guaranteed_gpu_memory(catalog, fleet)))
