@@ -10,7 +10,7 @@ instance type an exact integer knapsack for the pattern of most dual value (scip
 when no pattern prices out, the master's optimum is the bound.
 
 Jobs that share a GPU (a kind with GPU memory, `gpu_memory_of`) need a GPU's memory each, on one GPU. A
-pattern counts the box's GPUs under dual-feasible functions (`gpu_views`): whole-GPU jobs take a GPU,
+pattern counts the box's GPUs under dual-feasible functions (`dual_feasible_views`): whole-GPU jobs take a GPU,
 a sharing job f(its share of a GPU), within the box's GPUs for every function. Every packing that fits
 each job onto one GPU is a pattern, so the bound stays valid (the exact per-GPU packing is too slow to
 price on the shared trace's 8-GPU types).
@@ -101,7 +101,7 @@ def configuration_bound(demand: Mapping | Sequence, boxes: Sequence[Box], *, max
     for k in kinds:
         if gpu_memory_of(k) and reference:
             shares[gpu_memory_of(k) / reference] += counts[k]
-    views = gpu_views(shares)
+    views = dual_feasible_views(shares)
     sizes = np.array([shape_of(k) for k in kinds], dtype=float)  # one row per kind
     shapes = [shape_of(k) for k in kinds]
     memories = np.array([gpu_memory_of(k) for k in kinds], dtype=float)
@@ -183,10 +183,11 @@ BASE_VIEWS: tuple[GpuView, ...] = tuple(partial(dual_feasible, k) for k in range
 THRESHOLD_VIEWS = 8  # at most this many U^(epsilon) views, chosen for the jobs at hand
 
 
-def gpu_views(shares: Mapping[float, float]) -> tuple[GpuView, ...]:
-    """The views GPUs are counted in, for jobs sharing them ({a job's share of a reference GPU: how many such
-    jobs}): BASE_VIEWS, then up to THRESHOLD_VIEWS thresholds U^(epsilon), epsilon among the shares of at
-    most 1/2. First, for each share above 1/2 (the most common first), the least share that cannot join it on
+def dual_feasible_views(shares: Mapping[float, float]) -> tuple[GpuView, ...]:
+    """The views a resource is counted in, for jobs asking shares of it ({a job's share: how many such jobs};
+    a share of a reference GPU's memory for jobs sharing GPUs, or of an instance's GPUs, vCPUs or memory in
+    the type-aware bound): BASE_VIEWS, then up to THRESHOLD_VIEWS thresholds U^(epsilon), epsilon among the
+    shares of at most 1/2. First, for each share above 1/2 (the most common first), the least share that cannot join it on
     a GPU: that view counts it whole and keeps every job that would have to go elsewhere (81% and 22%; 65%
     and 37%). Then those that count all the jobs at the most GPUs (the L2 bound's choice). Every view is
     dual feasible whatever the shares, so the choice only decides how tight the bounds are."""

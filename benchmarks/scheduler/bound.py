@@ -1,242 +1,264 @@
 """Lower bounds on what any strategy can pay.
 
 `lower_bound_cost_usd` (DESIGN.md): the LP that buys fractional amounts of instance types to cover the
-GPU, vCPU and memory demand of each class of jobs with the instance types that class may run on. A
-class is the set of types that hold its jobs (size, and the GPU model a pattern ties them to). Each
-type bought is shared by the classes: variables x_t (instances of type t) and z_ctr (how much of
-resource r of type t class c uses), with sum_t z_ctr >= demand_cr over the types of c and
-sum_c z_ctr <= capacity_tr x_t. Every packing is a solution (z its usage), so no packing costs less;
-unlike one LP per class, it never counts one instance twice.
+GPU, vCPU and memory demand of the jobs with the instance types each may run on. Jobs of one size that
+the same types hold (size, and the GPU model a pattern ties them to) are one kind. Variables x_t
+(instances of type t) and n_kt (jobs of kind k on type t), with sum_t n_kt >= the jobs of kind k, and for
+each type t and each of its rows q: sum_k a_ktq n_kt <= x_t. Every packing is a solution (n its counts),
+so no packing costs less; since the types are shared by all kinds, no instance is counted twice.
 
-Jobs that share a GPU (--share-fractional-gpus) form classes of their own, one per GPU memory asked, whose
-GPU demand is counted in jobs. Pooling a type's GPU memory would be a weak bound (a GPU holds one job of
-80% of its memory, never 1.25 of them), so GPUs are counted under several dual-feasible functions f
-(Fekete and Schepers, "New classes of fast lower bounds for bin packing problems", Math. Programming 91,
-2001): for any jobs on one GPU, the sum of f(memory / the GPU's shareable memory) is at most 1. The
-identity is one such f, and the step functions u_k(x) = floor((k + 1) x) / k (x where (k + 1) x is a
-whole number) for k = 1, 2, 3 are others, and so are their thresholds U^(e) (a share above 1 - e counts a
-whole GPU, one below e nothing), with e the trace's own shares that count its jobs at the most GPUs
-(`gpu_views`). Each f is its own view of the GPUs: in every view, the whole-GPU jobs and the sharing jobs'
-f-values on a type fit its GPUs. Every packing that puts each job on one GPU is a solution in every view
-at once, so this sharing-aware bound is valid.
+A type's rows count each resource under dual-feasible functions f (Fekete and Schepers, "New classes of
+fast lower bounds for bin packing problems", Math. Programming 91, 2001): for any jobs that fit one
+instance together, the sum of f(a job's GPUs, vCPUs or memory / the instance's) is at most 1, so a_ktq =
+f(size of k / capacity of t) is a valid row for every f. The identity is one (the plain covering LP);
+Fekete and Schepers' u_k(x) = floor((k + 1) x) / k for k = 1, 2, 3 and their thresholds U^(e) (a share
+above 1 - e counts a whole instance, one below e nothing; e among the kinds' own shares,
+`dual_feasible_views`) see what pooling misses: two jobs of 60% of an instance's vCPUs never share it,
+nor a 3-GPU job a 4-GPU instance with a 2-GPU job. Each resource is counted on its own, so the bound is
+still below the configuration LP's, which knows a job takes all three from one instance.
+
+Jobs that share a GPU (--share-fractional-gpus) ask for GPU memory on one GPU: their kind also carries the
+memory asked. Pooling a type's GPU memory would be weak (a GPU holds one job of 80% of its memory, never
+1.25 of them), so the GPUs are also counted per GPU, under the same functions of the job's share of one
+GPU's memory (`dual_feasible_views` of the trace's shares): in every such view, the whole-GPU jobs' GPUs
+and the sharing jobs' f-values on a type fit its GPUs. Every packing that puts each job on one GPU is a
+solution of every row at once, so this sharing-aware bound is valid.
 
 - snapshot: all jobs at once, $/h, solved exactly (scipy, HiGHS).
 - replay: each interval between trace events (a job present from its submission to its submission plus
   its duration), the LP's $/h times the interval's length, summed. The intervals are thousands, so each
-  is bounded by LP duality instead of solved: the dual of the LP gives each type a price per unit of
-  each resource (w_tr, with capacity_t . w_t <= price_t), and then sum over classes and resources of
-  demand_cr times the least w_tr over c's types is a lower bound for *any* demand. The duals of exact
-  solves at the intervals that weigh most (length times GPUs, REPLAY_EXACT_SOLVES of them) and the
-  single-price dual of the aggregate LP are all tried and the best kept per interval: a valid bound
-  everywhere, exact where it was solved. `replay_bound_gap` measures how far it is from the exact LP on
-  a sample of the other intervals.
+  is bounded by LP duality instead of solved: the dual of the LP gives each row of each type a price
+  (w_tq >= 0 with sum_q w_tq <= price_t), and then sum over kinds of the jobs of kind k times the least
+  sum_q a_ktq w_tq over k's types is a lower bound for *any* demand. The duals of exact solves at the
+  intervals that weigh most (length times GPUs, REPLAY_EXACT_SOLVES of them) and the single-price dual
+  of the aggregate LP are all tried and the best kept per interval: a valid bound everywhere, exact
+  where it was solved. `replay_bound_gap` measures how far it is from the exact LP on a sample of the
+  other intervals.
 
 The configuration-LP bound (benchmarks/configuration_bound.py) is tighter: it knows a job cannot take
 GPUs from one instance and vCPUs from another.
 """
-
 from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
-from benchmarks.configuration_bound import ConfigurationBound, configuration_bound, gpu_views
+from benchmarks.configuration_bound import ConfigurationBound, configuration_bound, dual_feasible_views
 from benchmarks.scheduler.simulate import InstanceType, share_reference_mib
 from benchmarks.scheduler.trace import TraceJob
 from lambdas.scheduler.planning import resource_prices
 
 REPLAY_EXACT_SOLVES = 150
+IDENTITY_ROWS = 3  # each type's first rows: its GPUs, vCPUs and memory under the identity
 
 
 @dataclass(frozen=True)
-class JobClass:
-    """Jobs alike for the bound: the instance types that hold them, and for jobs sharing a GPU the memory
-    each asks (their GPU demand is then a count of jobs, not GPUs)."""
+class JobKind:
+    """Jobs alike for the bound: their size, the GPU memory each asks if it shares a GPU, and the instance
+    types that hold them."""
+    gpus: int
+    vcpus: float
+    memory_mib: int
+    gpu_memory: int  # > 0: a job sharing a GPU (it takes no whole GPU)
     types: tuple[int, ...]
-    gpu_memory: int = 0  # > 0: a class of jobs sharing a GPU
 
     @property
     def shared(self) -> bool:
         return self.gpu_memory > 0
 
 
-def job_classes(jobs: Sequence[TraceJob], types: Sequence[InstanceType]) -> tuple[list[JobClass], list[int]]:
-    """The classes and each job's class index. Jobs no type holds get -1."""
-    classes: dict[JobClass, int] = {}
+def job_kinds(jobs: Sequence[TraceJob], types: Sequence[InstanceType]) -> tuple[list[JobKind], list[int]]:
+    """The kinds and each job's kind index. Jobs no type holds get -1."""
+    kinds: dict[JobKind, int] = {}
     of_job = []
     memo: dict[tuple, int] = {}
     for job in jobs:
-        key = (job.gpus, job.vcpus, job.memory_mib, job.gpu_memory_mib, job.instance_type_pattern)
+        key = (job.gpus, job.vcpus, job.memory_mib, job.gpu_memory_mib, job.shares_gpu, job.min_gpu_memory_mib,
+               job.instance_type_pattern)
         if key not in memo:
             eligible = tuple(i for i, t in enumerate(types) if t.holds(job))
-            cls = JobClass(eligible, job.gpu_memory_mib if job.shares_gpu else 0)
-            memo[key] = classes.setdefault(cls, len(classes)) if eligible else -1
+            kind = JobKind(0 if job.shares_gpu else job.gpus, job.vcpus, job.memory_mib,
+                           job.gpu_memory_mib if job.shares_gpu else 0, eligible)
+            memo[key] = kinds.setdefault(kind, len(kinds)) if eligible else -1
         of_job.append(memo[key])
-    return sorted(classes, key=classes.get), of_job
+    return sorted(kinds, key=kinds.get), of_job
 
 
-def gpu_demand(job: TraceJob) -> int:
-    """A job's demand on the GPU row of its class: GPUs, or one job for a job sharing a GPU."""
-    return 1 if job.shares_gpu else job.gpus
+def _fraction(size: float, capacity: float) -> float:
+    return size / capacity if capacity else 0.0
 
 
-class ClassLP:
-    """The class-aware covering LP over fixed types and classes; demand changes between solves.
+def type_rows(instance: InstanceType, kinds: Sequence[JobKind], on: Sequence[int], counts: Sequence[float],
+              gpu_shares: Counter) -> np.ndarray:
+    """a[q, i]: what one job of kind on[i] counts in row q of one instance of this type (each row holds 1).
 
-    Resources: the GPUs in each of the n_views views (`gpu_views` of the sharing jobs' `shares`), vCPUs,
-    memory. Dual prices w[t, q] are per unscaled unit: per GPU in each view (q < n_views), per vCPU
-    (q = n_views) and per MiB (q = n_views + 1).
+    Rows 0-2 are the identity's: GPUs (a sharing job its share of one GPU), vCPUs, memory. Then, without
+    repeats: the GPUs counted per GPU under each view of the sharing jobs' shares (`gpu_shares`, the
+    trace's), and each resource counted per instance under each view of the shares of it these kinds ask
+    (weighted by `counts`, the kinds' jobs over the trace: which thresholds to use, never validity)."""
+    gpus, vcpus, memory = instance.capacity
+    per_gpu = [_fraction(kinds[k].gpu_memory, instance.gpu_memory) for k in on]
+    whole = np.array([kinds[k].gpus for k in on], dtype=float)
+    sizes = np.array([[kinds[k].gpus, kinds[k].vcpus, kinds[k].memory_mib] for k in on], dtype=float)
+    fractions = sizes / np.where(np.array([gpus, vcpus, memory], dtype=float) > 0, (gpus, vcpus, memory), np.inf)
+    rows = [np.array([_fraction(w + s, gpus) for w, s in zip(whole, per_gpu)]), fractions[:, 1], fractions[:, 2]]
+    if any(kinds[k].shared for k in on):
+        for view in dual_feasible_views(gpu_shares)[1:]:
+            rows.append(np.array([_fraction(w + (view(s) if s else 0.0), gpus) for w, s in zip(whole, per_gpu)]))
+    for r in range(3):
+        shares = Counter()
+        for i, x in enumerate(fractions[:, r]):
+            shares[float(x)] += counts[on[i]]
+        for view in dual_feasible_views(shares)[1:]:
+            rows.append(np.array([view(float(x)) for x in fractions[:, r]]))
+    unique = {}
+    for row in rows:
+        unique.setdefault(row.round(12).tobytes(), row)
+    kept = list(unique.values())
+    return np.array([row for n, row in enumerate(kept) if n < IDENTITY_ROWS or row.any()])
+
+
+class KindLP:
+    """The covering LP over fixed types and kinds; the demand (jobs of each kind) changes between solves.
+
+    Dual prices are one array per type, w[t][q] >= 0 for each of its rows, with sum_q w[t][q] <= price_t.
     """
 
-    def __init__(self, types: Sequence[InstanceType], classes: Sequence[JobClass], shares: Mapping[float, float]):
-        self.types, self.classes = types, classes
-        self.views = gpu_views(shares)
-        self.n_views = len(self.views)
-        self.scale = np.array([max(t.capacity[r] for t in types) for r in range(3)], dtype=float)
-        self.capacity = np.array([t.capacity for t in types], dtype=float) / self.scale
+    def __init__(self, types: Sequence[InstanceType], kinds: Sequence[JobKind], counts: Sequence[float],
+                 gpu_shares: Counter):
+        self.types, self.kinds = types, kinds
         self.price = np.array([t.price for t in types], dtype=float)
-        # f_k(share of a GPU of type t) of one job of a sharing class: the GPUs it takes in view k.
-        self.takes = [{(k, t): view(cls.gpu_memory / types[t].gpu_memory)
-                       for k, view in enumerate(self.views) for t in cls.types} if cls.shared else {}
-                      for cls in classes]
-        # GPUs one unit of a class's GPU demand is, roughly (for ordering and the single-price dual only).
-        self.gpus_per_unit = np.array([min(self.takes[c][0, t] for t in cls.types) if cls.shared else 1.0
-                                       for c, cls in enumerate(classes)])
+        self.on = [[k for k, kind in enumerate(kinds) if t in kind.types] for t in range(len(types))]
+        self.rows = [type_rows(types[t], kinds, on, counts, gpu_shares) if on else np.zeros((IDENTITY_ROWS, 0))
+                     for t, on in enumerate(self.on)]
+        self.column = [{k: i for i, k in enumerate(on)} for on in self.on]  # kind -> its column in rows[t]
+        # GPUs one job of a kind is, roughly (for ordering and the single-price dual only): a sharing job its
+        # share of the largest GPU that holds it.
+        self.gpus = np.array([min(_fraction(kind.gpu_memory, types[t].gpu_memory) for t in kind.types)
+                              if kind.shared else kind.gpus for kind in kinds])
 
-    def least_prices(self, w: np.ndarray) -> np.ndarray:
-        """Each class's cheapest price per unit of its demand (GPUs or jobs, vCPUs, MiB) under type prices w."""
-        least = np.zeros((len(self.classes), 3))
-        for c, cls in enumerate(self.classes):
-            on = w[list(cls.types)]
-            least[c, 1:] = on[:, self.n_views:].min(axis=0)
-            if cls.shared:
-                least[c, 0] = sum(min(w[t, k] * self.takes[c][k, t] for t in cls.types) for k in range(self.n_views))
-            else:
-                least[c, 0] = on[:, :self.n_views].sum(axis=1).min()
-        return least
+    def least_prices(self, w: Sequence[np.ndarray]) -> np.ndarray:
+        """Each kind's least price per job under type prices w: the dual value of one job of it."""
+        per_type = [w[t] @ self.rows[t] for t in range(len(self.types))]
+        return np.array([min(per_type[t][self.column[t][k]] for t in kind.types) for k, kind in enumerate(self.kinds)])
 
-    def dual_value(self, demand: np.ndarray, w: np.ndarray) -> float:
-        """The lower bound the dual prices w give for demand[c, r] (weak duality)."""
-        return float((demand * self.least_prices(w)).sum())
+    def dual_value(self, demand: np.ndarray, w: Sequence[np.ndarray]) -> float:
+        """The lower bound the dual prices w give for demand[k] jobs of each kind (weak duality)."""
+        return float(demand @ self.least_prices(w))
 
-    def single_price(self, prices: Sequence[float]) -> np.ndarray:
-        """Type prices from one price per GPU, vCPU and MiB (the identity view's): feasible for every type."""
-        w = np.zeros((len(self.types), self.n_views + 2))
-        w[:, 0], w[:, self.n_views], w[:, self.n_views + 1] = prices
-        return w
+    def single_price(self, prices: Sequence[float]) -> list[np.ndarray]:
+        """Type prices from one price per GPU, vCPU and MiB on the identity rows: feasible for every type,
+        since `resource_prices` prices no type above its cost."""
+        duals = []
+        for t, rows in zip(self.types, self.rows):
+            w = np.zeros(len(rows))
+            w[:IDENTITY_ROWS] = np.multiply(prices, t.capacity)
+            duals.append(w)
+        return duals
 
-    def solve(self, demand: np.ndarray) -> tuple[float, np.ndarray]:
-        """The LP's optimum for demand[c, r], and the dual prices w[t, q] (per unscaled unit)."""
-        active = [c for c in range(len(self.classes)) if demand[c].any()]
+    def solve(self, demand: np.ndarray) -> tuple[float, list[np.ndarray]]:
+        """The LP's optimum for demand[k] jobs of each kind, and its dual prices."""
         n_types = len(self.types)
+        active = {k for k in range(len(self.kinds)) if demand[k] > 0}
         if not active:
-            return 0.0, np.zeros((n_types, self.n_views + 2))
-        z = {}  # (class, type, q) -> column: q < n_views GPUs in view q (one column for all views: whole jobs)
-        for c in active:
-            views = range(self.n_views) if self.classes[c].shared else (0,)
-            for t in self.classes[c].types:
-                for q in (*views, self.n_views, self.n_views + 1):
-                    z[c, t, q] = n_types + len(z)
+            return 0.0, [np.zeros(len(rows)) for rows in self.rows]
+        n = {}  # (kind, type) -> column
+        for k in sorted(active):
+            for t in self.kinds[k].types:
+                n[k, t] = n_types + len(n)
         rows, cols, values, bounds = [], [], [], []
-        row = 0
-        for c in active:  # cover: -sum_t a_ctq z_ctq <= -demand (a = jobs per GPU in view q for sharing jobs)
-            cls = self.classes[c]
-            v = self.n_views
-            covers = [(q, 0) for q in (range(v) if cls.shared else (0,))] + [(v, 1), (v + 1, 2)]
-            for q, r in covers:
-                if cls.shared and q < self.n_views and min(self.takes[c][q, t] for t in cls.types) <= 0:
-                    continue  # free on some type in this view: the view says nothing about the class
-                for t in cls.types:
-                    rows.append(row), cols.append(z[c, t, q])
-                    values.append(-(1.0 / self.takes[c][q, t] if cls.shared and q < self.n_views else 1.0))
-                bounds.append(-demand[c, r] / self.scale[r])
-                row += 1
-        type_rows = row
-        for t in range(n_types):  # share: sum_c z_ctq - capacity_t x_t <= 0, every GPU view, vCPUs, memory
-            for q in range(self.n_views + 2):
-                r = min(q - self.n_views + 1, 2) if q >= self.n_views else 0
-                for c in active:
-                    column = z.get((c, t, q if self.classes[c].shared or q >= self.n_views else 0))
-                    if column is not None:
-                        rows.append(row), cols.append(column), values.append(1.0)
-                rows.append(row), cols.append(t), values.append(-self.capacity[t, r])
+        for row, k in enumerate(sorted(active)):  # cover: -sum_t n_kt <= -demand_k
+            for t in self.kinds[k].types:
+                rows.append(row), cols.append(n[k, t]), values.append(-1.0)
+            bounds.append(-float(demand[k]))
+        first_type_row = row = len(bounds)
+        for t in range(n_types):  # sum_k a_ktq n_kt - x_t <= 0 for each row q of t
+            for a in self.rows[t]:
+                for i, k in enumerate(self.on[t]):
+                    if k in active and a[i]:
+                        rows.append(row), cols.append(n[k, t]), values.append(float(a[i]))
+                rows.append(row), cols.append(t), values.append(-1.0)
                 bounds.append(0.0)
                 row += 1
-        cost = np.zeros(n_types + len(z))
+        cost = np.zeros(n_types + len(n))
         cost[:n_types] = self.price
-        matrix = coo_matrix((values, (rows, cols)), shape=(row, n_types + len(z))).tocsr()
+        matrix = coo_matrix((values, (rows, cols)), shape=(row, n_types + len(n))).tocsr()
         result = linprog(cost, A_ub=matrix, b_ub=np.array(bounds), bounds=(0, None), method="highs")
         if result.status != 0:
             raise RuntimeError(f"bound LP failed: {result.message}")
-        scale = np.concatenate([np.full(self.n_views, self.scale[0]), self.scale[1:]])
-        w = -np.asarray(result.ineqlin.marginals[type_rows:]).reshape(n_types, self.n_views + 2) / scale
-        return float(result.fun), np.maximum(w, 0.0)
+        marginals = np.maximum(-np.asarray(result.ineqlin.marginals[first_type_row:]), 0.0)
+        ends = np.cumsum([len(rows) for rows in self.rows])
+        return float(result.fun), np.split(marginals, ends[:-1])
 
 
-def _demand_matrix(jobs: Sequence[TraceJob], of_job: Sequence[int], n_classes: int) -> np.ndarray:
-    demand = np.zeros((n_classes, 3))
-    for job, c in zip(jobs, of_job):
-        if c >= 0:
-            demand[c] += (gpu_demand(job), job.vcpus, job.memory_mib)
+def _counts(of_job: Sequence[int], n_kinds: int) -> np.ndarray:
+    demand = np.zeros(n_kinds)
+    for k in of_job:
+        if k >= 0:
+            demand[k] += 1
     return demand
 
 
 def sharing_shares(jobs: Sequence[TraceJob], types: Sequence[InstanceType]) -> Counter:
-    """{a sharing job's share of the smallest GPU that can share: how many such jobs}, what `gpu_views`
-    chooses its thresholds from."""
+    """{a sharing job's share of the smallest GPU that can share: how many such jobs}, what
+    `dual_feasible_views` chooses the per-GPU thresholds from."""
     reference = share_reference_mib(types)
     return Counter(job.gpu_memory_mib / reference for job in jobs if job.shares_gpu and reference)
 
 
+def _lp(jobs: Sequence[TraceJob], types: Sequence[InstanceType]) -> tuple[KindLP | None, list[int]]:
+    kinds, of_job = job_kinds(jobs, types)
+    if not kinds:
+        return None, of_job
+    return KindLP(types, kinds, _counts(of_job, len(kinds)), sharing_shares(jobs, types)), of_job
+
+
 def aggregate_bound(jobs: list[TraceJob], types: list[InstanceType]) -> float:
-    classes, of_job = job_classes(jobs, types)
-    if not classes:
-        return 0.0
-    return ClassLP(types, classes, sharing_shares(jobs, types)).solve(_demand_matrix(jobs, of_job, len(classes)))[0]
+    lp, of_job = _lp(jobs, types)
+    return lp.solve(_counts(of_job, len(lp.kinds)))[0] if lp else 0.0
 
 
-def _intervals(jobs: Sequence[TraceJob], of_job: Sequence[int], n_classes: int):
-    """(start, end, demand matrix) of every interval between trace events with work in it."""
+def _intervals(jobs: Sequence[TraceJob], of_job: Sequence[int], n_kinds: int):
+    """(start, end, jobs of each kind) of every interval between trace events with work in it."""
     changes: dict[float, list] = {}
-    for job, c in zip(jobs, of_job):
-        if c < 0:
-            continue
-        for at, sign in ((job.submit_s, 1), (job.submit_s + job.duration_s, -1)):
-            # Integer milli-vCPUs: no drift over tens of thousands of steps.
-            changes.setdefault(at, []).append((c, sign * gpu_demand(job), sign * round(job.vcpus * 1000),
-                                               sign * job.memory_mib))
-    level = np.zeros((n_classes, 3), dtype=np.int64)
+    for job, k in zip(jobs, of_job):
+        if k >= 0:
+            changes.setdefault(job.submit_s, []).append((k, 1))
+            changes.setdefault(job.submit_s + job.duration_s, []).append((k, -1))
+    level = np.zeros(n_kinds, dtype=np.int64)
     previous = None
     for at in sorted(changes):
         if previous is not None and level.any():
-            yield previous, at, level.astype(float) * (1.0, 0.001, 1.0)
-        for c, g, v, m in changes[at]:
-            level[c] += (g, v, m)
+            yield previous, at, level.astype(float)
+        for k, sign in changes[at]:
+            level[k] += sign
         previous = at
 
 
+def _duals(lp: KindLP, intervals: list, exact_solves: int) -> list[list[np.ndarray]]:
+    """The aggregate LP's single price per resource, and the duals of exact solves at the intervals that
+    weigh most (length times GPUs)."""
+    duals = [lp.single_price(resource_prices([(t.capacity, t.price) for t in lp.types], _totals(lp, intervals)))]
+    weight = sorted(range(len(intervals)), key=lambda i: -(intervals[i][1] - intervals[i][0]) * (intervals[i][2] @ lp.gpus))
+    return duals + [lp.solve(intervals[i][2])[1] for i in weight[:exact_solves]]
+
+
 def replay_bound(jobs: list[TraceJob], types: list[InstanceType], exact_solves: int = REPLAY_EXACT_SOLVES) -> float:
-    classes, of_job = job_classes(jobs, types)
-    if not classes:
+    lp, of_job = _lp(jobs, types)
+    if not lp:
         return 0.0
-    intervals = list(_intervals(jobs, of_job, len(classes)))
+    intervals = list(_intervals(jobs, of_job, len(lp.kinds)))
     if not intervals:
         return 0.0  # every job the types hold ends as it starts: no work to pay for
-    lp = ClassLP(types, classes, sharing_shares(jobs, types))
-    # One dual is the aggregate LP's single price per resource: feasible for every type.
-    duals = [lp.single_price(resource_prices([(t.capacity, t.price) for t in types], _gpu_total(lp, intervals)))]
-    weight = sorted(range(len(intervals)), key=lambda i: -(intervals[i][1] - intervals[i][0]) * _gpus(lp, intervals[i][2]))
-    for i in weight[:exact_solves]:
-        duals.append(lp.solve(intervals[i][2])[1])
-    least = np.array([lp.least_prices(w) for w in duals])  # dual, class, r
-    demands = np.array([d for _, _, d in intervals])  # interval, class, r
-    values = np.einsum("icr,kcr->ik", demands, least).max(axis=1)
+    least = np.array([lp.least_prices(w) for w in _duals(lp, intervals, exact_solves)])  # dual, kind
+    demands = np.array([d for _, _, d in intervals])  # interval, kind
+    values = (demands @ least.T).max(axis=1)
     lengths = np.array([end - start for start, end, _ in intervals])
     return float((values * lengths).sum() / 3600)
 
@@ -244,13 +266,10 @@ def replay_bound(jobs: list[TraceJob], types: list[InstanceType], exact_solves: 
 def replay_bound_gap(jobs: list[TraceJob], types: list[InstanceType], sample: int = 50, seed: int = 1) -> dict:
     """How the replay bound's per-interval values compare with exact solves on a random sample of
     intervals: the dual bound is never above the exact optimum; the mean and worst shortfall."""
-    classes, of_job = job_classes(jobs, types)
-    intervals = list(_intervals(jobs, of_job, len(classes)))
-    lp = ClassLP(types, classes, sharing_shares(jobs, types))
+    lp, of_job = _lp(jobs, types)
+    intervals = list(_intervals(jobs, of_job, len(lp.kinds)))
     chosen = random.Random(seed).sample(range(len(intervals)), min(sample, len(intervals)))
-    weight = sorted(range(len(intervals)), key=lambda i: -(intervals[i][1] - intervals[i][0]) * _gpus(lp, intervals[i][2]))
-    duals = [lp.single_price(resource_prices([(t.capacity, t.price) for t in types], _gpu_total(lp, intervals)))]
-    duals += [lp.solve(intervals[i][2])[1] for i in weight[:REPLAY_EXACT_SOLVES]]
+    duals = _duals(lp, intervals, REPLAY_EXACT_SOLVES)
     shortfalls = []
     for i in chosen:
         exact = lp.solve(intervals[i][2])[0]
@@ -260,19 +279,12 @@ def replay_bound_gap(jobs: list[TraceJob], types: list[InstanceType], sample: in
             "worst_shortfall": float(np.max(shortfalls))}
 
 
-def _gpus(lp: ClassLP, demand: np.ndarray) -> float:
-    """GPUs in a demand matrix, a sharing job counted as its share of the largest GPU that holds it."""
-    return float((demand[:, 0] * lp.gpus_per_unit).sum())
-
-
-def _gpu_total(lp: ClassLP, intervals) -> tuple[float, float, float]:
-    """The whole demand in (GPUs, vCPUs, MiB), a sharing job counted as its share of the largest GPU that
-    holds it: only which single-price dual to try depends on it, never the bound's validity."""
-    if not intervals:
-        return 0.0, 0.0, 0.0
-    total = np.array([d for _, _, d in intervals]).sum(axis=0)  # class, r
-    total[:, 0] *= lp.gpus_per_unit
-    return tuple(float(x) for x in total.sum(axis=0))
+def _totals(lp: KindLP, intervals) -> tuple[float, float, float]:
+    """The demand summed over the intervals in (GPUs, vCPUs, MiB), a sharing job counted as its share of
+    the largest GPU that holds it: only which single-price dual to try depends on it, never validity."""
+    counts = np.array([d for _, _, d in intervals]).sum(axis=0)
+    sizes = np.array([(g, kind.vcpus, kind.memory_mib) for g, kind in zip(lp.gpus, lp.kinds)])
+    return tuple(float(x) for x in counts @ sizes)
 
 
 def snapshot_configuration_bound(jobs: list[TraceJob], types: list[InstanceType],

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import benchmarks.configuration_bound as configuration_bound_module
-from benchmarks.configuration_bound import BASE_VIEWS, THRESHOLD_VIEWS, gpu_views, threshold
+from benchmarks.configuration_bound import BASE_VIEWS, THRESHOLD_VIEWS, dual_feasible_views, threshold
 from benchmarks.scheduler.__main__ import BenchmarkError, check_packing, instance_types, main
 from benchmarks.scheduler.bound import aggregate_bound, replay_bound, snapshot_configuration_bound
 from benchmarks.scheduler.simulate import Simulation
@@ -78,7 +78,7 @@ def test_each_view_is_a_dual_feasible_function(sizes, trace_shares):
     # Fekete and Schepers: for jobs that fit one GPU together, the f-values of every view sum to at most 1,
     # whichever thresholds the jobs of a trace choose (and for the jobs' own sizes as thresholds).
     if sum(sizes) <= 1.0:
-        views = gpu_views(Counter(trace_shares)) + tuple(partial(threshold, x) for x in sizes if x <= 0.5)
+        views = dual_feasible_views(Counter(trace_shares)) + tuple(partial(threshold, x) for x in sizes if x <= 0.5)
         for view in views:
             assert sum(view(x) for x in sizes) <= 1.0 + 1e-9
 
@@ -88,20 +88,20 @@ def test_the_thresholds_are_those_that_keep_apart_what_cannot_share_a_gpu():
     # U^(0.37) count those jobs whole, which the identity and u_1..u_3 do not see (one 81% and one 22% job
     # need 1.03 GPUs by the identity, but two GPUs).
     shares = Counter({0.81: 10, 0.65: 5, 0.37: 5, 0.22: 10, 0.1: 3})
-    views = gpu_views(shares)
+    views = dual_feasible_views(shares)
     thresholds = [view.args[0] for view in views[len(BASE_VIEWS):]]
     assert thresholds == [0.1, 0.22, 0.37] and THRESHOLD_VIEWS >= 3  # every share of at most 1/2, here
     best = 10 + 5 * 0.65 + 5 * 0.37 + 10 * 0.22  # U^(0.22): the 81% jobs whole
     assert max(sum(n * view(x) for x, n in shares.items()) for view in views) == pytest.approx(best)
     assert max(sum(n * view(x) for x, n in shares.items()) for view in BASE_VIEWS) < best - 1e-6
-    assert gpu_views({}) == BASE_VIEWS
+    assert dual_feasible_views({}) == BASE_VIEWS
 
 
 def test_two_jobs_that_fill_a_gpu_exactly_count_one_gpu_in_every_view():
     # Shares of a 15,073 MiB T4 that add up to it exactly: rounding must not count the larger one whole.
     for small in range(1, 7537):
         pair = (small / T4, (T4 - small) / T4)
-        for view in gpu_views(Counter(pair)):
+        for view in dual_feasible_views(Counter(pair)):
             assert view(pair[0]) + view(pair[1]) <= 1.0 + 1e-9, small
 
 
@@ -109,7 +109,7 @@ def test_the_thresholds_that_keep_apart_come_first_when_there_are_many(monkeypat
     monkeypatch.setattr(configuration_bound_module, "THRESHOLD_VIEWS", 2)
     # 0.37 counts the jobs at fewer GPUs than the small shares do, but it is the one that keeps 37% off a GPU with 65%.
     shares = Counter({0.65: 1, 0.37: 1, **{x / 100: 50 for x in range(20, 36)}})
-    assert 0.37 in [view.args[0] for view in gpu_views(shares)[len(BASE_VIEWS):]]
+    assert 0.37 in [view.args[0] for view in dual_feasible_views(shares)[len(BASE_VIEWS):]]
 
 
 def exact_cost(jobs, types) -> float:

@@ -1,0 +1,67 @@
+"""The type-aware bound (`lower_bound_cost_usd`) counts each resource of an instance under dual-feasible
+functions: it sees that jobs over half an instance never share it, and it never exceeds what a real
+packing costs."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from benchmarks.scheduler.bound import aggregate_bound, replay_bound, replay_bound_gap, snapshot_configuration_bound
+from benchmarks.scheduler.trace import TraceJob
+from tests.benchmarks.test_benchmark_gpu_sharing import BY_NAME, exact_cost
+
+BIG = BY_NAME["g4dn.12xlarge"]  # 4 GPUs, 48 vCPUs
+SMALL_TYPES = [BY_NAME["g4dn.xlarge"], BY_NAME["g4dn.4xlarge"], BIG]
+
+
+def jobs_of(*shapes, start=0):
+    return [TraceJob(f"j{start + n}", 0, 3600, gpus, vcpus, memory) for n, (gpus, vcpus, memory) in enumerate(shapes)]
+
+
+def test_jobs_over_half_of_an_instances_gpus_each_take_one():
+    # Pooled GPUs say 1.5 instances for two 3-GPU jobs; u_1 counts each as a whole instance.
+    jobs = jobs_of((3, 4, 8192), (3, 4, 8192))
+    assert aggregate_bound(jobs, [BIG]) == pytest.approx(2 * BIG.price)
+    assert replay_bound(jobs, [BIG]) == pytest.approx(2 * BIG.price)
+
+
+def test_jobs_over_half_of_an_instances_vcpus_each_take_one():
+    # Three 1-GPU jobs of 25 of 48 vCPUs: pooled, 1.56 instances; no two fit one.
+    jobs = jobs_of(*[(1, 25, 8192)] * 3)
+    assert aggregate_bound(jobs, [BIG]) == pytest.approx(3 * BIG.price)
+
+
+def test_a_threshold_sees_a_big_job_beside_small_ones_that_cannot_join_it():
+    # On one type of 48 vCPUs: two jobs of 40 vCPUs and four of 10. Pooled: 120/48 = 2.5 instances, and
+    # u_1..u_3 count 2, 2.67 and 2.67. No 10-vCPU job fits beside a 40-vCPU one, so three instances; the
+    # threshold U^(10/48) counts each 40-vCPU job as 1 and the small ones as themselves: 2 + 40/48.
+    jobs = jobs_of((1, 40, 8192), (1, 40, 8192), *[(0, 10, 8192)] * 4)
+    assert aggregate_bound(jobs, [BIG]) == pytest.approx((2 + 40 / 48) * BIG.price)
+    assert exact_cost(jobs, [BIG]) == pytest.approx(3 * BIG.price)
+
+
+shapes_st = st.lists(st.tuples(st.integers(0, 4), st.integers(1, 48), st.integers(256, 180_000)),
+                     min_size=1, max_size=4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(shapes_st)
+def test_the_bound_never_exceeds_the_configuration_bound_nor_the_exact_optimum(shapes):
+    jobs = [j for j in jobs_of(*shapes) if any(t.holds(j) for t in SMALL_TYPES)]
+    if jobs:
+        configuration = snapshot_configuration_bound(jobs, SMALL_TYPES)
+        assert configuration.converged
+        # The configuration bound is rounded to 4 decimals.
+        assert aggregate_bound(jobs, SMALL_TYPES) - 1e-4 <= configuration.cost <= exact_cost(jobs, SMALL_TYPES) + 1e-6
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.tuples(shapes_st.map(lambda s: s[0]), st.integers(0, 7200), st.integers(1, 7200)),
+                min_size=2, max_size=12))
+def test_the_replay_bound_never_exceeds_the_exact_lp_of_an_interval(jobs):
+    trace = [TraceJob(f"j{n}", start, duration, *shape) for n, (shape, start, duration) in enumerate(jobs)]
+    trace = [j for j in trace if any(t.holds(j) for t in SMALL_TYPES)]
+    if trace:
+        assert replay_bound_gap(trace, SMALL_TYPES, sample=5)["worst_shortfall"] >= -1e-6
