@@ -48,7 +48,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -589,18 +589,22 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
     summary["waiting"] = len(the_plan.waiting)
 
     spent = current_hourly
+    bought: list[ScaleOut] = []  # what the groups really added, and the jobs it was for
     for scale_out in the_plan.scale_outs:
         with per_item("scale-out-failed", summary["errors"], region=scale_out.region, fleet=scale_out.fleet,
                       asg=scale_out.asg_name):
-            spent += scale_one(settings, ledger, records, scale_out, fleet_views, stopped, spent, now, remaining_ms,
-                               summary)
+            launched = scale_one(settings, ledger, records, scale_out, fleet_views, stopped, spent, now, remaining_ms,
+                                 summary)
+            if launched:
+                spent += scale_out.hourly_usd
+                bought.append(replace(scale_out, for_jobs=tuple(j for box in scale_out.boxes[:launched] for j in box)))
     if waits is not None:
-        keep_recent_waits(settings, ledger, waits, requests, the_plan, spare, now, plan_fleets)
+        keep_recent_waits(settings, ledger, waits, requests, the_plan, bought, spare, now, plan_fleets)
     for scale_out in the_plan.headroom:  # after the real jobs' purchases: what the caps leave
         with per_item("headroom-scale-out-failed", summary["errors"], region=scale_out.region, fleet=scale_out.fleet,
                       asg=scale_out.asg_name):
-            spent += scale_one(settings, ledger, records, scale_out, fleet_views, stopped, spent, now, remaining_ms,
-                               summary)
+            if scale_one(settings, ledger, records, scale_out, fleet_views, stopped, spent, now, remaining_ms, summary):
+                spent += scale_out.hourly_usd
     with per_item("release-failed", summary["errors"], action="releases tried again next run"):
         give_back(settings, views, the_plan.releases, held, now, summary)
 
@@ -615,11 +619,13 @@ def read_recent_waits(settings: Settings, ledger: L.Ledger, summary: dict) -> li
 
 
 def keep_recent_waits(settings: Settings, ledger: L.Ledger, waits: list[RecentWait], requests: list[JobRequest],
-                      the_plan: Plan, spare: list[JobRequest], now: datetime, fleets: list[Fleet]) -> None:
-    """Add the jobs this run bought for to the waits kept, and log what headroom did this run."""
+                      the_plan: Plan, bought: list[ScaleOut], spare: list[JobRequest], now: datetime,
+                      fleets: list[Fleet]) -> None:
+    """Add the jobs this run bought for to the waits kept, and log what headroom did this run. Only what
+    the groups really added (`bought`): a job whose purchase was skipped or cut short is still unreserved,
+    and is remembered by the run that buys for it, once."""
     window_s = settings.headroom_window_minutes * 60
-    kept = remember(waits, requests, the_plan.scale_outs, now.timestamp(), window_s, settings.headroom_max_jobs,
-                    fleets)
+    kept = remember(waits, requests, bought, now.timestamp(), window_s, settings.headroom_max_jobs, fleets)
     if kept != waits:
         headroom.write_waits(ledger.dynamodb, ledger.table, kept, now.timestamp())
     if spare or kept:
@@ -631,18 +637,18 @@ def keep_recent_waits(settings: Settings, ledger: L.Ledger, waits: list[RecentWa
 
 def scale_one(settings: Settings, ledger: L.Ledger, records: dict[str, L.JobRecord], scale_out: ScaleOut,
               fleet_views: dict, stopped: set, spent: float, now: datetime, remaining_ms: Callable[[], int],
-              summary: dict) -> float:
-    """Raise one group's desired capacity within the caps; returns the dollars per hour it added."""
+              summary: dict) -> int:
+    """Raise one group's desired capacity within the caps; returns how many instances it added."""
     key = (scale_out.region, scale_out.fleet)
     fv = fleet_views.get(key)
     if fv is None or key in stopped:
         log_decision("skip-scale-out", region=scale_out.region, fleet=scale_out.fleet, reason="circuit breaker open"
                      if key in stopped else "unknown fleet")
-        return 0.0
+        return 0
     if spent + scale_out.hourly_usd > settings.max_hourly_usd:
         log_decision("skip-scale-out", region=scale_out.region, fleet=scale_out.fleet, hourly_usd=scale_out.hourly_usd,
                      reason=f"would exceed MAX_HOURLY_USD {settings.max_hourly_usd} (now {spent:.2f})")
-        return 0.0
+        return 0
     changed = actions.raise_desired_capacity(client("autoscaling", scale_out.region), scale_out.asg_name,
                                              scale_out.add_instances, fv.max_instances)
     log_decision("scale-out", region=scale_out.region, fleet=scale_out.fleet, asg=scale_out.asg_name,
@@ -650,11 +656,11 @@ def scale_one(settings: Settings, ledger: L.Ledger, records: dict[str, L.JobReco
                  before=changed[0] if changed else None, after=changed[1] if changed else None,
                  applied=changed is not None, cap=fv.max_instances)
     if not changed:
-        return 0.0
+        return 0
     summary["scaled"].append({"asg": scale_out.asg_name, "before": changed[0], "after": changed[1]})
     if scale_out.boxes:  # headroom bought ahead reserves nothing
         reserve_boxes(ledger, records, scale_out, changed[1] - changed[0], now, remaining_ms, summary)
-    return scale_out.hourly_usd
+    return changed[1] - changed[0]
 
 
 def give_back(settings: Settings, views: list[state.RegionView], candidates, held: lease.Lease | None, now: datetime,

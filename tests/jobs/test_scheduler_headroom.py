@@ -20,7 +20,7 @@ from test_scheduler_release_inputs import later, run_held, spec
 
 from lambdas.jobs import ledger as L
 from lambdas.jobs.spec import assign_ids
-from lambdas.scheduler import headroom
+from lambdas.scheduler import actions, headroom
 from lambdas.scheduler.planning.headroom import RecentWait
 
 WINDOW = 60  # minutes
@@ -64,6 +64,24 @@ def test_room_is_bought_ahead_for_a_job_like_the_last_one_bought_for_until_the_w
     # Past the window, no placeholder is left and nothing more is bought.
     run_held(home, now + timedelta(minutes=WINDOW + 1), headroom_window_minutes=WINDOW)
     assert desired() == 2 and waits(home) == []  # and the item forgets the job
+
+
+def test_a_purchase_the_group_did_not_take_is_remembered_once_by_the_run_that_buys(aws, home, fleet_empty,
+                                                                                  monkeypatch):
+    # The group reached its cap between the run's read and its raise (another writer): nothing was bought,
+    # the job stays unreserved, and the next run buys for it. Remembering the plan's purchase instead of
+    # the group's would keep the job twice, and buy ahead for a second job that never came.
+    now = later()
+    queue_whole_box_job(home, now)
+    raise_desired_capacity = actions.raise_desired_capacity
+    monkeypatch.setattr(actions, "raise_desired_capacity", lambda *args: None)
+    run_held(home, now, headroom_window_minutes=WINDOW)
+    assert desired() == 0 and waits(home) == []
+    monkeypatch.setattr(actions, "raise_desired_capacity", raise_desired_capacity)
+    run_held(home, now + timedelta(minutes=1), headroom_window_minutes=WINDOW)
+    assert desired() == 1 and [w.at for w in waits(home)] == [(now + timedelta(minutes=1)).timestamp()]
+    run_held(home, now + timedelta(minutes=2), headroom_window_minutes=WINDOW)
+    assert desired() == 2 and len(waits(home)) == 1  # room for one more such job, not two
 
 
 def test_off_by_default_nothing_is_kept_or_bought_ahead(aws, home, fleet_empty):
