@@ -20,6 +20,16 @@ def jobs_of(*shapes, start=0):
     return [TraceJob(f"j{start + n}", 0, 3600, gpus, vcpus, memory) for n, (gpus, vcpus, memory) in enumerate(shapes)]
 
 
+def test_a_job_takes_its_gpus_and_its_vcpus_from_one_type():
+    # Jobs of 1 GPU and 40 vCPUs: a g4dn.12xlarge is cheap per GPU, a g4dn.16xlarge cheap per vCPU, and
+    # each holds one such job. Covering each resource on its own (the LP before 2026-11-26) took the GPUs
+    # from the one and the vCPUs from the other, 0.67 of the true cost; per kind, the bound is exact.
+    sixteen = BY_NAME["g4dn.16xlarge"]
+    jobs = jobs_of(*[(1, 40, 8192)] * 4)
+    assert aggregate_bound(jobs, [BIG, sixteen]) == pytest.approx(4 * sixteen.price)
+    assert exact_cost(jobs, [BIG, sixteen]) == pytest.approx(4 * sixteen.price)
+
+
 def test_jobs_over_half_of_an_instances_gpus_each_take_one():
     # Pooled GPUs say 1.5 instances for two 3-GPU jobs; u_1 counts each as a whole instance.
     jobs = jobs_of((3, 4, 8192), (3, 4, 8192))
