@@ -20,6 +20,7 @@ It is a benchmark tool, not scheduler code: the scheduler Lambda has no LP solve
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import math
 import os
@@ -194,13 +195,28 @@ def dual_feasible_views(shares: Mapping[float, float]) -> tuple[GpuView, ...]:
     small = sorted(x for x in shares if 0 < x <= 0.5)
     chosen: dict[float, None] = {}
     for big in sorted((x for x in shares if x > 0.5), key=lambda x: (-shares[x], x)):
-        blocked = next((x for x in small if x > 1 - big), None)
-        if blocked is not None:
-            chosen.setdefault(blocked, None)
-    count = {e: sum(n * threshold(e, x) for x, n in shares.items()) for e in small}
+        at = bisect.bisect_right(small, 1 - big)  # the least share above 1 - big
+        if at < len(small):
+            chosen.setdefault(small[at], None)
+    count = dict(zip(small, _threshold_counts(shares, small)))
     for e in sorted(small, key=lambda e: (-count[e], e)):
         chosen.setdefault(e, None)
     return BASE_VIEWS + tuple(partial(threshold, e) for e in sorted(list(chosen)[:THRESHOLD_VIEWS]))
+
+
+def _threshold_counts(shares: Mapping[float, float], epsilons: Sequence[float]) -> list[float]:
+    """sum(n * threshold(e, x) for x, n in shares.items()) for each e, by prefix sums over the sorted shares
+    (a type-aware bound's kinds can ask thousands of shares of a resource: the plain sum is quadratic)."""
+    xs = sorted(shares)
+    x = np.array(xs, dtype=float)
+    n = np.array([shares[v] for v in xs], dtype=float)
+    jobs, weight = np.concatenate([[0.0], np.cumsum(n)]), np.concatenate([[0.0], np.cumsum(n * x)])
+    counts = []
+    for e in epsilons:
+        whole = int(np.searchsorted(x, 1 - e + 1e-9, side="right"))  # threshold() counts these as 1
+        least = int(np.searchsorted(x, e, side="left"))  # and these below e as 0
+        counts.append(float(jobs[-1] - jobs[whole] + weight[whole] - weight[least]))
+    return counts
 
 
 def _price_sharing(duals: np.ndarray, sizes: np.ndarray, memories: np.ndarray, upper: np.ndarray,

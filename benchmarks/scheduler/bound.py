@@ -45,6 +45,7 @@ instance together, not only one type.
 """
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
 from collections.abc import Sequence
@@ -60,6 +61,9 @@ from benchmarks.scheduler.trace import TraceJob
 from lambdas.scheduler.planning import resource_prices
 
 REPLAY_EXACT_SOLVES = 150
+# Past this many kinds, sizes are rounded down (job_kinds): the LP stays a few seconds per solve.
+MAX_KINDS = 600
+ROUNDING_STEPS = (0.0, 1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2)
 IDENTITY_ROWS = 3  # each type's first rows: its GPUs, vCPUs and memory under the identity
 
 
@@ -69,8 +73,8 @@ class JobKind:
     types that hold them."""
     gpus: int
     vcpus: float
-    memory_mib: int
-    gpu_memory: int  # > 0: a job sharing a GPU (it takes no whole GPU)
+    memory_mib: float
+    gpu_memory: float  # > 0: a job sharing a GPU (it takes no whole GPU)
     types: tuple[int, ...]
 
     @property
@@ -79,7 +83,21 @@ class JobKind:
 
 
 def job_kinds(jobs: Sequence[TraceJob], types: Sequence[InstanceType]) -> tuple[list[JobKind], list[int]]:
-    """The kinds and each job's kind index. Jobs no type holds get -1."""
+    """The kinds and each job's kind index. Jobs no type holds get -1.
+
+    A trace of thousands of distinct sizes would make the LP thousands of columns per type, so past
+    MAX_KINDS the sizes are rounded down onto a geometric grid, coarser until the kinds are few enough (or
+    the grid is powers of 1.5). Rounding down keeps the bound valid (every packing of the jobs packs their
+    rounded-down sizes), and each kind keeps the types that hold its jobs as they are: it only makes the
+    bound less tight."""
+    for step in ROUNDING_STEPS:
+        kinds, of_job = _kinds(jobs, types, step)
+        if len(kinds) <= MAX_KINDS:
+            break
+    return kinds, of_job
+
+
+def _kinds(jobs: Sequence[TraceJob], types: Sequence[InstanceType], step: float) -> tuple[list[JobKind], list[int]]:
     kinds: dict[JobKind, int] = {}
     of_job = []
     memo: dict[tuple, int] = {}
@@ -88,11 +106,20 @@ def job_kinds(jobs: Sequence[TraceJob], types: Sequence[InstanceType]) -> tuple[
                job.instance_type_pattern)
         if key not in memo:
             eligible = tuple(i for i, t in enumerate(types) if t.holds(job))
-            kind = JobKind(0 if job.shares_gpu else job.gpus, job.vcpus, job.memory_mib,
-                           job.gpu_memory_mib if job.shares_gpu else 0, eligible)
+            kind = JobKind(0 if job.shares_gpu else job.gpus, _round_down(job.vcpus, step),
+                           _round_down(job.memory_mib, step), _round_down(job.gpu_memory_mib, step) if job.shares_gpu else 0,
+                           eligible)
             memo[key] = kinds.setdefault(kind, len(kinds)) if eligible else -1
         of_job.append(memo[key])
     return sorted(kinds, key=kinds.get), of_job
+
+
+def _round_down(size: float, step: float) -> float:
+    """The largest (1 + step)^i at most `size` (`size` itself for step 0, and for sizes of at most 1)."""
+    if step <= 0 or size <= 1:
+        return size
+    rounded = (1 + step) ** math.floor(math.log(size) / math.log1p(step))
+    return min(rounded, size)
 
 
 def _fraction(size: float, capacity: float) -> float:

@@ -8,7 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmarks.scheduler.bound import aggregate_bound, replay_bound, replay_bound_gap, snapshot_configuration_bound
+import benchmarks.scheduler.bound as bound_module
+from benchmarks.scheduler.bound import (aggregate_bound, job_kinds, replay_bound, replay_bound_gap,
+                                       snapshot_configuration_bound)
 from benchmarks.scheduler.trace import TraceJob
 from tests.benchmarks.test_benchmark_gpu_sharing import BY_NAME, exact_cost
 
@@ -50,6 +52,24 @@ def test_a_threshold_sees_a_big_job_beside_small_ones_that_cannot_join_it():
     jobs = jobs_of((1, 40, 8192), (1, 40, 8192), *[(0, 10, 8192)] * 4)
     assert aggregate_bound(jobs, [BIG]) == pytest.approx((2 + 40 / 48) * BIG.price)
     assert exact_cost(jobs, [BIG]) == pytest.approx(3 * BIG.price)
+
+
+def test_a_trace_of_many_sizes_is_bounded_over_fewer_kinds_rounded_down(monkeypatch):
+    # 300 distinct sizes: past MAX_KINDS the sizes are rounded down, coarser until the kinds are few enough.
+    # Rounded-down jobs pack wherever the jobs do, so the bound is still below the exact-kinds one, and
+    # each kind keeps the types its jobs may use.
+    jobs = [TraceJob(f"j{n}", n * 60, 3600, 1 + n % 2, 1 + n % 7 + n / 1000, 4000 + 97 * n) for n in range(300)]
+    exact_kinds, _ = job_kinds(jobs, SMALL_TYPES)
+    exact = aggregate_bound(jobs, SMALL_TYPES), replay_bound(jobs, SMALL_TYPES)
+    monkeypatch.setattr(bound_module, "MAX_KINDS", 70)
+    kinds, of_job = job_kinds(jobs, SMALL_TYPES)
+    assert len(exact_kinds) == 300 and len(kinds) <= 70
+    for job, k in zip(jobs, of_job):
+        kind = kinds[k]
+        assert kind.vcpus <= job.vcpus and kind.memory_mib <= job.memory_mib and kind.gpus == job.gpus
+        assert kind.types == tuple(i for i, t in enumerate(SMALL_TYPES) if t.holds(job))
+    rounded = aggregate_bound(jobs, SMALL_TYPES), replay_bound(jobs, SMALL_TYPES)
+    assert 0.8 * exact[0] < rounded[0] <= exact[0] + 1e-6 and 0 < rounded[1]
 
 
 shapes_st = st.lists(st.tuples(st.integers(0, 4), st.integers(1, 48), st.integers(256, 180_000)),
