@@ -149,11 +149,13 @@ def type_rows(instance: InstanceType, kinds: Sequence[JobKind], on: Sequence[int
             shares[float(x)] += counts[on[i]]
         for view in dual_feasible_views(shares)[1:]:
             rows.append(np.array([view(float(x)) for x in fractions[:, r]]))
-    unique = {}
-    for row in rows:
-        unique.setdefault(row.round(12).tobytes(), row)
-    kept = list(unique.values())
-    return np.array([row for n, row in enumerate(kept) if n < IDENTITY_ROWS or row.any()])
+    kept, seen = rows[:IDENTITY_ROWS], {row.round(12).tobytes() for row in rows[:IDENTITY_ROWS]}
+    for row in rows[IDENTITY_ROWS:]:  # the identity's rows stay where `single_price` prices them
+        key = row.round(12).tobytes()
+        if row.any() and key not in seen:
+            seen.add(key)
+            kept.append(row)
+    return np.array(kept)
 
 
 class KindLP:

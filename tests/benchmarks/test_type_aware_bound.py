@@ -4,13 +4,15 @@ packing costs."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import benchmarks.scheduler.bound as bound_module
 from benchmarks.scheduler.bound import (aggregate_bound, job_kinds, replay_bound, replay_bound_gap,
-                                       snapshot_configuration_bound)
+                                       snapshot_configuration_bound, type_rows)
 from benchmarks.scheduler.trace import TraceJob
 from tests.benchmarks.test_benchmark_gpu_sharing import BY_NAME, exact_cost
 
@@ -70,6 +72,15 @@ def test_a_trace_of_many_sizes_is_bounded_over_fewer_kinds_rounded_down(monkeypa
         assert kind.types == tuple(i for i, t in enumerate(SMALL_TYPES) if t.holds(job))
     rounded = aggregate_bound(jobs, SMALL_TYPES), replay_bound(jobs, SMALL_TYPES)
     assert 0.8 * exact[0] < rounded[0] <= exact[0] + 1e-6 and 0 < rounded[1]
+
+
+def test_the_identity_rows_stay_first_even_where_two_are_equal():
+    # 1 of 4 GPUs and 12 of 48 vCPUs: the GPU and vCPU rows are equal, and both stay where the single-price
+    # dual of the replay bound prices them (a repeat of a later view is what is dropped).
+    kinds, _ = job_kinds(jobs_of((1, 12, 8192)), [BIG])
+    rows = type_rows(BIG, kinds, [0], [1.0], Counter())
+    assert rows[:3, 0].tolist() == pytest.approx([0.25, 0.25, 8192 / BIG.memory_mib])
+    assert len({row.tobytes() for row in rows[3:]}) == len(rows) - 3
 
 
 shapes_st = st.lists(st.tuples(st.integers(0, 4), st.integers(1, 48), st.integers(256, 180_000)),
