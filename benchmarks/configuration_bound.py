@@ -186,13 +186,13 @@ THRESHOLD_VIEWS = 8  # at most this many U^(epsilon) views, chosen for the jobs 
 
 def dual_feasible_views(shares: Mapping[float, float]) -> tuple[GpuView, ...]:
     """The views a resource is counted in, for jobs asking shares of it ({a job's share: how many such jobs}; a
-    share of a reference GPU's memory for jobs sharing GPUs, or of an instance's GPUs, vCPUs or memory in
-    the type-aware bound): BASE_VIEWS, then up to THRESHOLD_VIEWS thresholds U^(epsilon), epsilon among
-    the shares of at most 1/2. First, for each share above 1/2 (the most common first), the least share
-    that cannot join it (on one GPU, or one instance): that view counts it whole and keeps every job that would have to go
-    elsewhere (81% and 22%; 65% and 37%). Then those that count all the jobs at the most GPUs (the L2
-    bound's choice). Every view is dual feasible whatever the shares, so the choice only decides how
-    tight the bounds are."""
+    share of a reference GPU's memory for jobs sharing GPUs, or of an instance's GPUs, vCPUs or memory
+    in the type-aware bound): BASE_VIEWS, then up to THRESHOLD_VIEWS thresholds U^(epsilon), epsilon
+    among the shares of at most 1/2. First, for each share above 1/2 (the most common first), the least
+    share that cannot join it (on one GPU, or one instance): that view counts it whole and keeps every
+    job that would have to go elsewhere (81% and 22%; 65% and 37%). Then those that count all the jobs
+    at the most GPUs (the L2 bound's choice). Every view is dual feasible whatever the shares, so the
+    choice only decides how tight the bounds are."""
     small = sorted(x for x in shares if 0 < x <= 0.5)
     chosen: dict[float, None] = {}
     for big in sorted((x for x in shares if x > 0.5), key=lambda x: (-shares[x], x)):
