@@ -107,11 +107,15 @@ class Group:
 
     def best_fit(self, job: JobRequest, need: Resources) -> Bin | None:
         best = None
+        _, vcpus, memory = need
         for free_gpus, bucket in self.buckets.items():
             if free_gpus < need[0]:  # a job sharing a GPU needs no whole one: every bucket may hold it
                 continue
             for rank, _, bin_ in bucket:
-                if bin_.fits(job, need):
+                # vCPUs and memory first, inline: a burst's boxes fill their GPUs' bucket with boxes out
+                # of CPU or memory, scanned once per job (most of a 17,000-job plan's CPU).
+                free = bin_.free
+                if free[1] >= vcpus and free[2] >= memory and bin_.fits(job, need):
                     if best is None or rank < best[0]:
                         best = (rank, bin_)
                     break
