@@ -45,6 +45,7 @@ instance together, not only one type.
 """
 from __future__ import annotations
 
+import heapq
 import math
 import random
 from collections import Counter
@@ -65,6 +66,7 @@ REPLAY_EXACT_SOLVES = 150
 MAX_KINDS = 600
 ROUNDING_STEPS = (0.0, 1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2)
 IDENTITY_ROWS = 3  # each type's first rows: its GPUs, vCPUs and memory under the identity
+INTERVAL_CHUNK = 4096  # intervals valued at once in the replay bound (a dense block: intervals x kinds)
 
 
 @dataclass(frozen=True)
@@ -259,7 +261,8 @@ def aggregate_bound(jobs: list[TraceJob], types: list[InstanceType]) -> float:
 
 
 def _intervals(jobs: Sequence[TraceJob], of_job: Sequence[int], n_kinds: int):
-    """(start, end, jobs of each kind) of every interval between trace events with work in it."""
+    """(start, end, jobs of each kind) of every interval between trace events with work in it. The
+    intervals are as many as twice the jobs, each a vector over the kinds: they are scanned, not kept."""
     changes: dict[float, list] = {}
     for job, k in zip(jobs, of_job):
         if k >= 0:
@@ -275,26 +278,48 @@ def _intervals(jobs: Sequence[TraceJob], of_job: Sequence[int], n_kinds: int):
         previous = at
 
 
-def _duals(lp: KindLP, intervals: list, exact_solves: int) -> list[list[np.ndarray]]:
+def _duals(lp: KindLP, intervals, exact_solves: int) -> list[list[np.ndarray]]:
     """The aggregate LP's single price per resource, and the duals of exact solves at the intervals that
-    weigh most (length times GPUs)."""
-    duals = [lp.single_price(resource_prices([(t.capacity, t.price) for t in lp.types], _totals(lp, intervals)))]
-    weight = sorted(range(len(intervals)), key=lambda i: -(intervals[i][1] - intervals[i][0]) * (intervals[i][2] @ lp.gpus))
-    return duals + [lp.solve(intervals[i][2])[1] for i in weight[:exact_solves]]
+    weigh most (length times GPUs), from one scan of `intervals`; [] when none has work."""
+    heaviest: list[tuple[float, int, np.ndarray]] = []  # a min-heap of the exact_solves heaviest
+    total = None
+    for n, (start, end, demand) in enumerate(intervals):
+        total = demand.copy() if total is None else total + demand
+        entry = ((end - start) * float(demand @ lp.gpus), -n, demand)
+        if len(heaviest) < exact_solves:
+            heapq.heappush(heaviest, entry)
+        elif entry[:2] > heaviest[0][:2]:
+            heapq.heapreplace(heaviest, entry)
+    if total is None:
+        return []
+    sizes = np.array([(g, kind.vcpus, kind.memory_mib) for g, kind in zip(lp.gpus, lp.kinds)])
+    # The demand summed over the intervals in (GPUs, vCPUs, MiB), a sharing job counted as its share of the
+    # largest GPU that holds it: only which single-price dual to try depends on it, never validity.
+    single = lp.single_price(resource_prices([(t.capacity, t.price) for t in lp.types],
+                                             tuple(float(x) for x in total @ sizes)))
+    return [single] + [lp.solve(demand)[1] for *_, demand in sorted(heaviest, reverse=True)]
 
 
 def replay_bound(jobs: list[TraceJob], types: list[InstanceType], exact_solves: int = REPLAY_EXACT_SOLVES) -> float:
     lp, of_job = _lp(jobs, types)
     if not lp:
         return 0.0
-    intervals = list(_intervals(jobs, of_job, len(lp.kinds)))
-    if not intervals:
+    duals = _duals(lp, _intervals(jobs, of_job, len(lp.kinds)), exact_solves)
+    if not duals:
         return 0.0  # every job the types hold ends as it starts: no work to pay for
-    least = np.array([lp.least_prices(w) for w in _duals(lp, intervals, exact_solves)])  # dual, kind
-    demands = np.array([d for _, _, d in intervals])  # interval, kind
-    values = (demands @ least.T).max(axis=1)
-    lengths = np.array([end - start for start, end, _ in intervals])
-    return float((values * lengths).sum() / 3600)
+    least = np.array([lp.least_prices(w) for w in duals])  # dual, kind
+    total, chunk, lengths = 0.0, [], []
+    for start, end, demand in _intervals(jobs, of_job, len(lp.kinds)):
+        chunk.append(demand), lengths.append(end - start)
+        if len(chunk) == INTERVAL_CHUNK:
+            total += _best_values(least, chunk, lengths)
+            chunk, lengths = [], []
+    return (total + (_best_values(least, chunk, lengths) if chunk else 0.0)) / 3600
+
+
+def _best_values(least: np.ndarray, demands: list, lengths: list) -> float:
+    """Sum over intervals of the best dual's value times the interval's length."""
+    return float(((np.array(demands) @ least.T).max(axis=1) * np.array(lengths)).sum())
 
 
 def replay_bound_gap(jobs: list[TraceJob], types: list[InstanceType], sample: int = 50, seed: int = 1) -> dict:
@@ -311,14 +336,6 @@ def replay_bound_gap(jobs: list[TraceJob], types: list[InstanceType], sample: in
         shortfalls.append(0.0 if exact <= 0 else (exact - bound) / exact)
     return {"intervals": len(intervals), "sampled": len(chosen), "mean_shortfall": float(np.mean(shortfalls)),
             "worst_shortfall": float(np.max(shortfalls))}
-
-
-def _totals(lp: KindLP, intervals) -> tuple[float, float, float]:
-    """The demand summed over the intervals in (GPUs, vCPUs, MiB), a sharing job counted as its share of
-    the largest GPU that holds it: only which single-price dual to try depends on it, never validity."""
-    counts = np.array([d for _, _, d in intervals]).sum(axis=0)
-    sizes = np.array([(g, kind.vcpus, kind.memory_mib) for g, kind in zip(lp.gpus, lp.kinds)])
-    return tuple(float(x) for x in counts @ sizes)
 
 
 def snapshot_configuration_bound(jobs: list[TraceJob], types: list[InstanceType],
