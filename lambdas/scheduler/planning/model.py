@@ -16,6 +16,12 @@ ADMISSION_CLOSED = "admission closed by budget guard"
 NO_FLEET = "no fleet can run it (instance-type pattern, region, lifecycle or size)"
 SCALING_PAUSED = "no free capacity; scaling paused (circuit breaker open)"
 
+
+def held_by_a_cap(reason: str) -> bool:
+    """Whether a purchase's waiting reason is a fleet's cap or the dollar cap (the other reasons: no fleet
+    can run the job, or its scaling is paused)."""
+    return reason not in (NO_FLEET, SCALING_PAUSED)
+
 Resources = tuple[int, float, int]  # GPUs, vCPUs, MiB
 
 

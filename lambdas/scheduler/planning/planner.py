@@ -25,7 +25,7 @@ from .headroom import buy_ahead, yield_to
 from .launching import place_on_launching
 from .lifecycle import choose_lifecycles
 from .live import place_live
-from .model import ADMISSION_CLOSED, NO_FLEET, SCALING_PAUSED, Fleet, JobRequest, Limits, Machine, Plan, ScaleOut
+from .model import ADMISSION_CLOSED, Fleet, JobRequest, Limits, Machine, Plan, ScaleOut, held_by_a_cap
 from .packer import Timing
 from .purchase import purchase
 from .release import ReleasePolicy, propose_releases
@@ -90,8 +90,7 @@ def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequen
             scale_outs, bought_waiting = purchase(unplaced, options(), catalog, patterns, limits, fallbacks)
             waiting += bought_waiting
             bought_ids = {job_id for s in scale_outs for job_id in s.for_jobs}
-            capped |= {job_id for job_id, reason in bought_waiting
-                       if job_id not in bought_ids and reason not in (NO_FLEET, SCALING_PAUSED)}
+            capped |= {job_id for job_id, reason in bought_waiting if job_id not in bought_ids and held_by_a_cap(reason)}
     # Placeholders give way to the real jobs a cap holds back: None, everything; else the capped fleets' machines.
     given_up = yield_to([real[j] for j in sorted(capped)], options(), scale_outs, patterns) \
         if capped and headroom else frozenset()

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 from .constraints import Patterns, capacity_of, constraint_key, demand_of, gpu_share, holds
 from .fleets import box_machine, may_run, purchase_options
-from .model import NO_FLEET, SCALING_PAUSED, Fleet, JobRequest, Limits, Machine
+from .model import NO_FLEET, SCALING_PAUSED, Fleet, JobRequest, Limits, Machine, held_by_a_cap
 from .packer import Packer
 
 DEFAULT_TEAM = "default"
@@ -261,7 +261,7 @@ def offer_jobs(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: 
             offered.append(job)
             queue.holds += gpus
             continue
-        if why not in (NO_FLEET, SCALING_PAUSED):
+        if held_by_a_cap(why):
             capped.add(job.job_id)
         # Its first waiting job may keep a machine; more only while another team still competes (the
         # team's score, kept GPUs included, then says how far below its share it is).
