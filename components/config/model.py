@@ -31,6 +31,8 @@ from components.network.registries import DOCKER_HUB, reachable_without_egress, 
 from lambdas.common import tags as tag_keys
 from lambdas.common.catalog import load_catalog
 from lambdas.jobs.spec import MAX_ATTEMPTS_LIMIT, TEAM_NAME as JOB_TEAM_NAME
+from lambdas.scheduler.planning.headroom import MAX_JOBS as HEADROOM_MAX_JOBS
+from lambdas.scheduler.planning.headroom import MAX_WINDOW_MINUTES as HEADROOM_MAX_WINDOW_MINUTES
 
 from .regions import AWS_REGIONS
 
@@ -284,15 +286,14 @@ class StackConfig(_Model):
     disruption_budget_percent: int = Field(
         default=10, ge=1, le=100,
         description="Share of a fleet group (rounded up, at least one instance) that removals may drain at once.")
-    # Headroom trades dollars for waits (lambdas/scheduler/planning/headroom.py); the bounds are the scheduler's
-    # own (lambdas/scheduler/handler.py MAX_HEADROOM_WINDOW_MINUTES, MAX_HEADROOM_JOBS).
+    # Headroom trades dollars for waits (lambdas/scheduler/planning/headroom.py); its bounds are the scheduler's.
     headroom_window_minutes: int = Field(
-        default=0, ge=0, le=1440,
+        default=0, ge=0, le=HEADROOM_MAX_WINDOW_MINUTES,
         description="Keep room ready for jobs like those the scheduler bought instances for in the last this many "
         "minutes, so the next ones start without waiting for a boot; it costs more (docs/scheduler.md, \"Headroom\"). "
         "0: no headroom.")
     headroom_max_jobs: int = Field(
-        default=8, ge=1, le=100,
+        default=8, ge=1, le=HEADROOM_MAX_JOBS,
         description="With headroom: room for at most this many of those recent jobs.")
 
     # Jobs. A job spec may ask for at most MAX_ATTEMPTS_LIMIT attempts; the stack's default must be one it could ask for.

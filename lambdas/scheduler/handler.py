@@ -73,6 +73,8 @@ from .planning import (
     Fleet, JobRequest, Limits, Machine, Plan, ReleasePolicy, RuntimeEstimate, ScaleOut, Shares, decayed_usage,
     plan,
 )
+from .planning.headroom import MAX_JOBS as MAX_HEADROOM_JOBS
+from .planning.headroom import MAX_WINDOW_MINUTES as MAX_HEADROOM_WINDOW_MINUTES
 from .planning.headroom import RecentWait, placeholders, remember
 from .planning.runtimes import FinishedRun, estimates, expected_end
 from .requests import job_request
@@ -106,9 +108,6 @@ MAX_START_FAILURES = 5
 BREAKER_FAILURES, BREAKER_WINDOW = 3, timedelta(minutes=30)
 # Submissions whose finished jobs are read per run for runtime estimates (one Query each).
 MAX_SUBMISSIONS_READ = 50
-# Headroom's bounds (components/config/model.py checks the stack's values against the same): a day's
-# window, and a ledger item far below DynamoDB's 400 KB.
-MAX_HEADROOM_WINDOW_MINUTES, MAX_HEADROOM_JOBS = 24 * 60, 100
 
 
 @dataclass(frozen=True)

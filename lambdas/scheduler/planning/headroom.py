@@ -25,6 +25,10 @@ from .launching import place_on_launching
 from .model import Fleet, JobRequest, Limits, Reservation, ScaleOut
 from .purchase import purchase
 
+# The bounds of mlfleet:headroomWindowMinutes and mlfleet:headroomMaxJobs, checked by the stack config
+# (components/config/model.py) and the scheduler's settings (handler.py): a day's window, and a ledger item
+# far below DynamoDB's 400 KB.
+MAX_WINDOW_MINUTES, MAX_JOBS = 24 * 60, 100
 PLACEHOLDER_PREFIX = "headroom:"  # no job id can take it (lambdas/jobs/spec.py _JOB_ID: sub-<digits>-<hex>-<n>)
 PLACEHOLDER_SUBMISSION = "headroom"
 
@@ -55,11 +59,10 @@ def is_placeholder(job_id: str) -> bool:
 
 def placeholders(recent: Sequence[RecentWait], now: float, window_s: float, max_jobs: int) -> list[JobRequest]:
     """The placeholder requests for this run: the newest `max_jobs` waits of the last `window_s`."""
-    kept = [w for w in recent if now - w.at < window_s][-max_jobs:] if window_s > 0 and max_jobs > 0 else []
     return [JobRequest(f"{PLACEHOLDER_PREFIX}{n}", PLACEHOLDER_SUBMISSION, w.gpus, w.vcpus, w.memory_mib,
                        w.instance_type_pattern, regions=w.regions, lifecycle=w.lifecycle, submitted_at=w.at,
                        gpu_memory_mib=w.gpu_memory_mib)
-            for n, w in enumerate(kept)]
+            for n, w in enumerate(_newest(recent, now, window_s, max_jobs))]
 
 
 def remember(recent: Sequence[RecentWait], jobs: Iterable[JobRequest], scale_outs: Iterable[ScaleOut], now: float,
@@ -72,7 +75,12 @@ def remember(recent: Sequence[RecentWait], jobs: Iterable[JobRequest], scale_out
     new = [RecentWait.of(by_id[job_id], now, "on-demand" if (scale_out.region, scale_out.fleet) in on_demand else None)
            for scale_out in scale_outs for job_id in scale_out.for_jobs
            if job_id in by_id and by_id[job_id].reserved is None]
-    return [w for w in [*recent, *new] if now - w.at < window_s][-max_jobs:] if window_s > 0 and max_jobs > 0 else []
+    return _newest([*recent, *new], now, window_s, max_jobs)
+
+
+def _newest(waits: Sequence[RecentWait], now: float, window_s: float, max_jobs: int) -> list[RecentWait]:
+    """The newest `max_jobs` of the waits (oldest first) within the last `window_s`."""
+    return [w for w in waits if now - w.at < window_s][-max_jobs:] if window_s > 0 and max_jobs > 0 else []
 
 
 def yield_to(capped: Sequence[JobRequest], options: Sequence[Option], bought: Sequence[ScaleOut],
