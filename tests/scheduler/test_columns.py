@@ -9,7 +9,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from benchmarks.configuration_bound import configuration_bound
-from lambdas.scheduler.planning.columns import GAP, Pattern, _best_pattern, _relaxation_prices, cheapest_cover
+from lambdas.scheduler.planning.columns import GAP, Pattern, best_pattern, _relaxation_prices, cheapest_cover
 
 BOXES = [((1, 8.0, 32_000), 0.5), ((4, 48.0, 190_000), 1.3), ((8, 96.0, 380_000), 3.0), ((1, 4.0, 15_000), 0.21)]
 
@@ -99,7 +99,7 @@ def test_pricing_finds_the_most_valuable_pattern(items, capacity, floor_share):
     demand = [i[4] for i in items]
     best = _brute_force_best(items, capacity)
     floor = floor_share * best
-    value, counts, exhaustive = _best_pattern(capacity, range(len(items)), needs, demand, duals, 20_000, floor)
+    value, counts, exhaustive = best_pattern(capacity, range(len(items)), needs, demand, duals, 20_000, floor)
     assert exhaustive
     assert value == pytest.approx(max(best, floor), abs=1e-6)  # duals within EPSILON of zero are worth nothing
     if counts:  # a pattern returned is real, fits and beats the floor

@@ -244,7 +244,7 @@ class _Master:
         return sum(self.costs[j] * v for j, v in self.solution().items())
 
 
-def _best_pattern(capacity: tuple[int, int, int], kinds: Sequence[int], needs: Sequence[tuple[int, int, int]],
+def best_pattern(capacity: tuple[int, int, int], kinds: Sequence[int], needs: Sequence[tuple[int, int, int]],
                   demand: Sequence[int], duals: Sequence[float], node_limit: int, floor: float = 0.0
                   ) -> tuple[float, dict[int, int], bool]:
     """The jobs one box of `capacity` holds that are worth most at `duals`: depth-first branch and bound
@@ -373,7 +373,7 @@ def _relaxation_prices(items, capacity: tuple[int, int, int], sweeps: int = 3) -
     return prices
 
 
-def _units(resources: Sequence[float], round_up: bool) -> tuple[int, int, int]:
+def whole_units(resources: Sequence[float], round_up: bool) -> tuple[int, int, int]:
     """GPUs, milli-vCPUs, MiB as integers: needs rounded up, capacities down, so whole-unit fits are fits."""
     milli = resources[1] * 1000
     vcpus = int(milli) + (1 if round_up and milli - int(milli) > 1e-6 else 0)
@@ -429,8 +429,8 @@ def cheapest_cover(needs: Sequence[Resources], demand: Sequence[int], eligible: 
 
     converged, rounds = False, 0
     candidates = [o for o in sorted(per_option) if not _dominated(o, list(per_option), boxes, per_option)]
-    units = [_units(need, True) for need in needs]
-    capacities = {option: _units(boxes[option][0], False) for option in candidates}
+    units = [whole_units(need, True) for need in needs]
+    capacities = {option: whole_units(boxes[option][0], False) for option in candidates}
     node_limit = QUICK_PRICING_NODES
     center: list[float] | None = None  # the duals of the best lower bound so far (the stability center)
     bound = 0.0
@@ -464,7 +464,7 @@ def cheapest_cover(needs: Sequence[Resources], demand: Sequence[int], eligible: 
                     ratio = max(ratio, settled[alpha, option] / price)
                     continue
                 # Patterns worth no more than their box cannot enter: the search needs to beat only that.
-                value, counts, exhaustive = _best_pattern(capacities[option], per_option[option], units, demand,
+                value, counts, exhaustive = best_pattern(capacities[option], per_option[option], units, demand,
                                                           point, node_limit, floor=price)
                 if exhaustive:
                     settled[alpha, option] = value

@@ -20,10 +20,12 @@ trace: docs/scheduler-benchmark.md). The bundles' jobs are what the scale-outs a
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections import deque
 from dataclasses import dataclass, replace
+from functools import cached_property
 
-from .columns import Pattern, cheapest_cover, gauss_jordan_pivot
-from .constraints import Patterns, constraint_key, demand_of, fits, planning_order
+from .columns import Pattern, best_pattern, cheapest_cover, gauss_jordan_pivot, whole_units
+from .constraints import Patterns, constraint_key, demand_of, planning_order
 from .fleets import Option, box_machine, may_run
 from .model import NO_FLEET, SCALING_PAUSED, JobRequest, Limits, Resources, ScaleOut
 from .packer import Packer
@@ -44,6 +46,10 @@ RUNTIME_CLASS_EDGES_S = (3600.0, 4 * 3600.0, 16 * 3600.0, 64 * 3600.0)
 # GPU-hour in 27 of 39 replays (docs/scheduler-benchmark.md, "Hosts under interruptions"). Not for jobs
 # the lifecycle stage sent on-demand (purchase()).
 HOST_CLASS = 4
+# Branch-and-bound nodes for one new box's fill: boxes hold a few jobs and the kinds come best first, so
+# more nodes buy little (on a burst of 288 kinds, 3,000 nodes bought 0.6% less for 1.8 times the CPU;
+# 100 to 1,000 were within 0.1%: docs/scheduler-benchmark.md, "Plan CPU").
+FILL_NODES = 300
 
 
 def resource_prices(boxes: Sequence[tuple[Resources, float]], demand: Sequence[float]) -> tuple[float, float, float]:
@@ -94,6 +100,16 @@ class _Kind:
     left: int = 0  # jobs of the kind not planned yet
     value: float = 0.0  # the need at the LP's resource prices
 
+    @cached_property
+    def units(self) -> tuple[int, int, int]:  # the need in whole units, for the fill's knapsack
+        return whole_units(self.need, True)
+
+
+def _worth(prices: Sequence[float], amounts: Sequence[float]) -> float:
+    """Resources at the LP's prices, with a tiny size term: resources the LP prices at zero still count
+    when filling (a fill that uses them beats one that does not)."""
+    return sum(p * n for p, n in zip(prices, amounts)) + 1e-9 * (amounts[0] + amounts[1] / 8 + amounts[2] / 65536)
+
 
 def _copies(have: float, need: float) -> int:
     """How many `need` fit in `have`, exactly (a float quotient may round up past the capacity)."""
@@ -105,20 +121,28 @@ def _copies(have: float, need: float) -> int:
     return count
 
 
-def _tentative_fill(capacity: Resources, first: _Kind, kinds: Sequence[_Kind]) -> dict[int, int]:
-    """What a new box would hold: the job that opens it, then the jobs still to plan in the order they
-    come (largest first), as many of each as fit. {id(kind): count}."""
-    free = [capacity[0] - first.need[0], capacity[1] - first.need[1], capacity[2] - first.need[2]]
-    counts = {id(first): 1}
-    for kind in kinds:
-        available = kind.left - counts.get(id(kind), 0)
-        if available <= 0 or not fits(free, kind.need):
-            continue
-        count = min([available] + [_copies(have, need) for have, need in zip(free, kind.need) if need])
-        if count:
-            free = [free[i] - count * kind.need[i] for i in range(3)]
-            counts[id(kind)] = counts.get(id(kind), 0) + count
-    return counts
+def _fill(capacity: tuple[int, int, int], first: _Kind, kinds: Sequence[_Kind], floor: float
+          ) -> tuple[float, dict[int, int]] | None:
+    """The jobs still to plan that a new box would hold with the job that opens it, worth most at the
+    LP's resource prices: a knapsack over the kinds (columns.best_pattern, at most FILL_NODES nodes).
+    (value, {id(kind): count}); None when no fill is worth more than `floor`.
+
+    A box filled to its most valuable (its vCPUs used to the last one, where vCPUs are what runs out)
+    rather than first-fit in size order: on a burst of 288 kinds of one-GPU jobs with 4 to 24 vCPUs,
+    first fit left a quarter of the g4dn.12xlarge GPUs idle beside used-up vCPUs (docs/scheduler-benchmark.md).
+    """
+    free = (capacity[0] - first.units[0], capacity[1] - first.units[1], capacity[2] - first.units[2])
+    counts = {}
+    if min(free) >= 0:  # (whole units round a job's need up: one that fits to the last byte fills nothing)
+        demand = [k.left - (k is first) for k in kinds]
+        value, counts, _ = best_pattern(free, range(len(kinds)), [k.units for k in kinds], demand,
+                                        [k.value for k in kinds], FILL_NODES, floor=floor - first.value)
+    if not counts:  # the opening job alone
+        return (first.value, {id(first): 1}) if first.value > floor else None
+    fill = {id(first): 1}
+    for i, count in counts.items():
+        fill[id(kinds[i])] = fill.get(id(kinds[i]), 0) + count
+    return first.value + value, fill
 
 
 def _kinds(jobs: Sequence[JobRequest], options: Sequence[Option], patterns: Patterns) -> tuple[list[_Kind], dict]:
@@ -143,12 +167,13 @@ class _Bought:
 class _Purchase:
     """Stage 3: boxes to buy for the jobs nothing else holds, within each fleet's cap and the dollar cap.
 
-    First-fit decreasing with boxes opened on demand: a job goes to the fullest box opened so far that
-    fits; when none does, it opens a box of the fleet whose box, filled with this job and the jobs still
-    to come, holds the most value per dollar. Value is the job's resources at the prices of the LP that
-    covers all of them at least cost, so boxes that fill well at those prices are what gets bought. Big
-    jobs come first and open the boxes; small ones fill the gaps. Seed boxes (the rounded cover), when
-    given, are bought first with their jobs, and their spare room is filled like any box's.
+    Decreasing order with boxes opened on demand: a job goes to the fullest box opened so far that fits;
+    when none does, it opens a box of the fleet whose box, filled with this job and the jobs still to
+    come that are worth most in it (`_fill`), holds the most value per dollar, and the box gets that fill
+    at once. Value is the job's resources at the prices of the LP that covers all of them at least cost,
+    so boxes that fill well at those prices are what gets bought. Big jobs come first and open the boxes;
+    small ones fill the gaps. Seed boxes (the rounded cover), when given, are bought first with their
+    jobs, and their spare room is filled like any box's.
     """
 
     def __init__(self, options: Sequence[Option], catalog, patterns: Patterns, limits: Limits, host: bool = False):
@@ -159,6 +184,7 @@ class _Purchase:
         self.limits = limits
         self.budget = limits.max_hourly_usd - limits.current_hourly_usd
         self.room = [o.room for o in options]
+        self.units = [whole_units(o.capacity, False) for o in options]
         self.index_of = {(o.fleet.region, o.fleet.fleet): i for i, o in enumerate(options)}
         self.boxes = Packer([], catalog, lambda job, group: may_run(
             job, options[self.index_of[(group.region, group.fleet)]], patterns))
@@ -195,16 +221,24 @@ class _Purchase:
         demand = [sum(k.need[i] * k.left for k in kinds if k.options) for i in range(3)]
         prices = resource_prices([(o.capacity, o.price) for i, o in enumerate(options) if self.affordable(i)], demand)
         for kind in kinds:
-            # A tiny size term: resources the LP prices at zero still count when filling.
-            kind.value = sum(p * n for p, n in zip(prices, kind.need)) + 1e-9 * (
-                kind.need[0] + kind.need[1] / 8 + kind.need[2] / 65536)
+            kind.value = _worth(prices, kind.need)
         per_option = [[k for k in kinds if i in k.options] for i in range(len(options))]
+        # What a box of each option is worth full at those prices, per dollar: no fill is worth more, so
+        # options are tried best first and the search stops at one that cannot beat the best fill found.
+        self.ceiling = [_worth(prices, o.capacity) / max(o.price, 1e-9) for o in options]
         by_id = {id(k): k for k in kinds}
-        chosen: dict[int, tuple[int, dict[int, int]]] = {}  # kind -> (option, its tentative fill)
+        queues: dict[int, deque[JobRequest]] = {}  # kind -> its jobs not planned yet, in planning order
+        for job in rest:
+            queues.setdefault(id(kind_of[job.job_id]), deque()).append(job)
+        chosen: dict[int, tuple[int, dict[int, int]]] = {}  # kind -> (option, the fill it was chosen for)
         waiting: list[tuple[str, str]] = []
 
         for job in rest:
             kind = kind_of[job.job_id]
+            queue = queues[id(kind)]
+            if not queue or queue[0] is not job:
+                continue  # planned already, in the fill of a box opened for an earlier job
+            queue.popleft()
             if not kind.options:
                 kind.left -= 1
                 waiting.append((job.job_id, NO_FLEET))
@@ -221,6 +255,10 @@ class _Purchase:
                 if choice is not None:
                     key = self._open(choice[0])
                     box = self.boxes.machine(key) if self.boxes.place_on(job, key) else None
+                    if box is not None:
+                        # The box gets the fill it was chosen for, now: left to the best fit of later
+                        # jobs, the fill's jobs went elsewhere and the box stayed part empty.
+                        self._fill_box(key, kind, choice[1], by_id, queues)
             kind.left -= 1
             if box is None:
                 waiting.append((job.job_id, SCALING_PAUSED if not scaling_allowed else self._why_not(kind)))
@@ -232,24 +270,42 @@ class _Purchase:
             bought.setdefault(i, []).append(job_ids)
         return _Bought(bought, waiting, round(self.cost, 6))
 
+    def _fill_box(self, key: str, opener: _Kind, fill: Mapping[int, int], by_id: Mapping[int, _Kind],
+                  queues: Mapping[int, deque[JobRequest]]) -> None:
+        """Place the fill's jobs (beyond the one that opened the box) on the new box, the next of each kind."""
+        for k, count in fill.items():
+            queue = queues.get(k)
+            for _ in range(count - (k == id(opener))):
+                if not queue or not self.boxes.place_on(queue[0], key):
+                    break
+                job = queue.popleft()
+                by_id[k].left -= 1
+                self.contents[key][1].append(job.job_id)
+
     def _choose(self, kind: _Kind, per_option: Sequence[Sequence[_Kind]]) -> tuple[int, dict[int, int]] | None:
+        """The option whose new box, filled, is worth most per dollar, with that fill."""
         best = None
-        for i in sorted(kind.options):
-            option = self.options[i]
-            if not self.affordable(i):
-                continue
-            if self.host:  # valued full of jobs like this one: later long jobs fill it on the live stage
+        if self.host:  # valued full of jobs like this one: later long jobs fill it on the live stage
+            for i in sorted(kind.options):
+                option = self.options[i]
+                if not self.affordable(i):
+                    continue
                 value = kind.value * min(_copies(have, need) for have, need in zip(option.capacity, kind.need) if need)
                 key = (-value / max(option.price, 1e-9), option.price, option.fleet.region, option.fleet.fleet)
                 if best is None or key < best[0]:
                     best = (key, i, {id(kind): 1})
-                continue
-            fill = _tentative_fill(option.capacity, kind, per_option[i])
-            value = sum(k.value * count for k, count in ((k, fill.get(id(k), 0)) for k in per_option[i]))
-            key = (-value / max(option.price, 1e-9), option.price, option.fleet.region, option.fleet.fleet)
-            if best is None or key < best[0]:
-                best = (key, i, fill)
-        return (best[1], best[2]) if best else None
+            return (best[1], best[2]) if best else None
+        order = sorted((i for i in kind.options if self.affordable(i)), key=lambda i: (
+            -self.ceiling[i], self.options[i].price, self.options[i].fleet.region, self.options[i].fleet.fleet))
+        ratio = 0.0
+        for i in order:
+            price = max(self.options[i].price, 1e-9)
+            if best is not None and self.ceiling[i] <= ratio:
+                break  # no fill of this option or the next can beat the best found
+            found = _fill(self.units[i], kind, per_option[i], ratio * price)
+            if found is not None and (best is None or found[0] / price > ratio):
+                ratio, best = found[0] / price, (i, found[1])
+        return best
 
     def _why_not(self, kind: _Kind) -> str:
         if any(self.room[i] > 0 for i in kind.options):
