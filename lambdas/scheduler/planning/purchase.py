@@ -19,8 +19,8 @@ trace: docs/scheduler-benchmark.md). The bundles' jobs are what the scale-outs a
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 
