@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unittest.mock
 
 import pytest
 from hypothesis import given, settings
@@ -161,6 +162,26 @@ reserved_jobs_st = st.lists(st.builds(
 @settings(max_examples=200, deadline=None)
 @given(reserved_jobs_st, machines_st, fleets_st, st.floats(1, 200), st.booleans())
 def test_no_overcommit_no_constraint_violation_no_cap_exceeded_nothing_dropped(jobs, machines, fleets, cap, admit):
+    _check_every_rule(jobs, machines, fleets, cap, admit)
+
+
+# Jobs small enough that a new box holds several: its knapsack fill has something to choose from.
+small_jobs_st = st.lists(st.builds(
+    lambda n, g, c, m, pat, sub: job(f"j{n}", gpus=g, vcpus=c, memory_mib=m, instance_type_pattern=pat,
+                                     submission_id=sub),
+    st.integers(0, 10**6), st.integers(1, 2), st.integers(1, 24), st.integers(512, 64_000),
+    st.sampled_from([None, None, r"g5\..*"]), st.sampled_from(["s1", "s2"])), max_size=30, unique_by=lambda j: j.job_id)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.one_of(reserved_jobs_st, small_jobs_st), machines_st, fleets_st, st.floats(1, 200), st.booleans())
+def test_the_greedy_purchase_alone_keeps_every_rule(jobs, machines, fleets, cap, admit):
+    # The greedy plan's boxes take their knapsack fill as they open: the same rules without the cover.
+    with unittest.mock.patch.object(purchase, "COVER_MAX_KINDS", 0):
+        _check_every_rule(jobs, machines, fleets, cap, admit)
+
+
+def _check_every_rule(jobs, machines, fleets, cap, admit):
     limits = Limits(max_hourly_usd=cap, current_hourly_usd=0, admission_open=admit)
     result = plan(jobs, machines, fleets, CATALOG, limits)
     by_key = {m.key: m for m in machines}
