@@ -22,7 +22,8 @@ each kind one box of it holds), grown one pattern at a time.
   room of these boxes first.
 
 On the shared Alibaba trace (87 kinds, 7,064 jobs) the planner's purchase with the rounded cover costs
-0.2% above the LP optimum, against 4.2% for greedy packing alone (docs/scheduler-benchmark.md).
+0.1% above the LP optimum, against 1.3% for the greedy purchase alone (4.2% before it filled each new
+box with the pricing's knapsack, `best_pattern`; docs/scheduler-benchmark.md).
 scipy would do the LP faster, but the scheduler Lambda carries no compiled dependencies.
 """
 
@@ -245,8 +246,8 @@ class _Master:
 
 
 def best_pattern(capacity: tuple[int, int, int], kinds: Sequence[int], needs: Sequence[tuple[int, int, int]],
-                  demand: Sequence[int], duals: Sequence[float], node_limit: int, floor: float = 0.0
-                  ) -> tuple[float, dict[int, int], bool]:
+                 demand: Sequence[int], duals: Sequence[float], node_limit: int, floor: float = 0.0
+                 ) -> tuple[float, dict[int, int], bool]:
     """The jobs one box of `capacity` holds that are worth most at `duals`: depth-first branch and bound
     over whole units (GPUs, milli-vCPUs, MiB), so that every division is exact.
 
@@ -465,7 +466,7 @@ def cheapest_cover(needs: Sequence[Resources], demand: Sequence[int], eligible: 
                     continue
                 # Patterns worth no more than their box cannot enter: the search needs to beat only that.
                 value, counts, exhaustive = best_pattern(capacities[option], per_option[option], units, demand,
-                                                          point, node_limit, floor=price)
+                                                         point, node_limit, floor=price)
                 if exhaustive:
                     settled[alpha, option] = value
                 exact = exact and exhaustive

@@ -4,12 +4,13 @@ Each fleet is an option (fleets.py). Two purchase plans are made and the better 
 within the caps, then the lower $/h):
 
 - greedy: resource prices come from the linear program "cover the demand with fractional boxes at
-  least cost" (its dual: dollars per GPU, vCPU and MiB); first-fit decreasing with boxes opened on
-  demand, each new box of the fleet whose box, filled with this job and the jobs still to come, holds
-  the most demand-value per dollar;
+  least cost" (its dual: dollars per GPU, vCPU and MiB); best fit in decreasing order with boxes opened
+  on demand, each new box of the fleet whose box, filled with this job and the jobs still to come worth
+  most beside it (a knapsack), holds the most demand-value per dollar, and filled so at once;
 - cover: the configuration LP solved by column generation (`columns.cheapest_cover`), rounded down to
-  whole boxes, the few jobs left packed by the greedy. Near-optimal (0.2% above the LP bound on the
-  shared trace, where the greedy alone is 4.2% above it), within a CPU budget.
+  whole boxes, the few jobs left packed by the greedy. Near-optimal (0.1% above the LP bound on the
+  shared trace, where the greedy alone is 1.3% above it, and was 4.2% when it filled boxes first fit),
+  within a CPU budget.
 
 Jobs that share a GPU (ECS `nvidiaMps`) are bought for as whole-GPU bundles (`bundle_shared`): packed
 largest GPU memory first into GPUs of the smallest shareable memory among the fleets able to run them, so that a bundle fits one GPU of whichever of those fleets is bought, and both plans above
@@ -132,7 +133,7 @@ def _fill(capacity: tuple[int, int, int], first: _Kind, kinds: Sequence[_Kind], 
     first fit left a quarter of the g4dn.12xlarge GPUs idle beside used-up vCPUs (docs/scheduler-benchmark.md).
     """
     free = (capacity[0] - first.units[0], capacity[1] - first.units[1], capacity[2] - first.units[2])
-    counts = {}
+    counts: dict[int, int] = {}
     if min(free) >= 0:  # (whole units round a job's need up: one that fits to the last byte fills nothing)
         demand = [k.left - (k is first) for k in kinds]
         value, counts, _ = best_pattern(free, range(len(kinds)), [k.units for k in kinds], demand,
@@ -185,6 +186,7 @@ class _Purchase:
         self.budget = limits.max_hourly_usd - limits.current_hourly_usd
         self.room = [o.room for o in options]
         self.units = [whole_units(o.capacity, False) for o in options]
+        self.ceiling = [0.0] * len(options)  # a full box's worth per dollar (set by run, at its prices)
         self.index_of = {(o.fleet.region, o.fleet.fleet): i for i, o in enumerate(options)}
         self.boxes = Packer([], catalog, lambda job, group: may_run(
             job, options[self.index_of[(group.region, group.fleet)]], patterns))
