@@ -274,6 +274,31 @@ def test_the_greedy_purchase_fills_each_new_box_to_its_most_valuable(monkeypatch
         [12, 12, 24], [16, 16, 16]]
 
 
+def test_a_fill_looks_at_a_bounded_sample_of_kinds_where_every_job_is_its_own_kind(monkeypatch):
+    # Each fill's knapsack costs in proportion to the kinds it looks at: past FILL_KINDS still to plan,
+    # it sees FILL_SAMPLE of them (and the job that opens the box), so a burst of all-different jobs
+    # costs per box, not per box times kinds. Every job is still bought for, once.
+    monkeypatch.setattr(purchase, "COVER_MAX_KINDS", 0)
+    monkeypatch.setattr(purchase, "FILL_KINDS", 20)
+    monkeypatch.setattr(purchase, "FILL_SAMPLE", 5)
+    seen = []
+    real = purchase.best_pattern
+
+    def spy(capacity, kinds, *args, **kwargs):
+        seen.append(len(kinds))
+        return real(capacity, kinds, *args, **kwargs)
+
+    monkeypatch.setattr(purchase, "best_pattern", spy)
+    gpu4 = fleet("gpu4", ("g5.12xlarge",), max_instances=100)
+    jobs = [job(f"j{n}", vcpus=1 + n % 23, memory_mib=2048 + 97 * n) for n in range(60)]
+    result = plan(jobs, [], [gpu4], CATALOG, LIMITS)
+    assert seen[0] <= 6 and max(seen) <= 20  # a sample while 60 kinds are left, whole lists of 20 or fewer
+    assert sorted(j for s in result.scale_outs for j in s.for_jobs) == sorted(j.job_id for j in jobs)
+    spec = CATALOG.get("g5.12xlarge")
+    fewest = max(-(-len(jobs) // spec.gpus), -(-sum(j.vcpus for j in jobs) // int(spec.schedulable_vcpus)))
+    assert sum(s.add_instances for s in result.scale_outs) <= fewest + 2  # the sample still packs near the bound
+
+
 def test_the_cover_buys_near_the_configuration_bound_and_the_greedy_fill_not_far_off(monkeypatch):
     """300 jobs of the shared trace, one spot fleet per us-east-1 catalog type: the plan costs within
     0.5% of the configuration-LP bound, and less than the greedy purchase alone, which fills each new box

@@ -51,6 +51,11 @@ HOST_CLASS = 4
 # more nodes buy little (on a burst of 288 kinds, 3,000 nodes bought 0.6% less for 1.8 times the CPU;
 # 100 to 1,000 were within 0.1%: docs/scheduler-benchmark.md, "Plan CPU").
 FILL_NODES = 300
+# The most kinds one fill's knapsack looks at whole; past it, FILL_SAMPLE of them spread over the kinds
+# still to plan (in planning order, so over their sizes). Bounds what a new box costs where nearly every
+# job is its own kind: on 20,000 jobs of random sizes, the greedy purchase took 596 s of CPU with every
+# kind in each fill, 31 s with 300 and 9.7 s with 64, buying within 0.3% of it (docs/scheduler-benchmark.md).
+FILL_KINDS, FILL_SAMPLE = 300, 64
 
 
 def resource_prices(boxes: Sequence[tuple[Resources, float]], demand: Sequence[float]) -> tuple[float, float, float]:
@@ -146,6 +151,24 @@ def _fill(capacity: tuple[int, int, int], first: _Kind, kinds: Sequence[_Kind], 
     return first.value + value, fill
 
 
+class _LiveKinds:
+    """The kinds one option may hold that still have jobs to plan, in planning order: what its new
+    boxes' fills choose from. Kinds planned out are dropped once they are half the list (amortised)."""
+
+    def __init__(self, kinds: Sequence[_Kind]):
+        self.kinds = list(kinds)
+        self.spent = 0
+
+    def sample(self, first: _Kind) -> list[_Kind]:
+        if 2 * self.spent > len(self.kinds):
+            self.kinds, self.spent = [k for k in self.kinds if k.left > 0], 0
+        if len(self.kinds) <= FILL_KINDS:
+            return self.kinds
+        step = len(self.kinds) / FILL_SAMPLE
+        chosen = [self.kinds[int(n * step)] for n in range(FILL_SAMPLE)]
+        return chosen if any(k is first for k in chosen) else [first, *chosen]
+
+
 def _kinds(jobs: Sequence[JobRequest], options: Sequence[Option], patterns: Patterns) -> tuple[list[_Kind], dict]:
     """Jobs grouped by size and the options able to run them, in first-appearance (planning) order."""
     kinds: dict[tuple, _Kind] = {}
@@ -187,6 +210,7 @@ class _Purchase:
         self.room = [o.room for o in options]
         self.units = [whole_units(o.capacity, False) for o in options]
         self.ceiling = [0.0] * len(options)  # a full box's worth per dollar (set by run, at its prices)
+        self.live: list[_LiveKinds] = []  # per option, the kinds its new boxes' fills choose from (set by run)
         self.index_of = {(o.fleet.region, o.fleet.fleet): i for i, o in enumerate(options)}
         self.boxes = Packer([], catalog, lambda job, group: may_run(
             job, options[self.index_of[(group.region, group.fleet)]], patterns))
@@ -224,7 +248,7 @@ class _Purchase:
         prices = resource_prices([(o.capacity, o.price) for i, o in enumerate(options) if self.affordable(i)], demand)
         for kind in kinds:
             kind.value = _worth(prices, kind.need)
-        per_option = [[k for k in kinds if i in k.options] for i in range(len(options))]
+        self.live = [_LiveKinds([k for k in kinds if i in k.options]) for i in range(len(options))]
         # What a box of each option is worth full at those prices, per dollar: no fill is worth more, so
         # options are tried best first and the search stops at one that cannot beat the best fill found.
         self.ceiling = [_worth(prices, o.capacity) / max(o.price, 1e-9) for o in options]
@@ -251,7 +275,7 @@ class _Purchase:
                 # Reuse the kind's last choice while the jobs its fill counted on are still to come.
                 if choice is None or not self.affordable(choice[0]) or any(
                         by_id[k].left < count for k, count in choice[1].items()):
-                    choice = self._choose(kind, per_option)
+                    choice = self._choose(kind)
                     if choice is not None:
                         chosen[id(kind)] = choice
                 if choice is not None:
@@ -261,7 +285,7 @@ class _Purchase:
                         # The box gets the fill it was chosen for, now: left to the best fit of later
                         # jobs, the fill's jobs went elsewhere and the box stayed part empty.
                         self._fill_box(key, kind, choice[1], by_id, queues)
-            kind.left -= 1
+            self._planned(kind)
             if box is None:
                 waiting.append((job.job_id, SCALING_PAUSED if not scaling_allowed else self._why_not(kind)))
             else:
@@ -281,10 +305,16 @@ class _Purchase:
                 if not queue or not self.boxes.place_on(queue[0], key):
                     break
                 job = queue.popleft()
-                by_id[k].left -= 1
+                self._planned(by_id[k])
                 self.contents[key][1].append(job.job_id)
 
-    def _choose(self, kind: _Kind, per_option: Sequence[Sequence[_Kind]]) -> tuple[int, dict[int, int]] | None:
+    def _planned(self, kind: _Kind) -> None:
+        kind.left -= 1
+        if kind.left == 0:
+            for i in kind.options:
+                self.live[i].spent += 1
+
+    def _choose(self, kind: _Kind) -> tuple[int, dict[int, int]] | None:
         """The option whose new box, filled, is worth most per dollar, with that fill."""
         best = None
         if self.host:  # valued full of jobs like this one: later long jobs fill it on the live stage
@@ -304,7 +334,7 @@ class _Purchase:
             price = max(self.options[i].price, 1e-9)
             if best is not None and self.ceiling[i] <= ratio:
                 break  # no fill of this option or the next can beat the best found
-            found = _fill(self.units[i], kind, per_option[i], ratio * price)
+            found = _fill(self.units[i], kind, self.live[i].sample(kind), ratio * price)
             if found is not None and (best is None or found[0] / price > ratio):
                 ratio, best = found[0] / price, (i, found[1])
         return best
