@@ -451,3 +451,23 @@ def test_instances_a_removal_is_draining_count_against_the_fleet_cap():
     assert result.scale_outs == () and len(result.waiting) == 1
     assert plan([job()], [], [fleet("gpu1", ("g5.2xlarge",), current=2, max_instances=3)], CATALOG,
                 LIMITS).scale_outs[0].add_instances == 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 4), st.integers(1, 48), st.integers(1024, 190_000)), min_size=1, max_size=40),
+       st.lists(st.tuples(st.integers(0, 4), st.integers(0, 48)), min_size=1, max_size=6))
+def test_the_no_room_memo_answers_as_a_full_scan_would_and_keeps_only_the_smallest_sizes(sizes, rooms):
+    from lambdas.scheduler.planning.packer import Packer
+
+    def packer():
+        machines = [machine(f"m{n}", free_gpus=g, free_vcpus=c) for n, (g, c) in enumerate(rooms)]
+        return Packer(machines, CATALOG, lambda job, group: True)
+
+    memo, scan = packer(), packer()
+    for n, (g, c, m) in enumerate(sizes):
+        request = job(f"j{n}", gpus=g, vcpus=c, memory_mib=m)
+        scan._no_room.clear()  # every placement scans the machines afresh
+        placed = memo.place(request)
+        assert (placed and placed.key) == ((found := scan.place(request)) and found.key)
+    for smallest in memo._no_room.values():  # no size kept that another kept size covers
+        assert not any(a != b and all(x >= y for x, y in zip(a, b)) for a in smallest for b in smallest)
