@@ -54,7 +54,7 @@ FILL_NODES = 300
 # The most kinds one fill's knapsack looks at whole; past it, FILL_SAMPLE of them spread over the kinds
 # still to plan (in planning order, so over their sizes). Bounds what a new box costs where nearly every
 # job is its own kind: on 20,000 jobs of random sizes, the greedy purchase took 596 s of CPU with every
-# kind in each fill, 31 s with samples of 300 and 9.7 s with 64, buying 0.3% and 0.2% more
+# kind in each fill, 31 s with samples of 300 and 9.3 s with 64, buying 0.3% and 0.2% more
 # (docs/scheduler-benchmark.md, "Plan CPU").
 FILL_KINDS, FILL_SAMPLE = 300, 64
 
