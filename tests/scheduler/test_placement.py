@@ -174,10 +174,13 @@ small_jobs_st = st.lists(st.builds(
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.one_of(reserved_jobs_st, small_jobs_st), machines_st, fleets_st, st.floats(1, 200), st.booleans())
-def test_the_greedy_purchase_alone_keeps_every_rule(jobs, machines, fleets, cap, admit):
-    # The greedy plan's boxes take their knapsack fill as they open: the same rules without the cover.
-    with unittest.mock.patch.object(purchase, "COVER_MAX_KINDS", 0):
+@given(st.one_of(reserved_jobs_st, small_jobs_st), machines_st, fleets_st, st.floats(1, 200), st.booleans(),
+       st.sampled_from([(purchase.FILL_KINDS, purchase.FILL_SAMPLE), (3, 2)]))
+def test_the_greedy_purchase_alone_keeps_every_rule(jobs, machines, fleets, cap, admit, fill_limits):
+    # The greedy plan's boxes take their knapsack fill as they open (from a sample of the kinds left, past
+    # FILL_KINDS of them): the same rules without the cover.
+    with unittest.mock.patch.object(purchase, "COVER_MAX_KINDS", 0), \
+            unittest.mock.patch.multiple(purchase, FILL_KINDS=fill_limits[0], FILL_SAMPLE=fill_limits[1]):
         _check_every_rule(jobs, machines, fleets, cap, admit)
 
 
