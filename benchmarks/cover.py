@@ -1,13 +1,14 @@
 """How the purchase's cover does on a whole trace at once: kinds, LP, proven gap, CPU, and what is bought.
 
-    python -m benchmarks.cover --trace benchmarks/data/synthetic_ml_workload.csv [--budget 5]
+    python -m benchmarks.cover --trace benchmarks/data/synthetic_ml_workload.csv [--budget SECONDS]
                                [--region us-east-1] [--share-fractional-gpus] --json
 
 Every job of the trace pending at once, one single-type spot fleet per catalog type (as the scheduler
 benchmark's snapshot): the greedy purchase, then the configuration-LP cover (`columns.cheapest_cover`)
 started from nothing (one box per kind) and from the greedy plan's boxes, each within --budget CPU
 seconds, and the purchase the planner makes of them (`purchase._purchase_once`: the better of greedy and
-cover). `farley_gap` is how far the LP found is proven to be from the LP optimum, when the last pricing
+cover). Without --budget, each cover gets what the planner gives one for the greedy plan's $/h
+(`purchase.cover_budget`: 5 to 30 s); with it, the planner's cover gets --budget too. `farley_gap` is how far the LP found is proven to be from the LP optimum, when the last pricing
 was exhaustive (null otherwise). With --share-fractional-gpus, pods asking for part of a GPU share one
 (as in `python -m benchmarks.scheduler --share-fractional-gpus`), every fleet may share its GPUs, and the
 cover is over the one-GPU bundles the planner makes of them (`purchase.bundle_shared`).
@@ -34,7 +35,7 @@ from lambdas.scheduler.planning.constraints import Patterns, planning_order  # n
 from lambdas.scheduler.planning.fleets import purchase_options  # noqa: E402
 
 
-def measure(trace: Path, budget: float, region: str, share: bool = False) -> dict:
+def measure(trace: Path, budget: float | None, region: str, share: bool = False) -> dict:
     catalog = load_catalog()
     types = instance_types(catalog, region)
     reference = share_reference_mib(types) if share else 0
@@ -50,6 +51,8 @@ def measure(trace: Path, budget: float, region: str, share: bool = False) -> dic
     started = time.process_time()
     greedy = purchase._Purchase(options, catalog, patterns, limits).run(jobs, (), True)
     greedy_cpu = time.process_time() - started
+    fixed = budget is not None
+    budget = budget if fixed else purchase.cover_budget(greedy.cost)
     position = {id(k): n for n, k in enumerate(kinds)}
     start = []
     for option, boxes in greedy.boxes.items():
@@ -68,28 +71,30 @@ def measure(trace: Path, budget: float, region: str, share: bool = False) -> dic
                         "farley_gap": round(cover.lp_cost / cover.bound - 1, 4) if cover.bound else None,
                         "rounds": cover.rounds, "patterns": cover.patterns,
                         "cpu_seconds": round(time.process_time() - started, 2)}
-    saved = purchase.COVER_CPU_SECONDS
-    purchase.COVER_CPU_SECONDS = budget
+    saved = purchase.COVER_CPU_SECONDS, purchase.COVER_MAX_CPU_SECONDS
+    if fixed:
+        purchase.COVER_CPU_SECONDS = purchase.COVER_MAX_CPU_SECONDS = budget
     try:
         started = time.process_time()
         bought = purchase._purchase_once(jobs, options, catalog, patterns, limits)
         result["planner_purchase_usd_per_hour"] = round(bought.cost, 2)
         result["planner_purchase_cpu_seconds"] = round(time.process_time() - started, 2)
     finally:
-        purchase.COVER_CPU_SECONDS = saved
+        purchase.COVER_CPU_SECONDS, purchase.COVER_MAX_CPU_SECONDS = saved
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.cover", description=__doc__.splitlines()[0])
     parser.add_argument("--trace", type=Path, default=ROOT / "benchmarks" / "data" / "synthetic_ml_workload.csv")
-    parser.add_argument("--budget", type=float, default=purchase.COVER_CPU_SECONDS, help="CPU seconds per cover")
+    parser.add_argument("--budget", type=float, default=None,
+                        help="CPU seconds per cover (default: what the planner gives it, purchase.cover_budget)")
     parser.add_argument("--region", default="us-east-1")
     parser.add_argument("--share-fractional-gpus", action="store_true",
                         help="pods asking for part of a GPU share one (bought for in one-GPU bundles)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    if not args.trace.is_file() or args.budget <= 0:
+    if not args.trace.is_file() or (args.budget is not None and args.budget <= 0):
         parser.error("--trace must be a file and --budget > 0")
     result = measure(args.trace, args.budget, args.region, args.share_fractional_gpus)
     print(json.dumps(result, indent=1) if args.json else

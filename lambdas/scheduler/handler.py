@@ -45,6 +45,7 @@ The teams' weights and quotas: the SSM parameter /mlfleet/<env>/teams (lambdas/j
 from __future__ import annotations
 
 import math
+import os
 import time
 import uuid
 from collections.abc import Callable, Collection
@@ -101,6 +102,12 @@ MAX_MESSAGES = 100
 MAX_PENDING = 5_000
 # Acting stops with this much Lambda time left, leaving the rest of the plan to the next run.
 ACT_RESERVE_MS = 20_000
+# The purchase's cover (planning/purchase.py) may use at most this share of the CPU time left before
+# acting must stop: the rest is for acting on the plan. Lambda gives CPU in proportion to memory, one vCPU
+# at 1,769 MB (Lambda developer guide, "Configuring Lambda function memory"); the runtime sets
+# AWS_LAMBDA_FUNCTION_MEMORY_SIZE (a reserved variable, "Using Lambda environment variables").
+COVER_SHARE_OF_TIME_LEFT = 0.5
+FULL_VCPU_MIB = 1769
 # A claim not confirmed by a started task within this long is looked up and released.
 STARTING_GRACE = timedelta(minutes=5)
 # A job StartTask keeps refusing (its machine vanished, its image is unusable) fails after this many.
@@ -512,6 +519,13 @@ def breaker_stopped(fleet_views: dict, now: datetime, settings: Settings, summar
     return stopped
 
 
+def cover_cpu_seconds(remaining_ms: int, memory_mib: str | None) -> float:
+    """The most CPU seconds the purchase's cover may take in a run with `remaining_ms` left, on a Lambda of
+    `memory_mib` (AWS_LAMBDA_FUNCTION_MEMORY_SIZE; a full vCPU when unknown, as outside Lambda)."""
+    vcpus = min(1.0, int(memory_mib) / FULL_VCPU_MIB) if memory_mib and memory_mib.isdigit() and int(memory_mib) else 1.0
+    return max(0.0, (remaining_ms - ACT_RESERVE_MS) / 1000 * vcpus * COVER_SHARE_OF_TIME_LEFT)
+
+
 def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog, ledger: L.Ledger,
                     quarantine: Quarantine, pending: list[L.JobRecord], remaining_ms: Callable[[], int], now: datetime,
                     summary: dict, held: lease.Lease | None = None, shares: Shares | None = None,
@@ -567,6 +581,7 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
                               budget_percent=settings.disruption_budget_percent),
         interruption_rate=load_interruption_rates().per_hour, boot_s=boot_s,
         shares=shares, headroom=spare,
+        cover_cpu_seconds=cover_cpu_seconds(remaining_ms(), os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")),
     )
     records = {r.job_id: r for r in pending}
     definitions: dict[str, actions.TaskDefinitions] = {}

@@ -11,12 +11,14 @@ import json
 from datetime import datetime, timedelta, timezone
 
 import boto3
+import pytest
 from conftest import ASG, CLUSTER, HOME, build_fleet, open_admission, scheduler_settings
 
 from lambdas.common.catalog import load_catalog
 from lambdas.jobs import ledger as L
 from lambdas.jobs.spec import assign_ids, parse_spec
-from lambdas.scheduler.handler import run
+from lambdas.scheduler import handler
+from lambdas.scheduler.handler import ACT_RESERVE_MS, cover_cpu_seconds, run
 
 NOW = datetime(2026, 11, 22, 12, tzinfo=timezone.utc)
 
@@ -71,3 +73,33 @@ def test_capacity_is_bought_once_while_it_boots_and_used_when_it_joins(home):
     hosts = {ledger.get(j).placement.instance_id for j in job_ids[4:]}
     assert len(hosts) == 1 and hosts.isdisjoint(instances)
     assert all(ledger.get(j).reserved is None for j in job_ids)  # started: reservations cleared
+
+
+@pytest.mark.parametrize("remaining_ms, memory_mib, seconds", [
+    (180_000, "1024", (180 - ACT_RESERVE_MS / 1000) * 1024 / 1769 / 2),  # the scheduler's 1,024 MB: 0.58 vCPU
+    (180_000, "1769", (180 - ACT_RESERVE_MS / 1000) / 2),  # one vCPU
+    (180_000, "10240", (180 - ACT_RESERVE_MS / 1000) / 2),  # more memory, more vCPUs: one thread uses one
+    (180_000, None, (180 - ACT_RESERVE_MS / 1000) / 2),  # outside Lambda
+    (180_000, "lots", (180 - ACT_RESERVE_MS / 1000) / 2),
+    (ACT_RESERVE_MS - 1, "1024", 0.0),  # no time left to act: no cover
+])
+def test_the_cover_may_use_half_the_cpu_time_left_before_acting_must_stop(remaining_ms, memory_mib, seconds):
+    assert cover_cpu_seconds(remaining_ms, memory_mib) == pytest.approx(seconds)
+
+
+def test_a_run_bounds_the_purchase_cover_by_the_lambda_time_left(home, monkeypatch):
+    build_fleet(size=1)
+    open_admission()
+    queue_jobs(home, 6)
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "1024")
+    seen = []
+    real = handler.plan
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["cover_cpu_seconds"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(handler, "plan", spy)
+    first = run(settings(home), lambda: 100_000, now=NOW)
+    assert len(first["started"]) == 4 and desired() == 2  # the plan is made and acted on as before
+    assert seen == [pytest.approx((100 - ACT_RESERVE_MS / 1000) * 1024 / 1769 / 2)]

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from lambdas.common.catalog import load_catalog
 import lambdas.scheduler.planning.purchase as purchase
 from lambdas.scheduler.planning import (
-    ADMISSION_CLOSED, NO_FLEET, Fleet, JobRequest, Limits, Machine, Reservation, plan, resource_prices,
+    ADMISSION_CLOSED, NO_FLEET, Fleet, JobRequest, Limits, Machine, Reservation, RuntimeEstimate, plan,
+    resource_prices,
 )
 
 CATALOG = load_catalog()
@@ -324,6 +325,54 @@ def test_the_cover_buys_near_the_configuration_bound_and_the_greedy_fill_not_far
     greedy = cost(plan(jobs, [], fleets, CATALOG, Limits(float("inf"), 0)))
     assert bound.cost <= planned <= 1.005 * bound.cost
     assert planned < greedy <= 1.02 * bound.cost
+
+
+@pytest.mark.parametrize("stake, left, budget", [
+    (0.0, float("inf"), purchase.COVER_CPU_SECONDS),  # a small purchase: the least
+    (purchase.COVER_USD_PER_HOUR_PER_SECOND * 12, float("inf"), 12.0),  # one second per $250/h
+    (1e9, float("inf"), purchase.COVER_MAX_CPU_SECONDS),  # never past the most
+    (1e9, 7.5, 7.5),  # nor past what the caller has left
+    (0.0, 2.0, 2.0),  # even below the least
+    (1e9, -3.0, 0.0),  # nothing left: no cover
+])
+def test_the_cover_budget_grows_with_what_the_purchase_costs(stake, left, budget):
+    assert purchase.cover_budget(stake, left) == pytest.approx(budget)
+
+
+def _spy_on_covers(monkeypatch) -> list[float]:
+    budgets = []
+    real = purchase.cheapest_cover
+
+    def spy(*args, cpu_seconds, **kwargs):
+        budgets.append(cpu_seconds)
+        return real(*args, cpu_seconds=cpu_seconds, **kwargs)
+
+    monkeypatch.setattr(purchase, "cheapest_cover", spy)
+    return budgets
+
+
+def test_the_cover_gets_what_the_greedy_plans_cost_warrants_within_what_the_caller_has(monkeypatch):
+    # Jobs of three runtime classes: three purchases, each with its own cover.
+    budgets = _spy_on_covers(monkeypatch)
+    monkeypatch.setattr(purchase, "COVER_USD_PER_HOUR_PER_SECOND", 1.0)  # one second per $1/h: past the least
+    gpu4 = fleet("gpu4", ("g5.12xlarge",), max_instances=100)
+    jobs = [job(f"j{n}", vcpus=1 + n % 7, memory_mib=4096 + 512 * (n % 5),
+                runtime=RuntimeEstimate(600.0 * 8 ** (n % 3), 0.5)) for n in range(30)]
+    everyone = sorted(j.job_id for j in jobs)
+
+    def bought(result):
+        return sorted(j for s in result.scale_outs for j in s.for_jobs)
+
+    assert bought(plan(jobs, [], [gpu4], CATALOG, Limits(float("inf"), 0))) == everyone
+    assert len(budgets) == 3 and all(purchase.COVER_CPU_SECONDS < b <= purchase.COVER_MAX_CPU_SECONDS for b in budgets)
+    budgets.clear()
+    assert bought(plan(jobs, [], [gpu4], CATALOG, Limits(float("inf"), 0), cover_cpu_seconds=2.5)) == everyone
+    # What the caller has is for all three covers: each gets at most what is left of it.
+    assert len(budgets) == 3 and budgets[0] <= 2.5 and all(b < a for a, b in zip(budgets, budgets[1:]))
+    budgets.clear()
+    # No time left: no cover, and the greedy plans still buy for every job.
+    assert bought(plan(jobs, [], [gpu4], CATALOG, Limits(float("inf"), 0), cover_cpu_seconds=0.0)) == everyone
+    assert budgets == []
 
 
 def test_launching_instances_count_even_while_scaling_is_paused():

@@ -39,12 +39,14 @@ def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequen
          limits: Limits, *, prices: Mapping[tuple[str, str], float] | None = None, now: float = 0.0,
          release: ReleasePolicy | None = None, interruption_rate: Callable[[str, str], float] | None = None,
          boot_s: float = DEFAULT_BOOT_S, shares: Shares | None = None,
-         headroom: Sequence[JobRequest] = ()) -> Plan:
+         headroom: Sequence[JobRequest] = (), cover_cpu_seconds: float | None = None) -> Plan:
     """`release`: propose empty machines to give back (None: propose none). `interruption_rate(region,
     type)`: spot interruptions per instance-hour, for the lifecycle stage (None: leave lifecycles alone).
     `shares`: teams, quotas and priorities (shares.py); None offers every job, as for one team without a quota.
     `headroom`: placeholder requests (headroom.py), planned after every real job: a live machine one fits is
-    kept, and what none fits is bought ahead (`Plan.headroom`) within the caps the real jobs leave."""
+    kept, and what none fits is bought ahead (`Plan.headroom`) within the caps the real jobs leave.
+    `cover_cpu_seconds`: the most CPU time the purchase's covers may take (None: what each purchase's cost
+    warrants, purchase.cover_budget)."""
     def releases(placed_on) -> tuple:
         return propose_releases(machines, fleets, catalog, now, release, placed_on) if release else ()
 
@@ -87,7 +89,8 @@ def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequen
         spare_left = [j for j in unplaced if j.job_id in spare]
         unplaced = [j for j in unplaced if j.job_id not in spare]
         if unplaced:
-            scale_outs, bought_waiting = purchase(unplaced, options(), catalog, patterns, limits, fallbacks)
+            scale_outs, bought_waiting = purchase(unplaced, options(), catalog, patterns, limits, fallbacks,
+                                                  cover_cpu_seconds)
             waiting += bought_waiting
             bought_ids = {job_id for s in scale_outs for job_id in s.for_jobs}
             capped |= {job_id for job_id, reason in bought_waiting if job_id not in bought_ids and held_by_a_cap(reason)}

@@ -10,7 +10,7 @@ within the caps, then the lower $/h):
 - cover: the configuration LP solved by column generation (`columns.cheapest_cover`), rounded down to
   whole boxes, the few jobs left packed by the greedy. Near-optimal (0.1% above the LP bound on the
   shared trace, where the greedy alone is 1.3% above it, and was 4.2% when it filled boxes first fit),
-  within a CPU budget.
+  within a CPU budget that grows with what the greedy plan costs (`cover_budget`).
 
 Jobs that share a GPU (ECS `nvidiaMps`) are bought for as whole-GPU bundles (`bundle_shared`): packed
 largest GPU memory first into GPUs of the smallest shareable memory among the fleets able to run them, so that a bundle fits one GPU of whichever of those fleets is bought, and both plans above
@@ -20,6 +20,7 @@ trace: docs/scheduler-benchmark.md). The bundles' jobs are what the scale-outs a
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -31,9 +32,17 @@ from .fleets import Option, box_machine, may_run
 from .model import NO_FLEET, SCALING_PAUSED, JobRequest, Limits, Resources, ScaleOut
 from .packer import Packer
 
-# The cover's CPU budget, and the most kinds it takes on (its master LP has a row per kind); past either
-# the greedy plan alone decides. The shared trace (87 kinds, 7,064 jobs) needs about 1.6 s.
+# The cover's CPU budget grows with what the purchase costs: at least COVER_CPU_SECONDS, one more CPU
+# second per COVER_USD_PER_HOUR_PER_SECOND of the greedy plan's $/h, at most COVER_MAX_CPU_SECONDS (and
+# never past what the caller has left: the scheduler Lambda's remaining time, `purchase(cpu_seconds=)`).
+# A cover stopped early pays for it every hour its boxes run, and the CPU is cheap beside that: on a burst
+# of 17,065 jobs of 288 kinds (greedy $7,898/h) 30 s instead of 5 bought $97.59/h less (1.3%), for
+# under $0.001 of Lambda time; 0.6% on three more bursts of that size (docs/scheduler-benchmark.md,
+# "Plan CPU"). The shared trace (87 kinds, 7,064 jobs) converges in about 1.6 s, within the least.
 COVER_CPU_SECONDS = 5.0
+COVER_USD_PER_HOUR_PER_SECOND = 250.0
+COVER_MAX_CPU_SECONDS = 30.0
+# The most kinds the cover takes on (its master LP has a row per kind); past it the greedy plan decides.
 COVER_MAX_KINDS = 1000
 # Runtime classes bought apart: under an hour, then up to 4 h, 16 h, 64 h, and longer.
 RUNTIME_CLASS_EDGES_S = (3600.0, 4 * 3600.0, 16 * 3600.0, 64 * 3600.0)
@@ -349,13 +358,21 @@ class _Purchase:
         return f"fleet {fleet.fleet} in {fleet.region} at its cap of {fleet.max_instances} instances"
 
 
+def cover_budget(stake_usd_per_hour: float, left_s: float = float("inf")) -> float:
+    """CPU seconds for the cover of a purchase the greedy plan prices at `stake_usd_per_hour`, within
+    `left_s` (what the caller has left for every cover of its plan)."""
+    wanted = min(COVER_MAX_CPU_SECONDS, max(COVER_CPU_SECONDS, stake_usd_per_hour / COVER_USD_PER_HOUR_PER_SECOND))
+    return max(0.0, min(wanted, left_s))
+
+
 def _cover_seeds(jobs: Sequence[JobRequest], options: Sequence[Option], patterns: Patterns,
-                 limits: Limits, greedy: _Bought | None = None) -> list[tuple[int, list[JobRequest]]]:
+                 limits: Limits, greedy: _Bought | None = None, cpu_seconds: float = COVER_CPU_SECONDS,
+                 ) -> list[tuple[int, list[JobRequest]]]:
     """The rounded-down configuration-LP cover of `jobs`, as boxes with their jobs (empty when the kinds
-    are too many for the budget). Options the caps already rule out are left out of the LP. The greedy
-    plan's boxes start the master, so the column generation begins at the greedy's cost."""
+    are too many, or there is no CPU time for it). Options the caps already rule out are left out of the
+    LP. The greedy plan's boxes start the master, so the column generation begins at the greedy's cost."""
     kinds, kind_of = _kinds(jobs, options, patterns)
-    if len(kinds) > COVER_MAX_KINDS or len(jobs) < 2:
+    if len(kinds) > COVER_MAX_KINDS or len(jobs) < 2 or cpu_seconds <= 0:
         return []
     budget = limits.max_hourly_usd - limits.current_hourly_usd
     usable = {i for i, o in enumerate(options) if o.room > 0 and o.price <= budget + 1e-9}
@@ -370,7 +387,7 @@ def _cover_seeds(jobs: Sequence[JobRequest], options: Sequence[Option], patterns
             start.append(Pattern(option, tuple(sorted(counts.items()))))
     cover = cheapest_cover([k.need for k in kinds], [k.left for k in kinds],
                            [sorted(k.options & usable) for k in kinds], [(o.capacity, o.price) for o in options],
-                           cpu_seconds=COVER_CPU_SECONDS, start=start)
+                           cpu_seconds=cpu_seconds, start=start)
     queues: dict[int, list[JobRequest]] = {}
     for job in jobs:
         queues.setdefault(position[id(kind_of[job.job_id])], []).append(job)
@@ -387,13 +404,15 @@ def _cover_seeds(jobs: Sequence[JobRequest], options: Sequence[Option], patterns
 
 
 def _purchase_once(jobs: Sequence[JobRequest], options: Sequence[Option], catalog, patterns: Patterns,
-                   limits: Limits, hosts: bool = True) -> _Bought:
-    """The better of the greedy plan and the cover-seeded one for these jobs (hosts for long runs)."""
+                   limits: Limits, hosts: bool = True, deadline: float = float("inf")) -> _Bought:
+    """The better of the greedy plan and the cover-seeded one for these jobs (hosts for long runs); the
+    cover stops by `deadline` (process CPU time)."""
     if hosts and jobs and runtime_class(jobs[0]) >= HOST_CLASS:
         return _Purchase(options, catalog, patterns, limits, host=True).run(jobs, (), limits.scaling_allowed)
     best = _Purchase(options, catalog, patterns, limits).run(jobs, (), limits.scaling_allowed)
     if limits.scaling_allowed:
-        seeds = _cover_seeds(jobs, options, patterns, limits, best)
+        seeds = _cover_seeds(jobs, options, patterns, limits, best,
+                             cover_budget(best.cost, deadline - time.process_time()))
         if seeds:
             covered = _Purchase(options, catalog, patterns, limits).run(jobs, seeds, True)
             if (len(covered.waiting), covered.cost) < (len(best.waiting), best.cost):
@@ -472,7 +491,7 @@ def runtime_class(job: JobRequest) -> int:
 
 def purchase(jobs: Sequence[JobRequest], options: Sequence[Option], catalog, patterns: Patterns,
              limits: Limits, fallbacks: Mapping[str, JobRequest] | None = None,
-             ) -> tuple[list[ScaleOut], list[tuple[str, str]]]:
+             cpu_seconds: float | None = None) -> tuple[list[ScaleOut], list[tuple[str, str]]]:
     """Boxes for `jobs`, bought class by class of runtime (a box never mixes a day-long job with
     minute-long ones: it would outlive them, nearly empty), within the caps all classes share.
 
@@ -480,7 +499,11 @@ def purchase(jobs: Sequence[JobRequest], options: Sequence[Option], catalog, pat
     for (the on-demand fleets' caps) is planned again as it was, with what room is left. Such jobs get
     no hosts: the stage chose on-demand for each job alone, and hosts bought on-demand for them, valued
     full, ran far from full (docs/scheduler-benchmark.md, "Hosts under interruptions").
+
+    `cpu_seconds`: the most CPU time the covers of all classes may take together (None: each takes what
+    `cover_budget` gives it); past it the greedy plans decide.
     """
+    deadline = float("inf") if cpu_seconds is None else time.process_time() + cpu_seconds
     fallbacks = dict(fallbacks or {})
     classes: dict[tuple[int, bool], list[JobRequest]] = {}
     for job in jobs:  # in planning order; a class comes in the order of its first job
@@ -493,7 +516,7 @@ def purchase(jobs: Sequence[JobRequest], options: Sequence[Option], catalog, pat
     while rounds:
         jobs_of_round, hosts = rounds.pop(0)
         batch, members = bundle_shared(jobs_of_round, options, patterns)
-        result = _purchase_once(batch, options, catalog, patterns, limits, hosts)
+        result = _purchase_once(batch, options, catalog, patterns, limits, hosts, deadline)
         for i, boxes in result.boxes.items():
             bought.setdefault(i, []).extend(_unbundled(box, members) for box in boxes)
             options[i] = replace(options[i], room=options[i].room - len(boxes))
