@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 import unittest.mock
 
 import pytest
@@ -339,21 +340,23 @@ def test_the_cover_budget_grows_with_what_the_purchase_costs(stake, left, budget
     assert purchase.cover_budget(stake, left) == pytest.approx(budget)
 
 
-def _spy_on_covers(monkeypatch) -> list[float]:
-    budgets = []
+def _spy_on_covers(monkeypatch) -> list[tuple[float, float]]:
+    """(CPU time when it began, its budget) of each cover the planner runs."""
+    covers = []
     real = purchase.cheapest_cover
 
     def spy(*args, cpu_seconds, **kwargs):
-        budgets.append(cpu_seconds)
+        covers.append((time.process_time(), cpu_seconds))
         return real(*args, cpu_seconds=cpu_seconds, **kwargs)
 
     monkeypatch.setattr(purchase, "cheapest_cover", spy)
-    return budgets
+    return covers
 
 
 def test_the_cover_gets_what_the_greedy_plans_cost_warrants_within_what_the_caller_has(monkeypatch):
-    # Jobs of three runtime classes: three purchases, each with its own cover.
-    budgets = _spy_on_covers(monkeypatch)
+    # Jobs of three runtime classes: three purchases, each with its cover (and a second one for what its
+    # rounding leaves, if any).
+    covers = _spy_on_covers(monkeypatch)
     monkeypatch.setattr(purchase, "COVER_USD_PER_HOUR_PER_SECOND", 1.0)  # one second per $1/h: past the least
     gpu4 = fleet("gpu4", ("g5.12xlarge",), max_instances=100)
     jobs = [job(f"j{n}", vcpus=1 + n % 7, memory_mib=4096 + 512 * (n % 5),
@@ -364,15 +367,62 @@ def test_the_cover_gets_what_the_greedy_plans_cost_warrants_within_what_the_call
         return sorted(j for s in result.scale_outs for j in s.for_jobs)
 
     assert bought(plan(jobs, [], [gpu4], CATALOG, Limits(float("inf"), 0))) == everyone
-    assert len(budgets) == 3 and all(purchase.COVER_CPU_SECONDS < b <= purchase.COVER_MAX_CPU_SECONDS for b in budgets)
-    budgets.clear()
+    least = purchase.COVER_CPU_SECONDS * (1 - purchase.RESIDUAL_SHARE)
+    assert len(covers) >= 3 and all(least < b <= purchase.COVER_MAX_CPU_SECONDS for _, b in covers)
+    covers.clear()
+    started = time.process_time()
     assert bought(plan(jobs, [], [gpu4], CATALOG, Limits(float("inf"), 0), cover_cpu_seconds=2.5)) == everyone
-    # What the caller has is for all three covers: each gets at most what is left of it.
-    assert len(budgets) == 3 and budgets[0] <= 2.5 and all(b < a for a, b in zip(budgets, budgets[1:]))
-    budgets.clear()
+    # What the caller has is for all the covers: each gets at most what is left of it when it begins.
+    assert len(covers) >= 3 and all(b <= 2.5 - (at - started) + 1e-6 for at, b in covers)
+    covers.clear()
     # No time left: no cover, and the greedy plans still buy for every job.
     assert bought(plan(jobs, [], [gpu4], CATALOG, Limits(float("inf"), 0), cover_cpu_seconds=0.0)) == everyone
-    assert budgets == []
+    assert covers == []
+
+
+def test_the_jobs_the_covers_rounding_leaves_are_covered_again_when_that_costs_less(monkeypatch):
+    """800 jobs of the synthetic workload (one spot fleet per us-east-1 type): the cover's LP rounded down
+    to whole boxes leaves a few jobs; a second cover over just those buys for them for less than the
+    greedy packing them alone, and the plan keeps it."""
+    from benchmarks.scheduler.__main__ import ROOT, instance_types
+    from benchmarks.scheduler.trace import read_trace
+
+    types = instance_types(CATALOG, "us-east-1")
+    fleets = [Fleet("us-east-1", t.name, t.name, (t.name,), 0, 0, 10_000) for t in types]
+    trace = ROOT / "benchmarks" / "data" / "synthetic_ml_workload.csv"
+    jobs = [JobRequest(j.job_id, "s", j.gpus, j.vcpus, j.memory_mib, j.instance_type_pattern)
+            for j in read_trace(trace, limit=800).jobs if any(t.holds(j) for t in types)]
+    calls = []
+    real = purchase._cover_seeds
+
+    def covers(cover_jobs, *args, **kwargs):
+        seeds = real(cover_jobs, *args, **kwargs)
+        calls.append(([j.job_id for j in cover_jobs], {j.job_id for _, box in seeds for j in box}))
+        return seeds
+
+    def bought(result):
+        assert not result.waiting or all("new instance" in r for _, r in result.waiting)
+        assert sorted(j for s in result.scale_outs for j in s.for_jobs) == sorted(j.job_id for j in jobs)
+        return sum(s.hourly_usd for s in result.scale_outs)
+
+    monkeypatch.setattr(purchase, "_cover_seeds", covers)
+    twice = bought(plan(jobs, [], fleets, CATALOG, Limits(float("inf"), 0)))
+    (first, seeded), (second, _) = calls
+    assert second == [j for j in first if j not in seeded] and 0 < len(second) < len(first) / 10
+    # The greedy alone for what the rounding left: the plan as it was before the second cover.
+    monkeypatch.setattr(purchase, "_cover_seeds", lambda cover_jobs, *a, **k: real(cover_jobs, *a, **k)
+                        if len(cover_jobs) == len(jobs) else [])
+    once = bought(plan(jobs, [], fleets, CATALOG, Limits(float("inf"), 0)))
+    assert twice < once
+
+    def dear_second_cover(cover_jobs, options, patterns, *args, **kwargs):
+        if len(cover_jobs) == len(jobs):
+            return real(cover_jobs, options, patterns, *args, **kwargs)
+        return [(max((i for i, o in enumerate(options) if o.holds(j) and purchase.may_run(j, o, patterns)),
+                     key=lambda i: options[i].price), [j]) for j in cover_jobs]
+
+    monkeypatch.setattr(purchase, "_cover_seeds", dear_second_cover)
+    assert bought(plan(jobs, [], fleets, CATALOG, Limits(float("inf"), 0))) == once  # a dearer second plan is not kept
 
 
 def test_launching_instances_count_even_while_scaling_is_paused():
