@@ -77,6 +77,7 @@ from .planning import (
 from .planning.headroom import MAX_JOBS as MAX_HEADROOM_JOBS
 from .planning.headroom import MAX_WINDOW_MINUTES as MAX_HEADROOM_WINDOW_MINUTES
 from .planning.headroom import RecentWait, placeholders, remember
+from .planning.purchase import COVER_MAX_CPU_SECONDS
 from .planning.runtimes import FinishedRun, estimates, expected_end
 from .requests import job_request
 
@@ -561,6 +562,8 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
                          min_size=fv.min_size, removing_instances=fv.removing_instances,
                          gpu_sharing=key not in no_sharing)
                    for key, fv in fleet_views.items()]
+    cover_budget_s = cover_cpu_seconds(remaining_ms(), os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE"))
+    planning_started = time.process_time()
     the_plan = plan(
         requests,
         [Machine(key=m.container_instance_arn, instance_id=m.instance_id, region=m.region, fleet=m.fleet,
@@ -581,8 +584,11 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
                               budget_percent=settings.disruption_budget_percent),
         interruption_rate=load_interruption_rates().per_hour, boot_s=boot_s,
         shares=shares, headroom=spare,
-        cover_cpu_seconds=cover_cpu_seconds(remaining_ms(), os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")),
+        cover_cpu_seconds=cover_budget_s,
     )
+    # In the run's summary line: a plan near its cover's budget is a burst the cover did not finish.
+    summary["plan_cpu_s"] = round(time.process_time() - planning_started, 3)
+    summary["cover_budget_cpu_s"] = round(min(cover_budget_s, COVER_MAX_CPU_SECONDS), 3)
     records = {r.job_id: r for r in pending}
     definitions: dict[str, actions.TaskDefinitions] = {}
     for n, placement in enumerate(the_plan.placements):

@@ -19,6 +19,7 @@ from lambdas.jobs import ledger as L
 from lambdas.jobs.spec import assign_ids, parse_spec
 from lambdas.scheduler import handler
 from lambdas.scheduler.handler import ACT_RESERVE_MS, cover_cpu_seconds, run
+from lambdas.scheduler.planning.purchase import COVER_MAX_CPU_SECONDS
 
 NOW = datetime(2026, 11, 22, 12, tzinfo=timezone.utc)
 
@@ -103,3 +104,6 @@ def test_a_run_bounds_the_purchase_cover_by_the_lambda_time_left(home, monkeypat
     first = run(settings(home), lambda: 100_000, now=NOW)
     assert len(first["started"]) == 4 and desired() == 2  # the plan is made and acted on as before
     assert seen == [pytest.approx((100 - ACT_RESERVE_MS / 1000) * 1024 / 1769 / 2)]
+    # The run's summary says what the plan took and what its cover could have (at most the cover's own cap).
+    assert first["cover_budget_cpu_s"] == pytest.approx(min(seen[0], COVER_MAX_CPU_SECONDS), abs=1e-3)
+    assert 0 <= first["plan_cpu_s"] < 5
