@@ -8,8 +8,9 @@ benchmark's snapshot): the greedy purchase, then the configuration-LP cover (`co
 started from nothing (one box per kind) and from the greedy plan's boxes, each within --budget CPU
 seconds, and the purchase the planner makes of them (`purchase._purchase_once`: the better of greedy and
 cover). Without --budget, each cover gets what the planner gives one for the greedy plan's $/h
-(`purchase.cover_budget`: 5 to 30 s); with it, the planner's cover gets --budget too. `farley_gap` is how far the LP found is proven to be from the LP optimum, when the last pricing
-was exhaustive (null otherwise). With --share-fractional-gpus, pods asking for part of a GPU share one
+(`purchase.cover_budget`: 5 to 30 s); with it, the planner's covers get --budget too. `farley_gap` is
+how far the LP found is proven to be from the LP optimum, when the last pricing was exhaustive (null
+otherwise). With --share-fractional-gpus, pods asking for part of a GPU share one
 (as in `python -m benchmarks.scheduler --share-fractional-gpus`), every fleet may share its GPUs, and the
 cover is over the one-GPU bundles the planner makes of them (`purchase.bundle_shared`).
 """
