@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 from lambdas.common.catalog import load_catalog
 import lambdas.scheduler.planning.purchase as purchase
+from lambdas.scheduler.planning.constraints import Patterns
+from lambdas.scheduler.planning.fleets import purchase_options
 from lambdas.scheduler.planning import (
     ADMISSION_CLOSED, NO_FLEET, Fleet, JobRequest, Limits, Machine, Reservation, RuntimeEstimate, plan,
     resource_prices,
@@ -183,6 +185,15 @@ def test_the_greedy_purchase_alone_keeps_every_rule(jobs, machines, fleets, cap,
     # FILL_KINDS of them): the same rules without the cover.
     with unittest.mock.patch.object(purchase, "COVER_MAX_KINDS", 0), \
             unittest.mock.patch.multiple(purchase, FILL_KINDS=fill_limits[0], FILL_SAMPLE=fill_limits[1]):
+        _check_every_rule(jobs, machines, fleets, cap, admit)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.one_of(reserved_jobs_st, small_jobs_st), machines_st, fleets_st, st.floats(1, 200), st.booleans())
+def test_a_burst_bought_for_in_parts_keeps_every_rule(jobs, machines, fleets, cap, admit):
+    # Past the kinds one cover takes, the jobs are bought for in parts of a few kinds, each with its cover,
+    # within the fleet and dollar caps the parts before it left.
+    with unittest.mock.patch.multiple(purchase, COVER_MAX_KINDS=3, PART_KINDS=2):
         _check_every_rule(jobs, machines, fleets, cap, admit)
 
 
@@ -423,6 +434,50 @@ def test_the_jobs_the_covers_rounding_leaves_are_covered_again_when_that_costs_l
 
     monkeypatch.setattr(purchase, "_cover_seeds", dear_second_cover)
     assert bought(plan(jobs, [], fleets, CATALOG, Limits(float("inf"), 0))) == once  # a dearer second plan is not kept
+
+
+def test_past_the_kinds_one_cover_takes_a_burst_is_bought_for_in_parts_each_with_its_cover(monkeypatch):
+    """120 jobs of random sizes, nearly every one its own kind, over one spot fleet per us-east-1 type:
+    past COVER_MAX_KINDS the kinds are dealt out in turn into parts of at most PART_KINDS, each job in one
+    part, and each part's cover makes the purchase cheaper than the greedy plan alone for the whole."""
+    import random
+
+    from benchmarks.scheduler.__main__ import instance_types
+
+    types = instance_types(CATALOG, "us-east-1")
+    fleets = [Fleet("us-east-1", t.name, t.name, (t.name,), 0, 0, 10_000) for t in types]
+    draw = random.Random(7)
+    jobs = [job(f"j{n}", gpus=draw.randint(1, 4), vcpus=draw.randint(1, 32), memory_mib=draw.randint(1, 128) * 1024)
+            for n in range(120)]
+    monkeypatch.setattr(purchase, "COVER_MAX_KINDS", 40)
+    monkeypatch.setattr(purchase, "PART_KINDS", 20)
+    calls = []
+    real = purchase._purchase_once
+
+    def once(part, options, catalog, patterns, *args):
+        kinds, _ = purchase._kinds(part, options, patterns)
+        calls.append(([j.job_id for j in part], len(kinds), args[-1]))
+        return real(part, options, catalog, patterns, *args)
+
+    monkeypatch.setattr(purchase, "_purchase_once", once)
+
+    def bought(result):
+        assert not result.waiting or all("new instance" in r for _, r in result.waiting)
+        assert sorted(j for s in result.scale_outs for j in s.for_jobs) == sorted(j.job_id for j in jobs)
+        return sum(s.hourly_usd for s in result.scale_outs)
+
+    in_parts = bought(plan(jobs, [], fleets, CATALOG, Limits(float("inf"), 0)))
+    kinds = len(purchase._kinds(jobs, purchase_options(fleets, CATALOG, None), Patterns())[0])
+    assert kinds > 40 and len(calls) == -(-kinds // 20)
+    assert all(n <= 20 and parts == len(calls) for _, n, parts in calls)
+    assert sorted(j for ids, _, _ in calls for j in ids) == sorted(j.job_id for j in jobs)  # each job in one part
+    # The parts share the caps: each buys within what the parts before it left.
+    capped = plan(jobs, [], fleets, CATALOG, Limits(max_hourly_usd=20, current_hourly_usd=0))
+    assert 0 < sum(s.hourly_usd for s in capped.scale_outs) <= 20
+    assert any("pass the cap of $20/h" in reason for _, reason in capped.waiting)
+    monkeypatch.setattr(purchase, "COVER_MAX_KINDS", 0)  # the greedy purchase alone, one part
+    monkeypatch.setattr(purchase, "PART_KINDS", 10**6)
+    assert in_parts < 0.95 * bought(plan(jobs, [], fleets, CATALOG, Limits(float("inf"), 0)))
 
 
 def test_launching_instances_count_even_while_scaling_is_paused():

@@ -9,7 +9,7 @@ within the caps, then the lower $/h):
   most beside it (a knapsack), holds the most demand-value per dollar, and filled so at once;
 - cover: the configuration LP solved by column generation (`columns.cheapest_cover`), rounded down to
   whole boxes, the few jobs left covered again (RESIDUAL_SHARE) and what is still left packed by the
-  greedy. Near-optimal (0.1% above the LP bound on the
+  greedy; past COVER_MAX_KINDS kinds, in parts. Near-optimal (0.1% above the LP bound on the
   shared trace, where the greedy alone is 1.3% above it, and was 4.2% when it filled boxes first fit),
   within a CPU budget that grows with what the greedy plan costs (`cover_budget`).
 
@@ -49,8 +49,14 @@ COVER_MAX_CPU_SECONDS = 30.0
 # $7,511.97/h (27 s, then 3 s), and on another burst of that kind from $6,418.53 to $6,369.64/h
 # (docs/scheduler-benchmark.md, "Plan CPU"). A converged cover's leftovers are few: the replays do not move.
 RESIDUAL_SHARE = 0.1
-# The most kinds the cover takes on (its master LP has a row per kind); past it the greedy plan decides.
+# The most kinds one cover takes on (its master LP has a row per kind). Past it the jobs are bought for in
+# parts of at most PART_KINDS kinds, the kinds dealt out in turn in planning order (each part spans the
+# sizes), each part with its cover and its share of the budget, within the caps the parts before it left.
+# 20,000 jobs of random sizes (19,845 kinds), which the greedy alone bought for at 1.036 x the type-aware
+# bound, cost 1.009 x in 40 parts (docs/scheduler-benchmark.md, "Plan CPU"): a cover of few jobs a
+# kind converges fast, and what parts lose by not sharing boxes is little beside what the cover gains.
 COVER_MAX_KINDS = 1000
+PART_KINDS = 500
 # Runtime classes bought apart: under an hour, then up to 4 h, 16 h, 64 h, and longer.
 RUNTIME_CLASS_EDGES_S = (3600.0, 4 * 3600.0, 16 * 3600.0, 64 * 3600.0)
 # Jobs expected to run this class or longer (64 h and more) get hosts: the type whose box, full of jobs
@@ -411,14 +417,15 @@ def _cover_seeds(jobs: Sequence[JobRequest], options: Sequence[Option], patterns
 
 
 def _purchase_once(jobs: Sequence[JobRequest], options: Sequence[Option], catalog, patterns: Patterns,
-                   limits: Limits, hosts: bool = True, deadline: float = float("inf")) -> _Bought:
+                   limits: Limits, hosts: bool = True, deadline: float = float("inf"), parts: int = 1) -> _Bought:
     """The better of the greedy plan and the cover-seeded one for these jobs (hosts for long runs); the
-    cover stops by `deadline` (process CPU time)."""
+    cover stops by `deadline` (process CPU time). `parts`: these jobs are one of that many parts of a
+    burst (`_parts`), whose cost, about `parts` times this one's, sets the budget they share."""
     if hosts and jobs and runtime_class(jobs[0]) >= HOST_CLASS:
         return _Purchase(options, catalog, patterns, limits, host=True).run(jobs, (), limits.scaling_allowed)
     best = _Purchase(options, catalog, patterns, limits).run(jobs, (), limits.scaling_allowed)
     if limits.scaling_allowed:
-        budget = cover_budget(best.cost, deadline - time.process_time())
+        budget = min(cover_budget(best.cost * parts) / parts, max(0.0, deadline - time.process_time()))
         stop = time.process_time() + budget
         seeds = _cover_seeds(jobs, options, patterns, limits, best, budget * (1 - RESIDUAL_SHARE))
         if seeds:
@@ -437,6 +444,22 @@ def _purchase_once(jobs: Sequence[JobRequest], options: Sequence[Option], catalo
             if (len(covered.waiting), covered.cost) < (len(best.waiting), best.cost):
                 best = covered
     return best
+
+
+def _parts(jobs: Sequence[JobRequest], options: Sequence[Option], patterns: Patterns) -> list[list[JobRequest]]:
+    """The jobs as one part, or, past the kinds one cover takes (COVER_MAX_KINDS), as parts of at most
+    PART_KINDS kinds: the kinds in planning order dealt out in turn, each with all its jobs."""
+    if len(jobs) <= COVER_MAX_KINDS:
+        return [list(jobs)]  # no more kinds than jobs
+    kinds, kind_of = _kinds(jobs, options, patterns)
+    if len(kinds) <= COVER_MAX_KINDS:
+        return [list(jobs)]
+    count = -(-len(kinds) // PART_KINDS)
+    part_of = {id(kind): n % count for n, kind in enumerate(kinds)}
+    parts: list[list[JobRequest]] = [[] for _ in range(count)]
+    for job in jobs:
+        parts[part_of[id(kind_of[job.job_id])]].append(job)
+    return parts
 
 
 BUNDLE_PREFIX = "shared-gpu:"
@@ -535,18 +558,20 @@ def purchase(jobs: Sequence[JobRequest], options: Sequence[Option], catalog, pat
     while rounds:
         jobs_of_round, hosts = rounds.pop(0)
         batch, members = bundle_shared(jobs_of_round, options, patterns)
-        result = _purchase_once(batch, options, catalog, patterns, limits, hosts, deadline)
-        for i, boxes in result.boxes.items():
-            bought.setdefault(i, []).extend(_unbundled(box, members) for box in boxes)
-            options[i] = replace(options[i], room=options[i].room - len(boxes))
-        limits = replace(limits, current_hourly_usd=limits.current_hourly_usd + result.cost)
-        result.waiting = [(job_id, reason) for bundle, reason in result.waiting
-                          for job_id in _unbundled([bundle], members)]
-        retry = [fallbacks.pop(job_id) for job_id, _ in result.waiting if job_id in fallbacks]
-        retried = {job.job_id for job in retry}
-        waiting += [(job_id, reason) for job_id, reason in result.waiting if job_id not in retried]
-        if retry:
-            rounds.append((retry, True))
+        parts = _parts(batch, options, patterns)
+        for part in parts:
+            result = _purchase_once(part, options, catalog, patterns, limits, hosts, deadline, len(parts))
+            for i, boxes in result.boxes.items():
+                bought.setdefault(i, []).extend(_unbundled(box, members) for box in boxes)
+                options[i] = replace(options[i], room=options[i].room - len(boxes))
+            limits = replace(limits, current_hourly_usd=limits.current_hourly_usd + result.cost)
+            result.waiting = [(job_id, reason) for bundle, reason in result.waiting
+                              for job_id in _unbundled([bundle], members)]
+            retry = [fallbacks.pop(job_id) for job_id, _ in result.waiting if job_id in fallbacks]
+            retried = {job.job_id for job in retry}
+            waiting += [(job_id, reason) for job_id, reason in result.waiting if job_id not in retried]
+            if retry:
+                rounds.append((retry, True))
     scale_outs = []
     for i in sorted(bought):
         fleet, boxes = options[i].fleet, sorted(tuple(sorted(b)) for b in bought[i])
