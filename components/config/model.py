@@ -33,6 +33,7 @@ from lambdas.common.catalog import load_catalog
 from lambdas.jobs.spec import MAX_ATTEMPTS_LIMIT, TEAM_NAME as JOB_TEAM_NAME
 from lambdas.scheduler.planning.headroom import MAX_JOBS as HEADROOM_MAX_JOBS
 from lambdas.scheduler.planning.headroom import MAX_WINDOW_MINUTES as HEADROOM_MAX_WINDOW_MINUTES
+from lambdas.scheduler.planning.purchase import COVER_MAX_CPU_SECONDS
 
 from .regions import AWS_REGIONS
 
@@ -295,6 +296,13 @@ class StackConfig(_Model):
     headroom_max_jobs: int = Field(
         default=8, ge=1, le=HEADROOM_MAX_JOBS,
         description="With headroom: room for at most this many of those recent jobs.")
+    # What a scheduler run may spend on a cheaper purchase for a big burst (lambdas/scheduler/planning/purchase.py).
+    purchase_search_cpu_seconds: int = Field(
+        default=int(COVER_MAX_CPU_SECONDS), ge=0, le=int(COVER_MAX_CPU_SECONDS),
+        description="The most CPU seconds a scheduler run spends looking for a cheaper way to buy instances for a "
+        "burst of jobs, beyond its quick plan (docs/scheduler.md, \"Cover\"): big, diverse bursts use up to this, "
+        "small purchases well under a second. Lower it to ask for a big burst's instances sooner, at a dearer "
+        "purchase; 0: the quick plan alone.")
 
     # Jobs. A job spec may ask for at most MAX_ATTEMPTS_LIMIT attempts; the stack's default must be one it could ask for.
     job_max_attempts: int = Field(

@@ -43,6 +43,7 @@ from components.jobs.notifications import JobNotifications, JobNotificationsArgs
 from components.network.image_cache import cache_prefix
 from components.resources import child
 from lambdas.jobs.ledger import TERMINAL
+from lambdas.scheduler.planning.purchase import COVER_MAX_CPU_SECONDS
 
 DEAD_LETTER_AFTER_RECEIVES = 5
 DEAD_LETTER_RETENTION_SECONDS = 14 * 24 * 3600  # the SQS maximum: two weeks to look at a failed job
@@ -244,6 +245,8 @@ class JobService(pulumi.ComponentResource):
         if cfg.headroom_window_minutes:  # off by default: the stacks' rendered functions do not change
             releases.update(HEADROOM_WINDOW_MINUTES=str(cfg.headroom_window_minutes),
                             HEADROOM_MAX_JOBS=str(cfg.headroom_max_jobs))
+        if cfg.purchase_search_cpu_seconds != COVER_MAX_CPU_SECONDS:  # likewise, unless the stack lowers it
+            releases["PURCHASE_SEARCH_CPU_SECONDS"] = str(cfg.purchase_search_cpu_seconds)
         scheduler = PythonFunction(
             f"{name}-scheduler",
             PythonFunctionArgs(

@@ -38,7 +38,8 @@ region it runs in), and a job that has run goes back to the region of its checkp
 Environment: ENVIRONMENT, JOBS_TABLE, JOBS_QUEUE_URL, JOBS_DLQ_URL, ADMISSION_PARAMETER, FLEETS,
 MAX_HOURLY_USD, ALERT_TOPIC_ARN, DEFAULT_MAX_ATTEMPTS, REBALANCE_TIMEOUT_MINUTES, ACCOUNT_ID, and optionally
 RELEASE_AFTER_EMPTY_MINUTES (unset: the measured boot time), DISRUPTION_BUDGET_PERCENT (default 10),
-HEADROOM_WINDOW_MINUTES (default 0: no headroom) and HEADROOM_MAX_JOBS (default 8).
+HEADROOM_WINDOW_MINUTES (default 0: no headroom), HEADROOM_MAX_JOBS (default 8) and
+PURCHASE_SEARCH_CPU_SECONDS (default 30: planning/purchase.py COVER_MAX_CPU_SECONDS).
 The teams' weights and quotas: the SSM parameter /mlfleet/<env>/teams (lambdas/jobs/teams.py).
 """
 
@@ -137,6 +138,8 @@ class Settings:
     # Headroom (planning/headroom.py): room kept for jobs like those bought for in the window; 0: none.
     headroom_window_minutes: int = 0
     headroom_max_jobs: int = 8
+    # The most CPU seconds a run's purchase covers may take (mlfleet:purchaseSearchCpuSeconds); 0: the greedy plan alone.
+    purchase_search_cpu_seconds: float = COVER_MAX_CPU_SECONDS
 
     def __post_init__(self) -> None:
         if self.admission_parameter != admission.parameter_name(self.environment):
@@ -153,6 +156,9 @@ class Settings:
                                 f"to {MAX_HEADROOM_WINDOW_MINUTES}")
         if not 1 <= self.headroom_max_jobs <= MAX_HEADROOM_JOBS:
             raise SettingsError(f"HEADROOM_MAX_JOBS={self.headroom_max_jobs!r}: must be 1 to {MAX_HEADROOM_JOBS}")
+        if not 0 <= self.purchase_search_cpu_seconds <= COVER_MAX_CPU_SECONDS:
+            raise SettingsError(f"PURCHASE_SEARCH_CPU_SECONDS={self.purchase_search_cpu_seconds!r}: must be 0 "
+                                f"(the greedy plan alone) to {COVER_MAX_CPU_SECONDS:g}")
 
     def checkpoint_uri(self, region: str, job_id: str) -> str:
         """The job's location in the region's checkpoint bucket, as components/storage names the bucket."""
@@ -562,7 +568,8 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
                          min_size=fv.min_size, removing_instances=fv.removing_instances,
                          gpu_sharing=key not in no_sharing)
                    for key, fv in fleet_views.items()]
-    cover_budget_s = cover_cpu_seconds(remaining_ms(), os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE"))
+    cover_budget_s = min(settings.purchase_search_cpu_seconds,
+                         cover_cpu_seconds(remaining_ms(), os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")))
     planning_started = time.process_time()
     the_plan = plan(
         requests,
@@ -588,7 +595,7 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
     )
     # In the run's summary line: a plan near its cover's budget is a burst the cover did not finish.
     summary["plan_cpu_s"] = round(time.process_time() - planning_started, 3)
-    summary["cover_budget_cpu_s"] = round(min(cover_budget_s, COVER_MAX_CPU_SECONDS), 3)
+    summary["cover_budget_cpu_s"] = round(cover_budget_s, 3)
     records = {r.job_id: r for r in pending}
     definitions: dict[str, actions.TaskDefinitions] = {}
     for n, placement in enumerate(the_plan.placements):

@@ -8,6 +8,7 @@ registers it, standing in for the agent. GPU counts come from the catalog minus 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import boto3
@@ -104,6 +105,26 @@ def test_a_run_bounds_the_purchase_cover_by_the_lambda_time_left(home, monkeypat
     first = run(settings(home), lambda: 100_000, now=NOW)
     assert len(first["started"]) == 4 and desired() == 2  # the plan is made and acted on as before
     assert seen == [pytest.approx((100 - ACT_RESERVE_MS / 1000) * 1024 / 1769 / 2)]
-    # The run's summary says what the plan took and what its cover could have (at most the cover's own cap).
-    assert first["cover_budget_cpu_s"] == pytest.approx(min(seen[0], COVER_MAX_CPU_SECONDS), abs=1e-3)
+    # The run's summary says what the plan took and what its cover could have.
+    assert first["cover_budget_cpu_s"] == pytest.approx(seen[0], abs=1e-3)
     assert 0 <= first["plan_cpu_s"] < 5
+
+
+@pytest.mark.parametrize("stack_seconds, remaining_ms, expected", [
+    (COVER_MAX_CPU_SECONDS, 900_000, COVER_MAX_CPU_SECONDS),  # time to spare: the stack's most
+    (5.0, 900_000, 5.0),  # mlfleet:purchaseSearchCpuSeconds lowered
+    (0.0, 900_000, 0.0),  # the greedy plan alone
+    (COVER_MAX_CPU_SECONDS, 40_000, (40 - ACT_RESERVE_MS / 1000) / 2),  # little time left: half of it (one vCPU here)
+])
+def test_the_stack_setting_and_the_time_left_bound_the_purchase_search(home, monkeypatch, stack_seconds, remaining_ms,
+                                                                       expected):
+    build_fleet(size=1)
+    open_admission()
+    queue_jobs(home, 6)
+    monkeypatch.delenv("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", raising=False)
+    seen = []
+    real = handler.plan
+    monkeypatch.setattr(handler, "plan", lambda *a, **k: seen.append(k["cover_cpu_seconds"]) or real(*a, **k))
+    result = run(replace(settings(home), purchase_search_cpu_seconds=stack_seconds), lambda: remaining_ms, now=NOW)
+    assert len(result["started"]) == 4 and desired() == 2  # the two jobs left are bought for either way
+    assert seen == [pytest.approx(expected)] and result["cover_budget_cpu_s"] == pytest.approx(expected, abs=1e-3)

@@ -53,6 +53,14 @@ def test_headroom_reaches_the_scheduler_only_when_the_stack_turns_it_on():
     assert from_env(SchedulerSettings, {k: str(v) for k, v in default.items()}).headroom_window_minutes == 0
 
 
+def test_a_lower_purchase_search_reaches_the_scheduler_only_when_the_stack_sets_one():
+    (variables,) = environments(render_stack("staging", purchaseSearchCpuSeconds=5), "-scheduler-function").values()
+    assert from_env(SchedulerSettings, {k: str(v) for k, v in variables.items()}).purchase_search_cpu_seconds == 5
+    (default,) = environments(render_stack("dev"), "-scheduler-function").values()
+    assert "PURCHASE_SEARCH_CPU_SECONDS" not in default
+    assert from_env(SchedulerSettings, {k: str(v) for k, v in default.items()}).purchase_search_cpu_seconds == 30
+
+
 @pytest.mark.parametrize("name, value", [("DISRUPTION_BUDGET_PERCENT", "0"), ("DISRUPTION_BUDGET_PERCENT", "101"),
                                          ("DISRUPTION_BUDGET_PERCENT", "ten")])
 def test_a_bad_budget_in_the_reaper_s_environment_is_one_clear_error(prod, name, value):
@@ -74,6 +82,8 @@ def test_a_reaper_without_the_ledger_is_refused_naming_what_is_missing(prod):
     ("RELEASE_AFTER_EMPTY_MINUTES", "soon", "RELEASE_AFTER_EMPTY_MINUTES='soon' is not an int"),
     ("HEADROOM_WINDOW_MINUTES", "-1", "HEADROOM_WINDOW_MINUTES=-1: must be 0 .no headroom. to 1440"),
     ("HEADROOM_MAX_JOBS", "0", "HEADROOM_MAX_JOBS=0: must be 1 to 100"),
+    ("PURCHASE_SEARCH_CPU_SECONDS", "31", "PURCHASE_SEARCH_CPU_SECONDS=31.0: must be 0 .the greedy plan alone. to 30"),
+    ("PURCHASE_SEARCH_CPU_SECONDS", "-1", "PURCHASE_SEARCH_CPU_SECONDS=-1.0: must be 0"),
 ])
 def test_a_bad_release_setting_in_the_scheduler_s_environment_is_one_clear_error(name, value, message):
     base = {"ENVIRONMENT": "dev", "JOBS_TABLE": "t", "JOBS_QUEUE_URL": "q", "JOBS_DLQ_URL": "d",
