@@ -392,10 +392,13 @@ def test_the_cover_gets_what_the_greedy_plans_cost_warrants_within_what_the_call
     assert covers == []
 
 
-def test_the_jobs_the_covers_rounding_leaves_are_covered_again_when_that_costs_less(monkeypatch):
-    """800 jobs of the synthetic workload (one spot fleet per us-east-1 type): the cover's LP rounded down
-    to whole boxes leaves a few jobs; a second cover over just those buys for them for less than the
-    greedy packing them alone, and the plan keeps it."""
+def test_the_jobs_an_unfinished_covers_rounding_leaves_are_covered_again_when_that_costs_less(monkeypatch):
+    """800 jobs of the synthetic workload (one spot fleet per us-east-1 type), the cover taken as stopped on
+    its budget: its LP rounded down to whole boxes leaves a few jobs; a second cover over just those buys
+    for them for less than the greedy packing them alone, and the plan keeps it. A converged cover's
+    leftovers are left to the greedy."""
+    from dataclasses import replace
+
     from benchmarks.scheduler.__main__ import ROOT, instance_types
     from benchmarks.scheduler.trace import read_trace
 
@@ -408,9 +411,9 @@ def test_the_jobs_the_covers_rounding_leaves_are_covered_again_when_that_costs_l
     real = purchase._cover_seeds
 
     def covers(cover_jobs, *args, **kwargs):
-        seeds = real(cover_jobs, *args, **kwargs)
-        calls.append(([j.job_id for j in cover_jobs], {j.job_id for _, box in seeds for j in box}))
-        return seeds
+        seeds, converged = real(cover_jobs, *args, **kwargs)
+        calls.append(([j.job_id for j in cover_jobs], {j.job_id for _, box in seeds for j in box}, converged))
+        return seeds, converged
 
     def bought(result):
         assert not result.waiting or all("new instance" in r for _, r in result.waiting)
@@ -418,23 +421,24 @@ def test_the_jobs_the_covers_rounding_leaves_are_covered_again_when_that_costs_l
         return sum(s.hourly_usd for s in result.scale_outs)
 
     monkeypatch.setattr(purchase, "_cover_seeds", covers)
+    converged = bought(plan(jobs, [], fleets, CATALOG, Limits(float("inf"), 0)))
+    assert len(calls) == 1 and calls[0][2]  # converged: no second cover
+    calls.clear()
+    real_cover = purchase.cheapest_cover
+    monkeypatch.setattr(purchase, "cheapest_cover", lambda *a, **k: replace(real_cover(*a, **k), converged=False))
     twice = bought(plan(jobs, [], fleets, CATALOG, Limits(float("inf"), 0)))
-    (first, seeded), (second, _) = calls
+    (first, seeded, _), (second, _, _) = calls
     assert second == [j for j in first if j not in seeded] and 0 < len(second) < len(first) / 10
-    # The greedy alone for what the rounding left: the plan as it was before the second cover.
-    monkeypatch.setattr(purchase, "_cover_seeds", lambda cover_jobs, *a, **k: real(cover_jobs, *a, **k)
-                        if len(cover_jobs) == len(jobs) else [])
-    once = bought(plan(jobs, [], fleets, CATALOG, Limits(float("inf"), 0)))
-    assert twice < once
+    assert twice < converged  # the greedy alone for what the rounding left: the converged plan
 
     def dear_second_cover(cover_jobs, options, patterns, *args, **kwargs):
         if len(cover_jobs) == len(jobs):
             return real(cover_jobs, options, patterns, *args, **kwargs)
         return [(max((i for i, o in enumerate(options) if o.holds(j) and purchase.may_run(j, o, patterns)),
-                     key=lambda i: options[i].price), [j]) for j in cover_jobs]
+                     key=lambda i: options[i].price), [j]) for j in cover_jobs], False
 
     monkeypatch.setattr(purchase, "_cover_seeds", dear_second_cover)
-    assert bought(plan(jobs, [], fleets, CATALOG, Limits(float("inf"), 0))) == once  # a dearer second plan is not kept
+    assert bought(plan(jobs, [], fleets, CATALOG, Limits(float("inf"), 0))) == converged  # a dearer plan is not kept
 
 
 def test_past_the_kinds_one_cover_takes_a_burst_is_bought_for_in_parts_each_with_its_cover(monkeypatch):

@@ -43,8 +43,8 @@ from .packer import Packer
 COVER_CPU_SECONDS = 5.0
 COVER_USD_PER_HOUR_PER_SECOND = 250.0
 COVER_MAX_CPU_SECONDS = 30.0
-# The share of the cover's budget kept for covering again the jobs its rounding down left (what the first
-# cover does not use is the second's too). Rounded down, a burst of 17,065 jobs of 288 kinds left about
+# The share of the cover's budget kept for covering again the jobs its rounding down left, when it stopped
+# on its budget (what the first cover does not use is the second's too). Rounded down, a burst of 17,065 jobs of 288 kinds left about
 # 350 jobs for the greedy; covering them again took the plan from $7,534.01/h (one cover of 30 s) to
 # $7,511.97/h (27 s, then 3 s), and on another burst of that kind from $6,418.53 to $6,369.64/h
 # (docs/scheduler-benchmark.md, "Plan CPU"). A converged cover's leftovers are few: the replays do not move.
@@ -380,13 +380,14 @@ def cover_budget(stake_usd_per_hour: float, left_s: float = float("inf")) -> flo
 
 def _cover_seeds(jobs: Sequence[JobRequest], options: Sequence[Option], patterns: Patterns,
                  limits: Limits, greedy: _Bought | None = None, cpu_seconds: float = COVER_CPU_SECONDS,
-                 ) -> list[tuple[int, list[JobRequest]]]:
+                 ) -> tuple[list[tuple[int, list[JobRequest]]], bool]:
     """The rounded-down configuration-LP cover of `jobs`, as boxes with their jobs (empty when the kinds
-    are too many, or there is no CPU time for it). Options the caps already rule out are left out of the
-    LP. The greedy plan's boxes start the master, so the column generation begins at the greedy's cost."""
+    are too many, or there is no CPU time for it), and whether its LP converged. Options the caps already
+    rule out are left out of the LP. The greedy plan's boxes start the master, so the column generation
+    begins at the greedy's cost."""
     kinds, kind_of = _kinds(jobs, options, patterns)
     if len(kinds) > COVER_MAX_KINDS or len(jobs) < 2 or cpu_seconds <= 0:
-        return []
+        return [], False
     budget = limits.max_hourly_usd - limits.current_hourly_usd
     usable = {i for i, o in enumerate(options) if o.room > 0 and o.price <= budget + 1e-9}
     position = {id(k): n for n, k in enumerate(kinds)}
@@ -413,7 +414,7 @@ def _cover_seeds(jobs: Sequence[JobRequest], options: Sequence[Option], patterns
                 box_jobs += taken
             if box_jobs:
                 seeds.append((pattern.option, box_jobs))
-    return seeds
+    return seeds, cover.converged
 
 
 def _purchase_once(jobs: Sequence[JobRequest], options: Sequence[Option], catalog, patterns: Patterns,
@@ -427,16 +428,17 @@ def _purchase_once(jobs: Sequence[JobRequest], options: Sequence[Option], catalo
     if limits.scaling_allowed:
         budget = min(cover_budget(best.cost * parts) / parts, max(0.0, deadline - time.process_time()))
         stop = time.process_time() + budget
-        seeds = _cover_seeds(jobs, options, patterns, limits, best, budget * (1 - RESIDUAL_SHARE))
+        seeds, converged = _cover_seeds(jobs, options, patterns, limits, best, budget * (1 - RESIDUAL_SHARE))
         if seeds:
             covered = _Purchase(options, catalog, patterns, limits).run(jobs, seeds, True)
-            # The jobs the rounding down left, covered again (a small LP over what is left) rather than
-            # packed by the greedy alone; kept only if the plan costs less.
+            # The jobs the rounding down of a cover stopped on its budget left, covered again (a small LP
+            # over what is left) rather than packed by the greedy alone; kept only if the plan costs less.
+            # After a converged cover it bought the same on the benchmark's plans, for 0.1-0.2 s of CPU.
             seeded = {job.job_id for _, box in seeds for job in box}
             left = [job for job in jobs if job.job_id not in seeded]
-            if left:
+            if left and not converged:
                 rest = _Purchase(options, catalog, patterns, limits).run(left, (), True)
-                more = _cover_seeds(left, options, patterns, limits, rest, stop - time.process_time())
+                more, _ = _cover_seeds(left, options, patterns, limits, rest, stop - time.process_time())
                 if more:
                     again = _Purchase(options, catalog, patterns, limits).run(jobs, [*seeds, *more], True)
                     if (len(again.waiting), again.cost) < (len(covered.waiting), covered.cost):
@@ -449,8 +451,9 @@ def _purchase_once(jobs: Sequence[JobRequest], options: Sequence[Option], catalo
 def _parts(jobs: Sequence[JobRequest], options: Sequence[Option], patterns: Patterns) -> list[list[JobRequest]]:
     """The jobs as one part, or, past the kinds one cover takes (COVER_MAX_KINDS), as parts of at most
     PART_KINDS kinds: the kinds in planning order dealt out in turn, each with all its jobs."""
-    if len(jobs) <= COVER_MAX_KINDS:
-        return [list(jobs)]  # no more kinds than jobs
+    # A kind's fleets follow from its size, GPU memory and constraints: as many of those, at most as many kinds.
+    if len({(demand_of(job), job.gpu_memory_mib, constraint_key(job)) for job in jobs}) <= COVER_MAX_KINDS:
+        return [list(jobs)]
     kinds, kind_of = _kinds(jobs, options, patterns)
     if len(kinds) <= COVER_MAX_KINDS:
         return [list(jobs)]
