@@ -26,3 +26,21 @@ def test_fractional_pods_are_bought_for_in_bundles_and_cost_less(tmp_path, capsy
     for result in (whole, shared):
         assert 0 < result["planner_purchase_usd_per_hour"] <= result["greedy_usd_per_hour"] + 1e-9
         assert result["cover_from_greedy"]["converged"]
+
+
+def test_past_the_kinds_one_cover_takes_the_planner_buys_in_parts_and_the_whole_covers_are_skipped(
+        tmp_path, capsys, monkeypatch):
+    from lambdas.scheduler.planning import purchase
+
+    monkeypatch.setattr(purchase, "COVER_MAX_KINDS", 5)
+    monkeypatch.setattr(purchase, "PART_KINDS", 3)
+    rows = ["name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec"]
+    rows += [f"pod-{i},{1000 * (1 + i % 7)},{4096 * (1 + i % 5)},{1 + i % 2},1000," for i in range(24)]
+    path = tmp_path / "pods.csv"
+    path.write_text("\n".join(rows) + "\n")
+    assert cover.main(["--trace", str(path), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["kinds"] > 5
+    assert all("past the 5 one cover takes" in result[name]["skipped"]
+               for name in ("cover_from_one_box_per_kind", "cover_from_greedy"))
+    assert 0 < result["planner_purchase_usd_per_hour"] <= result["greedy_usd_per_hour"] + 1e-9
