@@ -352,6 +352,15 @@ def test_the_cover_budget_grows_with_what_the_purchase_costs(stake, left, budget
     assert purchase.cover_budget(stake, left) == pytest.approx(budget)
 
 
+@pytest.mark.parametrize("stake, left, parts, budget", [
+    (1e9, float("inf"), 40, purchase.COVER_MAX_CPU_SECONDS / 40),  # the burst's budget, shared by its parts
+    (0.0, float("inf"), 4, purchase.COVER_CPU_SECONDS / 4),
+    (1e9, 0.5, 40, 0.5),  # never past what the caller has left
+])
+def test_the_parts_of_a_burst_share_the_budget_its_cost_warrants(stake, left, parts, budget):
+    assert purchase.cover_budget(stake, left, parts) == pytest.approx(budget)
+
+
 def _spy_on_covers(monkeypatch) -> list[tuple[float, float]]:
     """(CPU time when it began, its budget) of each cover the planner runs."""
     covers = []

@@ -22,6 +22,7 @@ def held_by_a_cap(reason: str) -> bool:
     can run the job, or its scaling is paused)."""
     return reason not in (NO_FLEET, SCALING_PAUSED)
 
+
 Resources = tuple[int, float, int]  # GPUs, vCPUs, MiB
 
 

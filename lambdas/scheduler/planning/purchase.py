@@ -371,11 +371,12 @@ class _Purchase:
         return f"fleet {fleet.fleet} in {fleet.region} at its cap of {fleet.max_instances} instances"
 
 
-def cover_budget(stake_usd_per_hour: float, left_s: float = float("inf")) -> float:
-    """CPU seconds for the cover of a purchase the greedy plan prices at `stake_usd_per_hour`, within
-    `left_s` (what the caller has left for every cover of its plan)."""
+def cover_budget(stake_usd_per_hour: float, left_s: float = float("inf"), parts: int = 1) -> float:
+    """CPU seconds for the cover of a purchase the greedy plan prices at `stake_usd_per_hour`, or for one
+    of the `parts` it is bought in (they share the budget), within `left_s` (what the caller has left for
+    every cover of its plan)."""
     wanted = min(COVER_MAX_CPU_SECONDS, max(COVER_CPU_SECONDS, stake_usd_per_hour / COVER_USD_PER_HOUR_PER_SECOND))
-    return max(0.0, min(wanted, left_s))
+    return max(0.0, min(wanted / parts, left_s))
 
 
 def _cover_seeds(jobs: Sequence[JobRequest], options: Sequence[Option], patterns: Patterns,
@@ -426,7 +427,7 @@ def _purchase_once(jobs: Sequence[JobRequest], options: Sequence[Option], catalo
         return _Purchase(options, catalog, patterns, limits, host=True).run(jobs, (), limits.scaling_allowed)
     best = _Purchase(options, catalog, patterns, limits).run(jobs, (), limits.scaling_allowed)
     if limits.scaling_allowed:
-        budget = min(cover_budget(best.cost * parts) / parts, max(0.0, deadline - time.process_time()))
+        budget = cover_budget(best.cost * parts, deadline - time.process_time(), parts)
         stop = time.process_time() + budget
         seeds, converged = _cover_seeds(jobs, options, patterns, limits, best, budget * (1 - RESIDUAL_SHARE))
         if seeds:
@@ -441,11 +442,15 @@ def _purchase_once(jobs: Sequence[JobRequest], options: Sequence[Option], catalo
                 more, _ = _cover_seeds(left, options, patterns, limits, rest, stop - time.process_time())
                 if more:
                     again = _Purchase(options, catalog, patterns, limits).run(jobs, [*seeds, *more], True)
-                    if (len(again.waiting), again.cost) < (len(covered.waiting), covered.cost):
-                        covered = again
-            if (len(covered.waiting), covered.cost) < (len(best.waiting), best.cost):
-                best = covered
+                    covered = min(covered, again, key=_served_then_cost)
+            best = min(best, covered, key=_served_then_cost)
     return best
+
+
+def _served_then_cost(plan: _Bought) -> tuple[int, float]:
+    """What a purchase plan is judged by: fewer jobs left waiting, then fewer dollars an hour (the first
+    of equals kept)."""
+    return len(plan.waiting), plan.cost
 
 
 def _parts(jobs: Sequence[JobRequest], options: Sequence[Option], patterns: Patterns) -> list[list[JobRequest]]:
