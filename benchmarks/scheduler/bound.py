@@ -310,7 +310,8 @@ def replay_bound(jobs: list[TraceJob], types: list[InstanceType], exact_solves: 
     least = np.array([lp.least_prices(w) for w in duals])  # dual, kind
     total, chunk, lengths = 0.0, [], []
     for start, end, demand in _intervals(jobs, of_job, len(lp.kinds)):
-        chunk.append(demand), lengths.append(end - start)
+        chunk.append(demand)
+        lengths.append(end - start)
         if len(chunk) == INTERVAL_CHUNK:
             total += _best_values(least, chunk, lengths)
             chunk, lengths = [], []
