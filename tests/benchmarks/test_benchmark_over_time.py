@@ -131,7 +131,9 @@ def test_a_big_instance_reclaimed_under_a_small_job_is_not_replaced_in_kind(rule
     strategy = MlfleetStrategy(TYPES, CATALOG, "us-east-1", 5400, 1800, release_after_s=180, replacement_rule=rule)
     sim = tiny_sim([job], strategy)
     sim.now = 0.0
-    big = sim.launch(BY_NAME["g6.48xlarge"])
+    # A g4dn.metal: a T4 of it costs less than twice a g4dn.xlarge, so the job may take it (packer.py, dear
+    # room: an eighth of a g6.48xlarge would not be).
+    big = sim.launch(BY_NAME["g4dn.metal"])
     sim.now = 240.0
     sim._on_arrive(sim.jobs["j"])
     strategy.schedule(sim, 240.0)  # the big box is ready and empty: the job starts on it
@@ -145,7 +147,7 @@ def test_a_big_instance_reclaimed_under_a_small_job_is_not_replaced_in_kind(rule
     if rule:
         assert not big.replaced and len(bought) == 1 and BY_NAME[bought[0]].price < big.price / 10
     else:
-        assert big.replaced and bought == ["g6.48xlarge"]
+        assert big.replaced and bought == ["g4dn.metal"]
 
 
 def test_mlfleet_releases_an_empty_instance_after_the_delay_and_never_one_with_work():
@@ -158,6 +160,24 @@ def test_mlfleet_releases_an_empty_instance_after_the_delay_and_never_one_with_w
     # Bought at the first tick (60), ready at 240, the job runs from the next tick (300) to 900; the
     # release delay runs out at 1080 and the run on the tick after (1140) gives the instance back.
     assert first.terminated == 1140.0 and strategy.released == 2 and len(sim.boxes) == 2
+
+
+def test_small_jobs_of_unknown_runtime_do_not_keep_up_an_instance_bought_for_a_pinned_training():
+    """The synthetic traces' case (docs/scheduler-benchmark.md, "Dear room"): a 4-GPU job tied to H100s
+    gets a p5.48xlarge for two hours while one-GPU jobs of unknown runtime arrive every ten minutes for
+    eight. The p5's room is theirs only at a T4's price: they get their own instances, and the p5 goes
+    one release delay after its job. Before, they filled its room one after another and kept it up for
+    eight hours at $23 an hour."""
+    pinned = TraceJob("train", 0, 7200, 4, 24, 92_160, r"p5\..*")
+    small = [TraceJob(f"s{n}", 300 + 600 * n, 3600, 1, 4, 8192) for n in range(48)]
+    strategy = MlfleetStrategy(TYPES, CATALOG, "us-east-1", 5400, 1800, release_after_s=180)
+    sim = tiny_sim([pinned, *small], strategy)
+    sim.run()
+    assert all(s.state == "completed" for s in sim.jobs.values())
+    (p5,) = [b for b in sim.boxes if b.type.name == "p5.48xlarge"]
+    # Bought at 60, ready at 240, the training runs from 300 to 7,500; given back on the first run after
+    # 7,500 + 180.
+    assert p5.terminated == 7740.0
 
 
 def test_releases_the_disruption_budget_holds_back_go_on_the_next_ticks_not_with_the_reaper():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -51,6 +52,39 @@ def test_a_long_job_does_not_pin_a_big_machine_whose_short_jobs_end_soon():
         {"short": "big"}
     # Without a runtime belief, best fit places it as before.
     assert placed(plan([job("unknown")], [big], [fleet("g5.xlarge")], CATALOG, LIMITS, now=NOW)) == {"unknown": "big"}
+
+
+@pytest.mark.parametrize("instance_type, free_gpus, placed_there", [
+    ("p5.48xlarge", 4, False),    # an eighth of $23.45/h for a job a g4dn.xlarge runs for $0.20/h
+    ("p5.48xlarge", 8, False),    # empty: the same share, the same price
+    ("g6.48xlarge", 4, False),    # $0.69/h an L4: more than twice a T4 of its own
+    ("g4dn.12xlarge", 2, True),   # $0.33/h a T4: cheaper than a box of its own
+    ("g4dn.metal", 4, True),      # $0.37/h a T4
+])
+def test_a_job_of_unknown_runtime_takes_room_only_where_its_share_costs_at_most_twice_a_box_of_its_own(
+        instance_type, free_gpus, placed_there):
+    """It may outlast the machine's other jobs and keep it up: room on a dear machine is not free for it."""
+    host = machine("host", instance_type, free_gpus=free_gpus)
+    fleets = [fleet("g4dn.xlarge")]
+    result = plan([job("small")], [host], fleets, CATALOG, LIMITS, now=NOW)
+    if placed_there:
+        assert placed(result) == {"small": "host"} and result.scale_outs == ()
+    else:
+        assert placed(result) == {} and [(s.fleet, s.add_instances) for s in result.scale_outs] == \
+            [("g4dn.xlarge", 1)]
+
+
+def test_dear_room_is_still_taken_where_the_job_surely_ends_first_or_nothing_else_holds_it():
+    p5 = machine("p5", "p5.48xlarge", free_gpus=4, busy_h=10)
+    # Known to end before the machine's other jobs: the room is paid for anyway.
+    assert placed(plan([job("short", runtime_h=1)], [p5], [fleet("g4dn.xlarge")], CATALOG, LIMITS, now=NOW)) == \
+        {"short": "p5"}
+    # Its runtime known but the machine's end not: it may keep the machine up, so its share is priced.
+    unknown_end = machine("p5", "p5.48xlarge", free_gpus=4)
+    assert placed(plan([job("short", runtime_h=1)], [unknown_end], [fleet("g4dn.xlarge")], CATALOG, LIMITS,
+                       now=NOW)) == {}
+    # No fleet to buy from: nothing is cheaper than the room there is.
+    assert placed(plan([job("small")], [unknown_end], [], CATALOG, LIMITS, now=NOW)) == {"small": "p5"}
 
 
 def test_jobs_that_end_together_share_a_machine():

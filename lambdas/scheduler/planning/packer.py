@@ -11,8 +11,14 @@ up past the end of its current jobs costs that machine's price for the extension
 for the job's whole runtime: the machine would be released otherwise). The extension's cost, relative
 to buying an instance for the job alone, lowers the fitness; past DECLINE_FACTOR times that purchase
 the machine is declined, and the job goes on to the later stages. A job that ends before the machine's
-other jobs costs nothing extra: it fills room already paid for. Jobs or machines without a runtime
-belief are placed as before.
+other jobs costs nothing extra: it fills room already paid for.
+
+Where the job's runtime or the machine's end is unknown, the job may outlast the machine's other jobs
+and keep it up. It then takes room on a machine only where its share of the machine's price (the
+largest share of the GPUs, vCPUs or memory it takes, times the price) is at most DECLINE_FACTOR times
+the cheapest instance it could have alone: the room on an 8-H100 instance bought for a training job is
+not for a one-GPU job a T4 runs for a tenth of the price. Without this rule such an instance outlived
+its training, kept up by one small job after another (docs/scheduler-benchmark.md, "Dear room").
 """
 
 from __future__ import annotations
@@ -39,9 +45,18 @@ HOUR = 3600.0
 
 @dataclass(frozen=True)
 class Timing:
-    """What duration-aware packing needs: the time, and what the job would cost bought alone ($, or None)."""
+    """What duration-aware packing needs: the time, the hourly price of the cheapest instance the job could
+    have alone (None: no fleet holds it), the boot such an instance would take first, and whether any job
+    of the plan has a runtime belief (if none has, machines' ends are not tracked: only dear room is asked)."""
     now: float
-    alternative_usd: Callable[[JobRequest], float | None]
+    alone_hourly: Callable[[JobRequest], float | None]
+    boot_s: float
+    runtimes: bool = True
+
+    def alone_usd(self, job: JobRequest) -> float | None:
+        """What the job would cost on an instance bought for it alone, for its runtime and a boot ($)."""
+        price = self.alone_hourly(job)
+        return None if price is None or job.runtime is None else price * (job.runtime.seconds + self.boot_s) / HOUR
 
 
 def time_bucket(busy_until: float | None, now: float) -> int | None:
@@ -94,6 +109,8 @@ class Group:
     rebalance: bool
     capacity: Resources
     gpu_memory: int = 0  # shareable memory per GPU of its machines (0: they cannot share)
+    price_per_hour: float = 0.0  # of the machine that opened the group (its machines share fleet, type and zone)
+    timed: bool = False  # its machines' ends are known (a time bucket)
     buckets: dict[int, list] = field(default_factory=dict)  # free GPUs -> sorted [(rank, Bin)]
 
     def add(self, bin_: Bin) -> None:
@@ -137,6 +154,7 @@ class Packer:
         # constraint key -> (a job with those constraints, the groups it may use)
         self._eligible: dict[tuple, tuple[JobRequest, list[Group]]] = {}
         self._no_room: dict[tuple, list[Resources]] = {}
+        self._dear: dict[tuple, tuple[int, frozenset[int]]] = {}  # job size key -> (groups judged, the dear ones)
         self._bins: dict[str, tuple[Group, Bin]] = {}
         self._empty: dict[tuple[str, str], list[str]] = {}  # (region, fleet) -> untouched healthy machines
         for machine in sorted(machines, key=lambda m: m.key):
@@ -150,7 +168,7 @@ class Packer:
         if group is None:
             group = self._groups[key] = Group(machine.fleet, machine.instance_type, machine.region,
                                               machine.lifecycle, pool, machine.rebalance_recommended, capacity,
-                                              machine.gpu_memory_mib)
+                                              machine.gpu_memory_mib, machine.price_per_hour, bucket is not None)
             for job, groups in self._eligible.values():
                 if self._eligible_group(job, group):
                     groups.append(group)
@@ -170,7 +188,7 @@ class Packer:
         # (GPUs come from the catalog).
         empty = machine.free_gpus >= capacity[0] and not machine.shared_gpus and not machine.submissions
         busy_until = None
-        if self._timing is not None:
+        if self._timing is not None and self._timing.runtimes:
             busy_until = self._timing.now if empty else machine.busy_until
         group = self._group(machine, capacity, busy_until)
         bin_ = Bin(machine, [machine.free_gpus, machine.free_vcpus, machine.free_memory_mib], capacity,
@@ -230,19 +248,48 @@ class Packer:
         extension = max(0.0, self._timing.now + job.runtime.seconds - bin_.busy_until)
         if extension <= 0:
             return 0.0
-        alternative = self._timing.alternative_usd(job)
+        alternative = self._timing.alone_usd(job)
         if not alternative:  # nothing to buy instead: never declined, the share of its runtime it extends
             return EXTENSION_WEIGHT * min(1.0, extension / max(1.0, job.runtime.seconds))
         ratio = extension * bin_.machine.price_per_hour / HOUR / alternative
         return None if ratio > DECLINE_FACTOR else EXTENSION_WEIGHT * ratio
 
+    def _dear_room(self, job: JobRequest, group: Group) -> bool:
+        """Does the job's share of a machine of the group cost more than DECLINE_FACTOR times an instance of
+        its own, where the job may outlast the machine's other jobs (its runtime or their end unknown)?
+        The same for every machine of the group, busy or empty."""
+        if self._timing is None or (job.runtime is not None and group.timed):
+            return False
+        alone = self._timing.alone_hourly(job)
+        if not alone:
+            return False
+        taken = (gpu_share(job, group.gpu_memory), job.vcpus, job.memory_mib)
+        share = max(amount / capacity if capacity else 1.0 for amount, capacity in zip(taken, group.capacity))
+        return share * group.price_per_hour > DECLINE_FACTOR * alone
+
+    def _dear_groups(self, job: JobRequest, groups: list[Group]) -> frozenset[int]:
+        """The indices in `groups` of those that are dear room for the job, memoized per constraints, size and
+        whether a runtime is known (groups are only ever appended)."""
+        key = (constraint_key(job), demand_of(job), job.gpu_memory_mib, job.runtime is None)
+        seen, dear = self._dear.get(key, (0, frozenset()))
+        if seen < len(groups):
+            dear |= {n for n in range(seen, len(groups)) if self._dear_room(job, groups[n])}
+            self._dear[key] = (len(groups), dear)
+        return dear
+
     def place(self, job: JobRequest) -> Machine | None:
         need = demand_of(job)
-        memo_key, size = constraint_key(job), (*need, job.gpu_memory_mib)
+        groups = self._groups_for(job)
+        dear = self._dear_groups(job, groups)
+        # Jobs passing over the same groups as dear room compete for the same machines: within them, a
+        # job no larger than this one that found no room answers for it.
+        memo_key, size = (constraint_key(job), dear), (*need, job.gpu_memory_mib)
         if any(all(a >= b for a, b in zip(size, small)) for small in self._no_room.get(memo_key, ())):
             return None  # a job no larger than this one already found no room
         best, best_key, declined = None, None, False
-        for group in self._groups_for(job):
+        for n, group in enumerate(groups):
+            if n in dear:
+                continue
             candidate = group.best_fit(job, need)
             if candidate is None:
                 continue

@@ -73,7 +73,7 @@ def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequen
         ordered, marked = choose_lifecycles(ordered, options(), open_machines, interruption_rate, patterns, boot_s,
                                             catalog)
         fallbacks = {job_id: originals[job_id] for job_id in marked}
-    timing = Timing(now, _alternative(options, patterns, boot_s)) if any(j.runtime for j in ordered) else None
+    timing = Timing(now, _cheapest_alone(options, patterns), boot_s, runtimes=any(j.runtime for j in ordered))
     # Placeholders come after every real job in each stage: they take only the room real jobs leave.
     spare = {j.job_id for j in headroom}
     placements, unplaced = place_live([*ordered, *headroom], open_machines, catalog, patterns, timing)
@@ -118,16 +118,15 @@ class _Lazy:
         return self._value
 
 
-def _alternative(options: Callable[[], Sequence[Option]], patterns: Patterns,
-                 boot_s: float) -> Callable[[JobRequest], float | None]:
-    """What a job would cost on an instance bought for it alone: the cheapest fleet that may run it, for
-    its runtime and a boot ($; None when no fleet can). Memoized per constraints and size."""
+def _cheapest_alone(options: Callable[[], Sequence[Option]],
+                    patterns: Patterns) -> Callable[[JobRequest], float | None]:
+    """$/h of the cheapest fleet that may run a job on an instance of its own (None when no fleet can).
+    Memoized per constraints and size."""
     cheapest: dict[tuple, float | None] = {}
 
-    def cost(job: JobRequest) -> float | None:
+    def price(job: JobRequest) -> float | None:
         key = (constraint_key(job), demand_of(job), job.gpu_memory_mib)
         if key not in cheapest:
             cheapest[key] = cheapest_alone(job, options(), patterns)
-        price = cheapest[key]
-        return None if price is None or job.runtime is None else price * (job.runtime.seconds + boot_s) / 3600.0
-    return cost
+        return cheapest[key]
+    return price
