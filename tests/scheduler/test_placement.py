@@ -559,9 +559,23 @@ def test_resource_prices_solve_the_covering_lp(boxes, demand):
 
 # --- the indexed packer chooses what a scan over every machine would -------------------------------
 
-def reference_placements(jobs, machines):
+def reference_alone(j, buy):
+    """$/h of the cheapest single-type spot fleet in `buy` whose type holds the job and matches its pattern."""
+    prices = []
+    for t in buy:
+        spec = CATALOG.get(t)
+        if (spec.gpus >= j.gpus and spec.schedulable_vcpus >= j.vcpus and spec.schedulable_memory_mib >= j.memory_mib
+                and j.lifecycle in (None, "spot")
+                and (not j.instance_type_pattern or re.fullmatch(j.instance_type_pattern, t))):
+            prices.append(spec.spot_price("us-east-1"))
+    return min(prices, default=None)
+
+
+def reference_placements(jobs, machines, buy=()):
     """The rule of stage 1 written as the plainest loop: for each job (largest first), the fittest
-    machine over all machines, with the same soft penalties and tie-breaks."""
+    machine over all machines, with the same soft penalties and tie-breaks, and without runtimes a
+    machine where the job's largest share of it costs more than twice the cheapest type of `buy` that
+    holds it passed over (dear room, packer.py)."""
     free = {m.key: [m.free_gpus, m.free_vcpus, m.free_memory_mib] for m in machines if not m.draining}
     pools = {}
     for m in machines:
@@ -580,6 +594,9 @@ def reference_placements(jobs, machines):
                 continue
             spec = CATALOG.get(m.instance_type)
             cap = (spec.gpus, spec.schedulable_vcpus, spec.schedulable_memory_mib)
+            alone = reference_alone(j, buy)
+            if alone and max(n / c for n, c in zip((j.gpus, j.vcpus, j.memory_mib), cap)) * m.price_per_hour > 2 * alone:
+                continue
             fitness = sum(w * (c - fr + need) / c for w, c, fr, need in
                           zip((0.6, 0.2, 0.2), cap, f, (j.gpus, j.vcpus, j.memory_mib)))
             if m.rebalance_recommended:
@@ -606,10 +623,12 @@ def reference_placements(jobs, machines):
                                                      az=az, submissions=frozenset(subs)),
     st.integers(0, 10**6), st.sampled_from(TYPES), st.integers(0, 8), st.sampled_from(["spot", "on-demand"]),
     st.booleans(), st.booleans(), st.sampled_from(["us-east-1a", "us-east-1b"]),
-    st.sets(st.sampled_from(["s1", "s2"]))), max_size=10, unique_by=lambda m: m.key))
-def test_indexed_placement_equals_a_scan_over_every_machine(jobs, machines):
-    result = plan(jobs, machines, [], CATALOG, LIMITS)
-    assert sorted((p.job_id, p.machine_key) for p in result.placements) == reference_placements(jobs, machines)
+    st.sets(st.sampled_from(["s1", "s2"]))), max_size=10, unique_by=lambda m: m.key),
+       st.sampled_from([(), ("g4dn.xlarge",), ("g4dn.xlarge", "g5.12xlarge"), ("p4d.24xlarge",)]))
+def test_indexed_placement_equals_a_scan_over_every_machine(jobs, machines, buy):
+    fleets = [fleet(f"buy-{t}", (t,), max_instances=1000) for t in buy]
+    result = plan(jobs, machines, fleets, CATALOG, LIMITS)
+    assert sorted((p.job_id, p.machine_key) for p in result.placements) == reference_placements(jobs, machines, buy)
 
 
 def test_instances_a_removal_is_draining_count_against_the_fleet_cap():
@@ -626,13 +645,19 @@ def test_instances_a_removal_is_draining_count_against_the_fleet_cap():
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 4), st.integers(1, 48), st.integers(1024, 190_000)), min_size=1, max_size=40),
-       st.lists(st.tuples(st.integers(0, 4), st.integers(0, 48)), min_size=1, max_size=6))
+       st.lists(st.tuples(st.integers(0, 4), st.integers(0, 48), st.sampled_from(["g5.12xlarge", "p4d.24xlarge"])),
+                min_size=1, max_size=6))
 def test_the_no_room_memo_answers_as_a_full_scan_would_and_keeps_only_the_smallest_sizes(sizes, rooms):
-    from lambdas.scheduler.planning.packer import Packer
+    from lambdas.scheduler.planning.packer import Packer, Timing
+
+    def alone(request):  # a box of its own: a T4 for jobs of up to 8 vCPUs, dear boxes past that
+        return 0.2 if request.vcpus <= 8 else 2.0 * request.gpus
 
     def packer():
-        machines = [machine(f"m{n}", free_gpus=g, free_vcpus=c) for n, (g, c) in enumerate(rooms)]
-        return Packer(machines, CATALOG, lambda job, group: True)
+        # Dear room depends on the size in no monotone way: a p4d.24xlarge is dear for the small jobs only,
+        # so a job larger than one that found no room may still find some there.
+        machines = [machine(f"m{n}", t, free_gpus=g, free_vcpus=c) for n, (g, c, t) in enumerate(rooms)]
+        return Packer(machines, CATALOG, lambda job, group: True, Timing(0.0, alone, 180.0, runtimes=False))
 
     memo, scan = packer(), packer()
     for n, (g, c, m) in enumerate(sizes):
