@@ -2,8 +2,9 @@
 
 Hard constraints: the machine is not draining (nor being removed), has the free GPUs, vCPUs and memory, its type fully
 matches the job's pattern, its region and lifecycle are ones the job accepts. Among those, the fittest
-wins (packer.py: fullest after placing, rebalance and sweep-spread penalties). Reserved jobs first take
-an empty machine of their fleet (reservations.py).
+wins (packer.py: fullest after placing, rebalance and sweep-spread penalties; machines a job would keep
+up at more than twice the price of an instance of its own declined). Reserved jobs first take an empty
+machine of their fleet (reservations.py).
 """
 
 from __future__ import annotations
