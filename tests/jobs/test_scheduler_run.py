@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 
 import boto3
 import pytest
-from conftest import ASG, CLUSTER, HOME, build_fleet, open_admission, scheduler_settings
+from conftest import ASG, CLUSTER, ENV, HOME, build_fleet, open_admission, scheduler_settings, two_fleets_json
 
 from lambdas.common.catalog import load_catalog
 from lambdas.jobs import ledger as L
@@ -75,6 +75,30 @@ def test_capacity_is_bought_once_while_it_boots_and_used_when_it_joins(home):
     hosts = {ledger.get(j).placement.instance_id for j in job_ids[4:]}
     assert len(hosts) == 1 and hosts.isdisjoint(instances)
     assert all(ledger.get(j).reserved is None for j in job_ids)  # started: reservations cleared
+
+
+def test_a_job_of_unknown_runtime_gets_its_own_box_rather_than_a_dear_share_of_an_idle_big_one(home):
+    """Dear room (planning/packer.py) in the Lambda: an empty g5.12xlarge ($2.18/h spot in the catalog: a
+    quarter of it is $0.55/h) against a one-T4 fleet's g4dn.xlarge ($0.20/h). The job may outlast
+    anything else the g5 would run, so the run buys the small box; with only the g5 fleet, as in the
+    first test, it starts on the g5. (moto's spot prices are placeholders that state.spot_prices_for
+    rejects as implausible: the catalog's prices decide here, as they do in AWS when the read fails.)"""
+    build_fleet(size=1)
+    small = f"mlfleet-{ENV}-small"
+    boto3.client("ec2", HOME).create_launch_template(LaunchTemplateName=small, LaunchTemplateData={
+        "ImageId": "ami-12c6146b", "InstanceType": "g4dn.xlarge"})
+    boto3.client("autoscaling", HOME).create_auto_scaling_group(
+        AutoScalingGroupName=small, LaunchTemplate={"LaunchTemplateName": small}, MinSize=0, MaxSize=4,
+        DesiredCapacity=0, AvailabilityZones=[f"{HOME}a"],
+        Tags=[{"Key": "mlfleet:environment", "Value": ENV, "PropagateAtLaunch": True}])
+    open_admission()
+    (job_id,) = queue_jobs(home, 1)
+    first = run(scheduler_settings(home, fleets=two_fleets_json()), lambda: 170_000, now=NOW)
+    assert first["started"] == [] and desired() == 1
+    small_group = boto3.client("autoscaling", HOME).describe_auto_scaling_groups(AutoScalingGroupNames=[small])
+    assert small_group["AutoScalingGroups"][0]["DesiredCapacity"] == 1
+    ledger = L.Ledger(boto3.client("dynamodb", HOME), home["table"])
+    assert ledger.get(job_id).state == L.QUEUED and ledger.get(job_id).reserved[:2] == (HOME, "small")
 
 
 @pytest.mark.parametrize("remaining_ms, memory_mib, seconds", [
