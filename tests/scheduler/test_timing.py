@@ -83,8 +83,14 @@ def test_dear_room_is_still_taken_where_the_job_surely_ends_first_or_nothing_els
     unknown_end = machine("p5", "p5.48xlarge", free_gpus=4)
     assert placed(plan([job("short", runtime_h=1)], [unknown_end], [fleet("g4dn.xlarge")], CATALOG, LIMITS,
                        now=NOW)) == {}
-    # No fleet to buy from: nothing is cheaper than the room there is.
+    # No fleet to buy from, or the cheap one at its cap: nothing is cheaper than the room there is, and the
+    # job would only wait.
     assert placed(plan([job("small")], [unknown_end], [], CATALOG, LIMITS, now=NOW)) == {"small": "p5"}
+    capped = Fleet("us-east-1", "g4dn.xlarge", "asg-g4dn.xlarge", ("g4dn.xlarge",), 100, 0, 100)
+    assert placed(plan([job("small")], [unknown_end], [capped], CATALOG, LIMITS, now=NOW)) == {"small": "p5"}
+    long_job = job("long", runtime_h=48)  # the extension rule alike: declined only for what can be bought
+    assert placed(plan([long_job], [p5], [capped], CATALOG, LIMITS, now=NOW)) == {"long": "p5"}
+    assert placed(plan([long_job], [p5], [fleet("g4dn.xlarge")], CATALOG, LIMITS, now=NOW)) == {}
 
 
 def test_jobs_that_end_together_share_a_machine():

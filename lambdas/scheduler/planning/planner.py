@@ -120,13 +120,15 @@ class _Lazy:
 
 def _cheapest_alone(options: Callable[[], Sequence[Option]],
                     patterns: Patterns) -> Callable[[JobRequest], float | None]:
-    """$/h of the cheapest fleet that may run a job on an instance of its own (None when no fleet can).
-    Memoized per constraints and size."""
+    """$/h of the cheapest fleet that may run a job on an instance of its own and whose cap allows one more
+    (None when none can: then no live machine is declined for being dearer than buying, since nothing
+    can be bought and the job would only wait). Memoized per constraints and size."""
     cheapest: dict[tuple, float | None] = {}
+    open_options = _Lazy(lambda: [o for o in options() if o.room > 0])
 
     def price(job: JobRequest) -> float | None:
         key = (constraint_key(job), demand_of(job), job.gpu_memory_mib)
         if key not in cheapest:
-            cheapest[key] = cheapest_alone(job, options(), patterns)
+            cheapest[key] = cheapest_alone(job, open_options(), patterns)
         return cheapest[key]
     return price
