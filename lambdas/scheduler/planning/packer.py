@@ -46,8 +46,9 @@ HOUR = 3600.0
 @dataclass(frozen=True)
 class Timing:
     """What duration-aware packing needs: the time, the hourly price of the cheapest instance the job could
-    have alone (None: no fleet holds it), the boot such an instance would take first, and whether any job
-    of the plan has a runtime belief (if none has, machines' ends are not tracked: only dear room is asked)."""
+    have alone (None: no fleet below its cap holds it), the boot such an instance would take first, and
+    whether any job of the plan has a runtime belief (if none has, machines' ends are not tracked: only
+    dear room is asked)."""
     now: float
     alone_hourly: Callable[[JobRequest], float | None]
     boot_s: float
