@@ -106,7 +106,8 @@ MAX_PENDING = 5_000
 ACT_RESERVE_MS = 20_000
 # The purchase's cover (planning/purchase.py) may use at most this share of the CPU time left before
 # acting must stop: the rest is for acting on the plan. Lambda gives CPU in proportion to memory, one vCPU
-# at 1,769 MB (Lambda developer guide, "Configuring Lambda function memory"); the runtime sets
+# at 1,769 MB (Lambda developer guide, "Configuring Lambda function memory",
+# https://docs.aws.amazon.com/lambda/latest/dg/configuration-memory.html); the runtime sets
 # AWS_LAMBDA_FUNCTION_MEMORY_SIZE (a reserved variable, "Using Lambda environment variables").
 COVER_SHARE_OF_TIME_LEFT = 0.5
 FULL_VCPU_MIB = 1769
@@ -529,7 +530,8 @@ def breaker_stopped(fleet_views: dict, now: datetime, settings: Settings, summar
 def cover_cpu_seconds(remaining_ms: int, memory_mib: str | None) -> float:
     """The most CPU seconds the purchase's cover may take in a run with `remaining_ms` left, on a Lambda of
     `memory_mib` (AWS_LAMBDA_FUNCTION_MEMORY_SIZE; a full vCPU when unknown, as outside Lambda)."""
-    vcpus = min(1.0, int(memory_mib) / FULL_VCPU_MIB) if memory_mib and memory_mib.isdigit() and int(memory_mib) else 1.0
+    mib = int(memory_mib) if memory_mib and memory_mib.isdigit() else 0
+    vcpus = min(1.0, mib / FULL_VCPU_MIB) if mib else 1.0
     return max(0.0, (remaining_ms - ACT_RESERVE_MS) / 1000 * vcpus * COVER_SHARE_OF_TIME_LEFT)
 
 
