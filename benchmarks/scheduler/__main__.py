@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT)]
 
 from benchmarks.scheduler.bound import aggregate_bound, replay_bound, snapshot_configuration_bound  # noqa: E402
-from benchmarks.scheduler.simulate import InstanceType, Simulation, share_reference_mib  # noqa: E402
+from benchmarks.scheduler.simulate import InstanceType, Simulation, completion_chance, share_reference_mib  # noqa: E402
 from benchmarks.scheduler.strategies import (  # noqa: E402
     EcsBinpackMemoryStrategy, FirstFitStrategy, KarpenterWhenEmptyStrategy, MlfleetStrategy,
     OneInstancePerJobStrategy, StrategyCannotRun,
@@ -65,6 +65,17 @@ def job_checkpoints(jobs, args) -> dict[str, float]:
     rng = random.Random(f"checkpoints:{args.seed}")
     return {job.job_id: args.checkpoint_interval_minutes * 60 for job in sorted(jobs, key=lambda j: j.job_id)
             if rng.random() < args.checkpoint_share}
+
+
+def expected_if_all_spot(jobs, checkpoints, args) -> dict:
+    """What the interruptions alone make of the trace, for any strategy that retries and runs every job on
+    spot: the jobs dead-lettered and the GPU-hours completed, in expectation (`completion_chance`). A run's
+    count differs from it by the draw; two runs of one strategy that differ from it in opposite ways differ
+    in dollars per completed GPU-hour by that much, whatever their placements."""
+    chances = [completion_chance(j.duration_s, checkpoints.get(j.job_id), args.interruptions_per_hour,
+                                 args.max_attempts) for j in jobs]
+    return {"jobs_dead_lettered": round(sum(1 - c for c in chances), 1),
+            "completed_gpu_hours": round(sum(c * j.trace_gpus * j.duration_s for c, j in zip(chances, jobs)) / 3600, 2)}
 
 
 def simulate(strategy, jobs, types, args, hints=None, checkpoints=None) -> Simulation:
@@ -237,6 +248,8 @@ def run(args) -> dict:
                       runtime_hints={"share": args.hint_share, "log_sigma": args.hint_sigma, "jobs": len(hints)},
                       checkpoints={"share": args.checkpoint_share,
                                    "interval_minutes": args.checkpoint_interval_minutes, "jobs": len(checkpoints)})
+        if args.interruptions_per_hour > 0:
+            result["expected_if_all_spot"] = expected_if_all_spot(placeable, checkpoints, args)
     if args.configuration_bound:
         if args.mode != "snapshot":
             raise BenchmarkError("--configuration-bound is computed for --mode snapshot only")

@@ -159,6 +159,42 @@ class Box:
             self.free[0] += 1
 
 
+def completion_chance(duration_s: float, checkpoint_s: float | None, rate_per_hour: float, max_attempts: int) -> float:
+    """The chance a job completes rather than being dead-lettered, when every run is on spot: the same
+    whatever instance each run is on and whoever places it, since a run's time to its instance's notice is
+    exponential at `rate_per_hour` from any start (the clock is drawn at launch, and it has no memory).
+
+    Under the retry rule above: a run from saved progress p saves p + floor(T / c) * c (T its time to the
+    notice, c the interval) or completes; one that saves nothing counts as an attempt, one that saves gives
+    the attempts back. So with S(n) the chance to complete from the n-th checkpoint with every attempt
+    left, and q the chance a run from there saves nothing, S(n) = G(n) * (1 + q + ... + q^(A-1)), where
+    G(n) is the chance of completing or saving in a run, each save weighted by S at the level it reaches.
+    A job that does not checkpoint is one level: 1 - (1 - e^(-rate * duration))^A.
+    """
+    rate = rate_per_hour / 3600
+    if rate <= 0 or duration_s <= 0:
+        return 1.0
+    step = min(checkpoint_s or duration_s, duration_s)
+    levels = math.ceil(duration_s / step - 1e-9)  # the last one may be part of an interval
+    keep = math.exp(-rate * step)  # a run gets past one whole interval
+    chance = [0.0] * levels
+    ahead = 0.0  # sum over m > n + 1, below the last level, of keep^(m - n - 1) * chance[m]
+    for n in range(levels - 1, -1, -1):
+        left = duration_s - n * step
+        if n == levels - 1:  # the last interval: the run completes or saves nothing
+            saved_or_done, nothing = math.exp(-rate * left), 1.0 - math.exp(-rate * left)
+        else:
+            last = levels - 1 - n  # runs that reach the last level save there (its interval may be short)
+            reach_last = keep ** last - math.exp(-rate * left)
+            saved_or_done = math.exp(-rate * left) + reach_last * chance[levels - 1]
+            if n + 1 <= levels - 2:
+                ahead = keep * (chance[n + 1] + ahead) if n + 1 < levels - 2 else keep * chance[n + 1]
+                saved_or_done += (1.0 - keep) * ahead
+            nothing = 1.0 - keep
+        chance[n] = saved_or_done * sum(nothing ** i for i in range(max_attempts))
+    return chance[0]
+
+
 @dataclass
 class JobState:
     job: TraceJob
