@@ -108,6 +108,7 @@ class MlfleetStrategy(_Reaped):
         self.reserved: dict[str, tuple[Reservation, int]] = {}
         self.siblings: dict[str, list[float]] = {}  # submission -> runtimes of its finished jobs
         self._finished_seen = 0
+        self._hints_by_submission: dict[str, tuple[list[float], list[float]]] | None = None  # arrival times, hints
         self.beliefs: dict[str, object] = {}  # running job -> the belief it was started with
         self.released = 0
         # Headroom (planning/headroom.py): what the scheduler keeps in the ledger's headroom item.
@@ -124,7 +125,20 @@ class MlfleetStrategy(_Reaped):
     def _belief(self, sim: Simulation, state: JobState):
         if not self.runtimes or sim.snapshot:
             return None
-        return estimate(state.hint_s, self.siblings.get(state.job.submission_id, ()))
+        return estimate(state.hint_s, self.siblings.get(state.job.submission_id, ()),
+                        sibling_hints=self._sibling_hints(sim, state.job.submission_id))
+
+    def _sibling_hints(self, sim: Simulation, submission: str) -> list[float]:
+        """The estimates of the submission's jobs that have arrived, as the ledger holds them."""
+        if self._hints_by_submission is None:
+            self._hints_by_submission = {}
+            for s in sorted(sim.jobs.values(), key=lambda s: s.job.submit_s):
+                if s.hint_s is not None:
+                    self._hints_by_submission.setdefault(s.job.submission_id, ([], []))
+                    self._hints_by_submission[s.job.submission_id][0].append(s.job.submit_s)
+                    self._hints_by_submission[s.job.submission_id][1].append(s.hint_s)
+        times, hints = self._hints_by_submission.get(submission, ((), ()))
+        return hints[:bisect.bisect_right(times, sim.now)]
 
     def _busy_until(self, sim: Simulation, box: Box, now: float) -> float | None:
         ends = []

@@ -435,17 +435,21 @@ def plannable(pending: list[L.JobRecord], fleet_regions: Collection[str], belief
 
 def runtime_beliefs(ledger: L.Ledger, records: list[L.JobRecord], errors: list[dict] | None = None,
                     ) -> dict[str, RuntimeEstimate]:
-    """Per job: what its spec estimates and what the finished jobs of its submission took (read for the
-    first MAX_SUBMISSIONS_READ submissions, oldest first; the others go on their estimate alone, as do
-    those whose jobs could not be read this run)."""
+    """Per job: what its spec estimates (or, without one, its submission's other jobs' specs) and what the
+    finished jobs of its submission took (read for the first MAX_SUBMISSIONS_READ submissions, oldest
+    first; the others go on the estimates among `records` alone, as do those whose jobs could not be read
+    this run)."""
     submissions = list(dict.fromkeys(r.submission_id for r in records))[:MAX_SUBMISSIONS_READ]
     finished = []
+    submission_of = {r.job_id: r.submission_id for r in records}
+    other_hints: dict[str, float | None] = {}
     for submission_id in submissions:
         with per_item("read-submission-failed", errors, submission_id=submission_id, action="its estimates only"):
-            finished += [FinishedRun(submission_id, r.run_seconds) for r in ledger.by_submission(submission_id)
-                         if r.run_seconds is not None]
-    return estimates({r.job_id: r.spec.expected_runtime_s for r in records},
-                     {r.job_id: r.submission_id for r in records}, finished)
+            siblings = ledger.by_submission(submission_id)
+            finished += [FinishedRun(submission_id, r.run_seconds) for r in siblings if r.run_seconds is not None]
+            other_hints.update((r.job_id, r.spec.expected_runtime_s) for r in siblings)
+            submission_of.update((r.job_id, submission_id) for r in siblings)
+    return estimates({r.job_id: r.spec.expected_runtime_s for r in records}, submission_of, finished, other_hints)
 
 
 def busy_until(machine: state.MachineView, running: dict[str, L.JobRecord], beliefs: dict[str, RuntimeEstimate],

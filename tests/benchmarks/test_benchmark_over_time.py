@@ -372,6 +372,21 @@ def test_an_interruption_before_the_first_checkpoint_of_the_run_uses_an_attempt(
     assert (run.state, run.forgiven, run.attempts_used, run.progress) == ("waiting", 0, 1, 3600.0)
 
 
+def test_a_sweep_job_without_a_hint_is_believed_to_run_as_its_arrived_siblings_hints_say():
+    """As in production (planning/runtimes.py): a job whose spec has no estimate takes its submission's,
+    from the jobs of the submission the scheduler has seen, never one still to arrive."""
+    jobs = [TraceJob("a", 0, 3600, 1, 2, 4096, submission="sweep"), TraceJob("b", 0, 3600, 1, 2, 4096, submission="sweep"),
+            TraceJob("c", 5000, 3600, 1, 2, 4096, submission="sweep"), TraceJob("d", 0, 3600, 1, 2, 4096)]
+    strategy = MlfleetStrategy(TYPES, CATALOG, "us-east-1", 5400, 1800, release_after_s=180)
+    sim = tiny_sim(jobs, strategy, hints={"a": 7200.0, "c": 60.0})
+    sim.now = 0.0
+    assert strategy._belief(sim, sim.jobs["b"]).seconds == pytest.approx(7200)
+    assert strategy._belief(sim, sim.jobs["d"]) is None  # a submission of its own, without a hint
+    sim.now = 6000.0
+    assert strategy._belief(sim, sim.jobs["b"]).seconds == pytest.approx(math.sqrt(7200 * 60))
+    assert strategy._belief(sim, sim.jobs["a"]).seconds == pytest.approx(7200)
+
+
 @pytest.mark.parametrize("duration_h, checkpoint_h, rate, attempts", [
     (10, None, 0.05, 3), (100, None, 0.05, 3), (5, None, 0.2, 1), (5, 6, 0.2, 3), (0, None, 0.2, 3), (10, None, 0, 3)])
 def test_the_completion_chance_of_a_job_without_checkpoints_is_its_runs_all_cut_short(duration_h, checkpoint_h,

@@ -12,10 +12,12 @@ tests/removal/world.py lists the rest.
 from __future__ import annotations
 
 import json
+import math
 import time
 from datetime import datetime, timedelta, timezone
 
 import boto3
+import pytest
 from conftest import ASG, CLUSTER, FAMILY, HOME, build_fleet, fleets_json, open_admission, scheduler_settings
 
 from lambdas.common import lease
@@ -25,6 +27,7 @@ from lambdas.jobs.fleets import parse_fleets, regions
 from lambdas.jobs.spec import assign_ids, parse_spec
 from lambdas.scheduler import handler as scheduler
 from lambdas.scheduler import state
+from lambdas.scheduler.planning.runtimes import HINT_LOG_SIGMA, SIBLING_HINT_LOG_SIGMA
 
 
 def later(minutes: float = 2) -> datetime:
@@ -146,3 +149,24 @@ def test_the_ledger_says_when_a_run_started_and_how_long_a_finished_one_took(aws
     # Its siblings' belief: one finished run of 600 s.
     beliefs = scheduler.runtime_beliefs(ledger, [ledger.get(job.job_id)])
     assert round(beliefs[job.job_id].seconds) == 600
+
+
+def test_a_job_without_an_estimate_takes_its_submissions_from_the_ledger(aws, home):
+    """A submission's jobs are alike: the one whose spec has no estimate is believed to run about as long
+    as its siblings' specs say, whether those siblings are pending with it or already running (read from
+    the ledger's by-submission index, the same read that finds finished siblings)."""
+    ledger = L.Ledger(boto3.client("dynamodb", HOME), home["table"])
+    hinted, plain, other = assign_ids("sub-20261122120000-abcdef",
+                                      [spec(expected_runtime_s=7200), spec(), spec(expected_runtime_s=60)])
+    (stranger,) = assign_ids("sub-20261122120500-fedcba", [spec()])
+    for job in (hinted, plain, stranger):
+        ledger.put_new(L.new_record(job, 100.0))
+    pending = [ledger.get(job.job_id) for job in (hinted, plain, stranger)]
+    beliefs = scheduler.runtime_beliefs(ledger, pending)
+    assert round(beliefs[plain.job_id].seconds) == 7200
+    assert beliefs[plain.job_id].log_sigma == pytest.approx(SIBLING_HINT_LOG_SIGMA)
+    assert beliefs[hinted.job_id].log_sigma == pytest.approx(HINT_LOG_SIGMA) and stranger.job_id not in beliefs
+    # The hinted sibling has started: the plan reads only the plain one, and the ledger still has both.
+    ledger.put_new(L.new_record(other, 100.0))
+    beliefs = scheduler.runtime_beliefs(ledger, [ledger.get(plain.job_id)])
+    assert round(beliefs[plain.job_id].seconds) == round(math.sqrt(7200 * 60))  # the median of two estimates

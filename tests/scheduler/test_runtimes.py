@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from lambdas.scheduler.planning.model import RuntimeEstimate
 from lambdas.scheduler.planning.runtimes import (
-    HINT_LOG_SIGMA, SIBLING_LOG_SIGMA, FinishedRun, estimate, estimates, expected_end,
+    HINT_LOG_SIGMA, SIBLING_HINT_LOG_SIGMA, SIBLING_LOG_SIGMA, FinishedRun, estimate, estimates, expected_end,
 )
 
 
@@ -42,9 +42,9 @@ def test_hint_and_siblings_combine_between_them_and_tighter_than_either():
 
 
 def test_estimates_group_finished_runs_by_submission():
-    found = estimates({"a-1": None, "a-2": 100.0, "b-1": None}, {"a-1": "a", "a-2": "a", "b-1": "b"},
-                      [FinishedRun("a", 500.0), FinishedRun("c", 5.0)])
-    assert set(found) == {"a-1", "a-2"} and found["a-1"].seconds == pytest.approx(500)
+    found = estimates({"a-1": None, "b-1": None, "c-1": 100.0}, {"a-1": "a", "b-1": "b", "c-1": "c"},
+                      [FinishedRun("a", 500.0), FinishedRun("d", 5.0)])
+    assert set(found) == {"a-1", "c-1"} and found["a-1"].seconds == pytest.approx(500)
 
 
 def test_a_job_due_is_expected_at_its_median_and_an_overdue_one_later_than_now():
@@ -63,3 +63,24 @@ def test_expected_end_is_never_in_the_past_and_grows_with_elapsed_time(median, s
     later = expected_end(0.0, belief, elapsed + more)
     assert first >= elapsed and later >= elapsed + more
     assert later >= first - 1e-6 * max(1.0, first)
+
+
+def test_a_job_without_an_estimate_takes_the_median_of_its_siblings_estimates():
+    belief = estimate(None, sibling_hints=(600.0, 2400.0, 1200.0, None))
+    assert belief == RuntimeEstimate(pytest.approx(1200), pytest.approx(SIBLING_HINT_LOG_SIGMA))
+    assert SIBLING_HINT_LOG_SIGMA > HINT_LOG_SIGMA  # a sibling's estimate says less than the job's own
+    assert estimate(3600, sibling_hints=(600.0,)) == estimate(3600)  # its own estimate wins
+    assert estimate(None, sibling_hints=(0.0, None)) is None
+
+
+def test_siblings_estimates_and_finished_runs_combine():
+    both = estimate(None, (600.0, 650.0, 700.0), sibling_hints=(7200.0,))
+    finished = estimate(None, (600.0, 650.0, 700.0))
+    assert finished.seconds < both.seconds < 7200 and both.log_sigma < finished.log_sigma
+
+
+def test_estimates_take_siblings_estimates_from_the_jobs_planned_and_the_others_of_their_submissions():
+    submission_of = {"a-1": "a", "a-2": "a", "a-3": "a", "b-1": "b"}
+    found = estimates({"a-1": None, "a-2": 3600.0, "b-1": None}, submission_of, [], {"a-3": 900.0, "a-2": 3600.0})
+    assert found["a-1"].seconds == pytest.approx(math.sqrt(3600 * 900))  # a-2 counted once, with a-3
+    assert found["a-2"].seconds == pytest.approx(3600) and "b-1" not in found and "a-3" not in found

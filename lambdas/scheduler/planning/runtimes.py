@@ -2,7 +2,9 @@
 
 Nothing hands the planner a job's true duration. It has two sources, each with its error:
 - the estimate in the job spec (`expected_runtime_s`), trusted to within a log-normal factor of spread
-  HINT_LOG_SIGMA (a user's "about an hour" is often 20 minutes or three hours);
+  HINT_LOG_SIGMA (a user's "about an hour" is often 20 minutes or three hours); a job whose spec has
+  none takes its submission's, the median of the estimates its other jobs carry, with the spread among
+  siblings added (SIBLING_HINT_LOG_SIGMA);
 - the runtimes of the submission's jobs that already finished (a sweep's or a batch range's jobs are
   alike): their median, with the spread among them (at least SIBLING_MIN_LOG_SIGMA).
 Both are log-normal beliefs about log seconds and are combined by their precisions. Plain records in,
@@ -22,6 +24,11 @@ from .model import RuntimeEstimate
 HINT_LOG_SIGMA = 1.0  # a hint is within a factor e of the truth about two times in three
 SIBLING_LOG_SIGMA = 0.5  # spread assumed among a submission's jobs until three have finished
 SIBLING_MIN_LOG_SIGMA = 0.1
+# A sibling's estimate, for a job of the same submission without one: the estimate's error and the spread
+# among siblings. Bought for apart from its hinted siblings for want of a belief, a sweep's unhinted half
+# made mlfleet pay 1.7% more on the benchmark's synthetic traces (docs/scheduler-benchmark.md,
+# "Siblings' estimates").
+SIBLING_HINT_LOG_SIGMA = math.hypot(HINT_LOG_SIGMA, SIBLING_LOG_SIGMA)
 MIN_SECONDS = 1.0
 _NORMAL = statistics.NormalDist()
 
@@ -42,11 +49,17 @@ def runs_by_submission(runs: Iterable[FinishedRun]) -> dict[str, list[float]]:
 
 
 def estimate(hint_s: float | None, siblings: Sequence[float] = (), *,
-             hint_log_sigma: float = HINT_LOG_SIGMA) -> RuntimeEstimate | None:
-    """The belief about one job's runtime, or None when there is nothing to go on."""
+             sibling_hints: Sequence[float] = ()) -> RuntimeEstimate | None:
+    """The belief about one job's runtime, or None when there is nothing to go on. `siblings`: runtimes
+    of its submission's finished jobs; `sibling_hints`: the estimates of its submission's jobs, used
+    where the job has none."""
     beliefs = []
     if hint_s is not None and hint_s > 0:
-        beliefs.append((math.log(max(MIN_SECONDS, hint_s)), hint_log_sigma))
+        beliefs.append((math.log(max(MIN_SECONDS, hint_s)), HINT_LOG_SIGMA))
+    else:
+        hinted = [math.log(max(MIN_SECONDS, h)) for h in sibling_hints if h is not None and h > 0]
+        if hinted:
+            beliefs.append((statistics.median(hinted), SIBLING_HINT_LOG_SIGMA))
     logs = [math.log(max(MIN_SECONDS, s)) for s in siblings if s > 0]
     if logs:
         spread = max(SIBLING_MIN_LOG_SIGMA, statistics.stdev(logs)) if len(logs) >= 3 else SIBLING_LOG_SIGMA
@@ -60,12 +73,20 @@ def estimate(hint_s: float | None, siblings: Sequence[float] = (), *,
 
 
 def estimates(hints: Mapping[str, float | None], submission_of: Mapping[str, str],
-              finished: Iterable[FinishedRun]) -> dict[str, RuntimeEstimate]:
-    """Per job id: its belief from its hint and its submission's finished runs (jobs with neither left out)."""
+              finished: Iterable[FinishedRun], other_hints: Mapping[str, float | None] | None = None,
+              ) -> dict[str, RuntimeEstimate]:
+    """Per job id: its belief from its hint (or its submission's), and its submission's finished runs (jobs
+    with none of these left out). `other_hints`: the estimates of other jobs of those submissions, by job
+    id (`submission_of` names their submissions too)."""
     by_submission = runs_by_submission(finished)
+    hinted: dict[str, list[float]] = {}
+    for job_id, hint in {**(other_hints or {}), **hints}.items():
+        if hint is not None and hint > 0:
+            hinted.setdefault(submission_of.get(job_id, ""), []).append(hint)
     found = {}
     for job_id, hint in hints.items():
-        belief = estimate(hint, by_submission.get(submission_of.get(job_id, ""), ()))
+        submission = submission_of.get(job_id, "")
+        belief = estimate(hint, by_submission.get(submission, ()), sibling_hints=hinted.get(submission, ()))
         if belief is not None:
             found[job_id] = belief
     return found
