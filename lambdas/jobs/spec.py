@@ -858,6 +858,16 @@ def assign_ids(submission_id: str, specs: Sequence[JobSpec]) -> list[Job]:
 
 
 _MEMORY = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(GiB|MiB|G|M|)\s*", re.IGNORECASE)
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", re.IGNORECASE)
+_SECONDS_PER = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400}
+
+
+def parse_duration(text: str, what: str = "expected-runtime") -> float:
+    """"90m" -> 5400.0, "2h" -> 7200.0, "1.5d" -> 129600.0, "45s" or "45" -> 45.0 (seconds)."""
+    match = _DURATION.fullmatch(text or "")
+    if not match:
+        raise SpecError([f"{what}={text!r}: must be a duration like 90m, 2h or 1.5d (or seconds)"])
+    return float(match.group(1)) * _SECONDS_PER[match.group(2).lower()]
 
 
 def parse_memory(text: str, what: str = "memory") -> int:

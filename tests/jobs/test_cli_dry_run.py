@@ -154,3 +154,24 @@ def test_a_dry_run_checks_the_team_against_the_stack_files_teams(monkeypatch, tm
     assert code == 2 and "team='visoin': not a team of this environment (nlp, vision); did you mean vision?" in err[1]
     code, out, _ = dry_run("dev", "--image", IMAGE, "--gpus", "1", "--vcpus", "1", "--memory", "1GiB", "--priority", "7")
     assert code == 0 and "; team nlp; priority 7" in out[2]  # the stack's default team
+
+
+@pytest.mark.parametrize(("flag", "seconds", "shown"), [("90m", 5400.0, "1.5 h"), ("2h", 7200.0, "2 h"),
+                                                       ("1.5d", 129600.0, "1.5 d"), ("45", 45.0, "45 s")])
+def test_an_expected_runtime_flag_becomes_the_specs_estimate(flag, seconds, shown):
+    code, out, err = dry_run("dev", "--image", IMAGE, "--gpus", "1", "--vcpus", "4", "--memory", "14GiB",
+                             "--expected-runtime", flag, "--json", "--", "python", "train.py")
+    assert code == 0 and err == []
+    assert json.loads("\n".join(out))["jobs"][0]["expected_runtime_s"] == seconds
+    code, out, _ = dry_run("dev", "--image", IMAGE, "--gpus", "1", "--vcpus", "4", "--memory", "14GiB",
+                           "--expected-runtime", flag, "--", "python", "train.py")
+    assert out[2].endswith(f"; expected to run about {shown}")
+
+
+@pytest.mark.parametrize(("flag", "problem"), [
+    ("2x", "expected-runtime='2x': must be a duration like 90m, 2h or 1.5d (or seconds)"),
+    ("100d", "expected_runtime_s=8640000.0: must be <= 7776000"), ("0m", "expected_runtime_s=0.0: must be > 0")])
+def test_a_bad_expected_runtime_is_named_and_nothing_is_queued(flag, problem):
+    code, out, err = dry_run("dev", "--image", IMAGE, "--gpus", "1", "--vcpus", "4", "--memory", "14GiB",
+                             "--expected-runtime", flag, "--", "python", "train.py")
+    assert code == 2 and out == [] and err == ["mlfleet: invalid job spec:", f"  - {problem}", "Nothing was queued."]

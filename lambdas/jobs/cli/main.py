@@ -52,6 +52,9 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--regions", help="comma-separated regions the job may run in (default: any fleet region)")
     sub.add_argument("--lifecycle", choices=("spot", "on-demand"))
     sub.add_argument("--max-attempts", type=int)
+    sub.add_argument("--expected-runtime", metavar="DURATION",
+                     help="about how long each job runs, e.g. 90m, 2h or 1.5d: the scheduler packs jobs that end "
+                          "together and keeps big machines from being pinned (docs/scheduler.md, 'Runtime beliefs')")
     sub.add_argument("--retry-on-exit-codes", metavar="CODES",
                      help="exit codes that run the job again while attempts remain, e.g. 137,143 (any other non-zero "
                           "exit fails it at once; spot interruptions and host failures are always retried)")

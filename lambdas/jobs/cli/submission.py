@@ -28,7 +28,7 @@ from .errors import CliError, Stopped
 from .service import JobService
 from ..spec import (
     DEFAULT_PRIORITY, KEYS, SLACK, SUBMISSION_KEYS, Job, JobSpec, assign_ids, check_overrides, expand,
-    new_submission_id, parse_memory, parse_spec, parse_sweep,
+    new_submission_id, parse_duration, parse_memory, parse_spec, parse_sweep,
 )
 
 PROGRESS_FROM = 1_000
@@ -124,6 +124,8 @@ def spec_document(args, environment: Mapping[str, str] = os.environ) -> dict:
         document["gpu_memory_mib"] = parse_memory(args.gpu_memory, "gpu-memory")
         if args.gpus is None:
             document.pop("gpus", None)  # the file's whole GPUs give way to the flag's share of one
+    if args.expected_runtime is not None:
+        document["expected_runtime_s"] = parse_duration(args.expected_runtime)
     if args.regions:
         document["regions"] = [r.strip() for r in args.regions.split(",") if r.strip()]
     if args.retry_on_exit_codes is not None:
@@ -206,6 +208,8 @@ def _size(spec: JobSpec, fleet_regions: Sequence[str]) -> str:
     parts = [f"{gpus}, {spec.vcpus:g} vCPUs, {spec.memory_mib:,} MiB",
              f"{spec.lifecycle or 'spot or on-demand'}", f"in {', '.join(spec.regions or fleet_regions)}",
              f"up to {spec.max_attempts} attempt{'s' if spec.max_attempts != 1 else ''}"]
+    if spec.expected_runtime_s:
+        parts.append(f"expected to run about {_duration(spec.expected_runtime_s)}")
     if spec.retry_on_exit_codes:
         parts.append(f"retried on exit codes {', '.join(map(str, spec.retry_on_exit_codes))}")
     if spec.instance_type_pattern:
@@ -217,6 +221,13 @@ def _size(spec: JobSpec, fleet_regions: Sequence[str]) -> str:
     if spec.notify:
         parts.append(f"notify {', '.join(spec.notify)} when the submission ends")
     return "; ".join(parts)
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("d", 86_400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{seconds:.3g} s"
 
 
 # --- writing ------------------------------------------------------------------------------------------
