@@ -175,3 +175,19 @@ def test_a_job_expected_to_run_for_days_gets_a_host_that_jobs_like_it_will_fill(
     stormy = plan([job("week", runtime_h=168, **shape)], [], fleets, CATALOG, LIMITS, now=NOW,
                   interruption_rate=lambda region, instance_type: 0.05)
     assert [(s.fleet, s.add_instances) for s in stormy.scale_outs] == [("g4dn.12xlarge", 1)]
+
+
+def test_a_host_is_valued_full_of_at_most_four_jobs_like_its_own():
+    """A week-long one-GPU job of 16 vCPUs and 64 GiB: a g4dn.metal holds five such jobs, a g4dn.12xlarge
+    two. Valued full, the metal looks cheapest per job; but the jobs to come are a bet, and five that
+    never came left it mostly empty on the shared trace (purchase.py, HOST_MAX_JOBS)."""
+    fleets = [fleet("g4dn.8xlarge"), fleet("g4dn.12xlarge"), fleet("g4dn.metal")]
+    shape = dict(vcpus=16, memory_mib=64 * 1024)
+    price = {t: CATALOG.get(t).spot_price("us-east-1") for t in ("g4dn.8xlarge", "g4dn.12xlarge", "g4dn.metal")}
+    assert price["g4dn.metal"] / 5 < price["g4dn.12xlarge"] / 2 < price["g4dn.8xlarge"]  # full, the metal wins
+    assert price["g4dn.metal"] / 4 > price["g4dn.12xlarge"] / 2
+    week = plan([job("week", runtime_h=168, **shape)], [], fleets, CATALOG, LIMITS, now=NOW)
+    assert [(s.fleet, s.add_instances) for s in week.scale_outs] == [("g4dn.12xlarge", 1)]
+    # Five such jobs at once are no bet: they fill the metal, and it is bought.
+    five = plan([job(f"week-{n}", runtime_h=168, **shape) for n in range(5)], [], fleets, CATALOG, LIMITS, now=NOW)
+    assert [(s.fleet, s.add_instances) for s in five.scale_outs] == [("g4dn.metal", 1)]

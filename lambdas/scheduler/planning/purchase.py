@@ -69,6 +69,13 @@ RUNTIME_CLASS_EDGES_S = (3600.0, 4 * 3600.0, 16 * 3600.0, 64 * 3600.0)
 # GPU-hour in 27 of 39 replays (docs/scheduler-benchmark.md, "Hosts under interruptions"). Not for jobs
 # the lifecycle stage sent on-demand (purchase()).
 HOST_CLASS = 4
+# A host is valued as if at most this many jobs like the one it is bought for will share it (or as many as
+# the purchase has of them, if more): the jobs to come are a bet, and a bet on a box of seven ran mostly empty. On the shared trace a g4dn.metal (8 T4s,
+# $2.96/h) was bought for a week-long one-GPU pod whose own g4dn.8xlarge costs $0.69, valued full of five
+# such pods that never came; capped at four it is a g4dn.12xlarge ($1.32, two of them). Cheaper on 7 of 8
+# seeds of the shared trace (up to 4.9%), the same on the other traces (docs/scheduler-benchmark.md,
+# "Hosts of at most four").
+HOST_MAX_JOBS = 4
 # Branch-and-bound nodes for one new box's fill: boxes hold a few jobs and the kinds come best first, so
 # more nodes buy little (on a burst of 288 kinds, 3,000 nodes bought 0.6% less for 1.8 times the CPU;
 # 100 to 1,000 were within 0.1%: docs/scheduler-benchmark.md, "Plan CPU").
@@ -345,7 +352,8 @@ class _Purchase:
                 option = self.options[i]
                 if not self.affordable(i):
                     continue
-                value = kind.value * min(_copies(have, need) for have, need in zip(option.capacity, kind.need) if need)
+                copies = min(_copies(have, need) for have, need in zip(option.capacity, kind.need) if need)
+                value = kind.value * min(copies, max(HOST_MAX_JOBS, kind.left))  # the jobs here are no bet
                 key = (-value / max(option.price, 1e-9), option.price, option.fleet.region, option.fleet.fleet)
                 if best is None or key < best[0]:
                     best = (key, i, {id(kind): 1})
