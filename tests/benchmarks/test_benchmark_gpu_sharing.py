@@ -12,7 +12,7 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import benchmarks.configuration_bound as configuration_bound_module
@@ -191,6 +191,8 @@ small_jobs_st = st.lists(st.tuples(st.booleans(), st.integers(1, T4), st.integer
 
 @settings(max_examples=30, deadline=None)
 @given(small_jobs_st)
+# Found by this test: a configuration bound rounded to 1e-4 (0.4193) below the aggregate one (0.41933).
+@example([TraceJob(f"j{n}", 0, 3600, 0, 1, 7609, None, gpu_memory_mib=1) for n in range(4)])
 def test_both_sharing_aware_bounds_never_exceed_the_exact_optimum(jobs):
     jobs = [j for j in jobs if any(t.holds(j) for t in SMALL)]
     if jobs:
