@@ -152,8 +152,8 @@ def configuration_bound(demand: Mapping | Sequence, boxes: Sequence[Box], *, max
             break
         if time_limit_s is not None and time.process_time() - started > time_limit_s:
             break
-    # Not rounded: a lower bound rounded to the nearest 1e-4 could pass the aggregate bound it tightens, or
-    # the optimum it bounds (tests/benchmarks/test_benchmark_gpu_sharing.py found 0.4193 against an aggregate of 0.41933).
+    # Not rounded: a lower bound rounded to the nearest 1e-4 can fall below the aggregate bound it tightens
+    # (0.4193 against 0.41933, tests/benchmarks/test_benchmark_gpu_sharing.py) or pass the optimum it bounds.
     master = float(result.fun)
     return ConfigurationBound(master if converged else best_bound, iteration, len(columns), converged, master)
 

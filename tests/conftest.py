@@ -8,9 +8,9 @@ import pytest
 from hypothesis import settings
 
 # CI (.ci/run) draws the property tests' examples from a fixed seed, so that its verdict on a commit is the
-# same every run; a local run draws fresh ones, which is how the rounding of the configuration bound was
-# found (tests/benchmarks/test_benchmark_gpu_sharing.py). A failure found locally prints its example, to
-# be pinned with @example.
+# same every run. A local run draws fresh ones, as CI did when it found the rounding of the configuration
+# bound (tests/benchmarks/test_benchmark_gpu_sharing.py); a failure prints its example, to be pinned with
+# @example.
 settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 

@@ -166,7 +166,7 @@ def test_a_job_without_an_estimate_takes_its_submissions_from_the_ledger(aws, ho
     assert round(beliefs[plain.job_id].seconds) == 7200
     assert beliefs[plain.job_id].log_sigma == pytest.approx(SIBLING_HINT_LOG_SIGMA)
     assert beliefs[hinted.job_id].log_sigma == pytest.approx(HINT_LOG_SIGMA) and stranger.job_id not in beliefs
-    # The hinted sibling has started: the plan reads only the plain one, and the ledger still has both.
+    # Only the plain job is planned now (its siblings running, say): their estimates come from the ledger's read.
     ledger.put_new(L.new_record(other, 100.0))
     beliefs = scheduler.runtime_beliefs(ledger, [ledger.get(plain.job_id)])
     assert round(beliefs[plain.job_id].seconds) == round(math.sqrt(7200 * 60))  # the median of two estimates

@@ -70,11 +70,11 @@ RUNTIME_CLASS_EDGES_S = (3600.0, 4 * 3600.0, 16 * 3600.0, 64 * 3600.0)
 # the lifecycle stage sent on-demand (purchase()).
 HOST_CLASS = 4
 # A host is valued as if at most this many jobs like the one it is bought for will share it (or as many as
-# the purchase has of them, if more): the jobs to come are a bet, and a bet on a box of seven ran mostly empty. On the shared trace a g4dn.metal (8 T4s,
-# $2.96/h) was bought for a week-long one-GPU pod whose own g4dn.8xlarge costs $0.69, valued full of five
-# such pods that never came; capped at four it is a g4dn.12xlarge ($1.32, two of them). Cheaper on 7 of 8
-# seeds of the shared trace (up to 4.9%), the same on the other traces (docs/scheduler-benchmark.md,
-# "Hosts of at most four").
+# the purchase has of them, if more): the jobs still to come are a bet. On the shared trace a g4dn.metal
+# (8 T4s, $2.96/h) was bought for a week-long one-GPU pod whose own g4dn.8xlarge costs $0.69, valued full
+# of five such pods that never came; capped at four it is a g4dn.12xlarge ($1.32, two of them). Cheaper
+# on 7 of 8 seeds of the shared trace (up to 4.9%), within 0.2% on the other traces
+# (docs/scheduler-benchmark.md, "Hosts of at most four").
 HOST_MAX_JOBS = 4
 # Branch-and-bound nodes for one new box's fill: boxes hold a few jobs and the kinds come best first, so
 # more nodes buy little (on a burst of 288 kinds, 3,000 nodes bought 0.6% less for 1.8 times the CPU;
