@@ -862,12 +862,16 @@ _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", re.IGNORECASE)
 _SECONDS_PER = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400}
 
 
-def parse_duration(text: str, what: str = "expected-runtime") -> float:
-    """"90m" -> 5400.0, "2h" -> 7200.0, "1.5d" -> 129600.0, "45s" or "45" -> 45.0 (seconds)."""
+def parse_duration(text: str, what: str = "expected-runtime", maximum_s: float = MAX_EXPECTED_RUNTIME_S) -> float:
+    """"90m" -> 5400.0, "2h" -> 7200.0, "1.5d" -> 129600.0, "45s" or "45" -> 45.0 (seconds), more than 0
+    and at most `maximum_s`; errors name the flag as typed."""
     match = _DURATION.fullmatch(text or "")
     if not match:
         raise SpecError([f"{what}={text!r}: must be a duration like 90m, 2h or 1.5d (or seconds)"])
-    return float(match.group(1)) * _SECONDS_PER[match.group(2).lower()]
+    seconds = float(match.group(1)) * _SECONDS_PER[match.group(2).lower()]
+    if not 0 < seconds <= maximum_s:
+        raise SpecError([f"{what}={text!r}: must be more than 0 and at most {maximum_s / 86_400:g} days"])
+    return seconds
 
 
 def parse_memory(text: str, what: str = "memory") -> int:
