@@ -187,8 +187,8 @@ def completion_chance(duration_s: float, checkpoint_s: float | None, rate_per_ho
             last = levels - 1 - n  # runs that reach the last level save there (its interval may be short)
             reach_last = keep ** last - math.exp(-rate * left)
             saved_or_done = math.exp(-rate * left) + reach_last * chance[levels - 1]
-            if n + 1 <= levels - 2:
-                ahead = keep * (chance[n + 1] + ahead) if n + 1 < levels - 2 else keep * chance[n + 1]
+            if n + 1 <= levels - 2:  # saves below the last level (ahead is 0 until the first)
+                ahead = keep * (chance[n + 1] + ahead)
                 saved_or_done += (1.0 - keep) * ahead
             nothing = 1.0 - keep
         chance[n] = saved_or_done * sum(nothing ** i for i in range(max_attempts))
