@@ -279,8 +279,8 @@ def run(args) -> dict:
     return result
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.scheduler", description=__doc__.splitlines()[0])
+def build_parser(prog: str = "python -m benchmarks.scheduler") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE, help="openb pod list or plain CSV")
     parser.add_argument("--mode", choices=("snapshot", "replay"), default="snapshot")
     parser.add_argument("--seed", type=int, default=1)
@@ -324,23 +324,43 @@ def main(argv=None) -> int:
     parser.add_argument("--configuration-bound", action="store_true",
                         help="also compute the configuration-LP bound (snapshot; about a minute on the shared trace)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    args = parser.parse_args(argv)
-    if args.interruptions_per_hour < 0 or args.max_attempts < 1 or args.boot_seconds < 0 or (args.limit or 1) < 1:
-        parser.error("--interruptions-per-hour and --boot-seconds must be >= 0, --max-attempts and --limit >= 1")
-    if not (0 <= args.hint_share <= 1 and 0 <= args.checkpoint_share <= 1) or args.hint_sigma < 0 \
-            or args.checkpoint_interval_minutes <= 0 or args.on_demand_max_instances < 0 \
-            or args.consolidate_after_seconds < 0 or args.timeline_hours < 0 \
-            or args.headroom_window_minutes < 0 or args.headroom_max_jobs < 0 \
-            or (args.release_after_empty_seconds is not None and args.release_after_empty_seconds < 0):
-        parser.error("--hint-share and --checkpoint-share must be in [0, 1]; --hint-sigma, --on-demand-max-instances, "
-                     "--consolidate-after-seconds, --timeline-hours, --release-after-empty-seconds, "
-                     "--headroom-window-minutes and --headroom-max-jobs >= 0; "
-                     "--checkpoint-interval-minutes > 0")
+    return parser
+
+
+# Each numeric flag and the range it must lie in: (low, high, low excluded).
+RANGES = {
+    "interruptions_per_hour": (0, math.inf, False), "max_attempts": (1, math.inf, False),
+    "boot_seconds": (0, math.inf, False), "limit": (1, math.inf, False), "hint_share": (0, 1, False),
+    "checkpoint_share": (0, 1, False), "hint_sigma": (0, math.inf, False),
+    "checkpoint_interval_minutes": (0, math.inf, True), "on_demand_max_instances": (0, math.inf, False),
+    "consolidate_after_seconds": (0, math.inf, False), "timeline_hours": (0, math.inf, False),
+    "headroom_window_minutes": (0, math.inf, False), "headroom_max_jobs": (0, math.inf, False),
+    "release_after_empty_seconds": (0, math.inf, False),
+}
+
+
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """One error (parser.error: exit 2) naming each flag out of its range and its value, before anything runs."""
+    bad = []
+    for key, (low, high, open_low) in RANGES.items():
+        value = getattr(args, key)
+        if value is not None and not ((value > low if open_low else value >= low) and value <= high):
+            bound = f"> {low:g}" if open_low and high == math.inf else (
+                f">= {low:g}" if high == math.inf else f"in [{low:g}, {high:g}]")
+            bad.append(f"--{key.replace('_', '-')} {value:g} (must be {bound})")
+    if bad:
+        parser.error("; ".join(bad))
     if set(args.mlfleet_without) - set(MLFLEET_PARTS):
         parser.error(f"--mlfleet-without: unknown {','.join(sorted(set(args.mlfleet_without) - set(MLFLEET_PARTS)))} "
                      f"(known: {','.join(MLFLEET_PARTS)})")
     if not args.trace.is_file():
         parser.error(f"--trace {args.trace}: no such file")
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_args(parser, args)
     try:
         result = run(args)
     except (TraceError, BenchmarkError) as error:
@@ -349,13 +369,15 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(result, indent=1))
     else:
+        excluded = ", ".join(f"{count} {why}" for why, count in sorted(result["excluded"].items()))
         print(f"{result['trace']} ({result['mode']}): {result['jobs']} jobs, {result['unplaceable']} unplaceable, "
-              f"lower bound ${result['lower_bound_cost_usd']:,.2f}")
+              f"lower bound ${result['lower_bound_cost_usd']:,.2f}" + (f"; left out: {excluded}" if excluded else ""))
         for name, figures in result["strategies"].items():
             if "skipped" in figures:
                 print(f"  {name:22} skipped: {figures['skipped']}")
                 continue
-            print(f"  {name:22} ${figures['cost_usd']:>12,.2f}  x{figures['cost_ratio_to_bound']}  "
+            ratio = figures["cost_ratio_to_bound"]
+            print(f"  {name:22} ${figures['cost_usd']:>12,.2f}  x{'-' if ratio is None else ratio}  "
                   f"gpu {figures['gpu_utilization']:.1%}  completed {figures['jobs_completed']}  "
                   f"lost {figures['jobs_lost']}  p95 wait {figures['p95_wait_s']} s  "
                   f"instances {figures['instances_launched']}")
