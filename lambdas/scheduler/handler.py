@@ -45,7 +45,6 @@ The teams' weights and quotas: the SSM parameter /mlfleet/<env>/teams (lambdas/j
 
 from __future__ import annotations
 
-import math
 import os
 import time
 import uuid
@@ -56,9 +55,9 @@ from datetime import datetime, timedelta, timezone
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ..common import admission, lease
-from ..common.aws import client, single_attempt_client
+from ..common.aws import client
 from ..common.catalog import load_catalog
-from ..common.errors import describe, error_code, is_transient, per_item
+from ..common.errors import describe, per_item
 from ..common.interruption_rates import load_interruption_rates
 from ..common.logs import log_decision
 from ..common.settings import SettingsError, from_env
@@ -72,15 +71,16 @@ from ..jobs.teams import parameter_name as teams_parameter_name
 from ..removal.execute import LedgerSource
 from . import actions, headroom, releases, state, teams
 from .planning import (
-    Fleet, JobRequest, Limits, Machine, Plan, ReleasePolicy, RuntimeEstimate, ScaleOut, Shares, decayed_usage,
+    Fleet, JobRequest, Limits, Machine, Plan, ReleasePolicy, ScaleOut, Shares, decayed_usage,
     plan,
 )
 from .planning.headroom import MAX_JOBS as MAX_HEADROOM_JOBS
 from .planning.headroom import MAX_WINDOW_MINUTES as MAX_HEADROOM_WINDOW_MINUTES
 from .planning.headroom import RecentWait, placeholders, remember
 from .planning.purchase import COVER_MAX_CPU_SECONDS
-from .planning.runtimes import FinishedRun, estimates, expected_end
-from .requests import job_request
+from .beliefs import busy_until, runtime_beliefs
+from .requests import plannable
+from .starting import recover_starting, start_one
 
 PERMISSIONS = (
     *admission.READ_PERMISSIONS,
@@ -111,13 +111,7 @@ ACT_RESERVE_MS = 20_000
 # AWS_LAMBDA_FUNCTION_MEMORY_SIZE (a reserved variable, "Using Lambda environment variables").
 COVER_SHARE_OF_TIME_LEFT = 0.5
 FULL_VCPU_MIB = 1769
-# A claim not confirmed by a started task within this long is looked up and released.
-STARTING_GRACE = timedelta(minutes=5)
-# A job StartTask keeps refusing (its machine vanished, its image is unusable) fails after this many.
-MAX_START_FAILURES = 5
 BREAKER_FAILURES, BREAKER_WINDOW = 3, timedelta(minutes=30)
-# Submissions whose finished jobs are read per run for runtime estimates (one Query each).
-MAX_SUBMISSIONS_READ = 50
 
 
 @dataclass(frozen=True)
@@ -314,62 +308,6 @@ def triage_one(message: queue.JobMessage, ledger: L.Ledger, quarantine: Quaranti
     return True
 
 
-def recover_starting(ledger: L.Ledger, settings: Settings, now: float, summary: dict) -> int:
-    """Jobs claimed more than STARTING_GRACE ago without a confirmed task: confirm or release them."""
-    starting: list[L.JobRecord] = []
-    with per_item("read-starting-failed", summary["errors"], state=L.STARTING):
-        starting = ledger.by_state(L.STARTING)
-    recovered = 0
-    for record in starting:
-        if now - record.updated_at < STARTING_GRACE.total_seconds():
-            continue
-        with per_item("recover-starting-failed", summary["errors"], job_id=record.job_id, attempt=record.attempt,
-                      action="left STARTING for the next run"):
-            recovered += recover_one(ledger, settings, record, now)
-    return recovered
-
-
-def tasks_of_attempt(record: L.JobRecord) -> list[dict]:
-    """The job's running tasks for its current attempt (none when its cluster is gone)."""
-    placement = record.placement
-    if placement is None:
-        return []  # claimed without a placement (written by hand): no task can be looked up, none was started
-    ecs = client("ecs", placement.region)
-    try:
-        arns = ecs.list_tasks(cluster=placement.cluster, startedBy=record.job_id)["taskArns"]
-    except ecs.exceptions.ClusterNotFoundException:
-        return []  # the cluster went away, and every task with it
-    tasks = ecs.describe_tasks(cluster=placement.cluster, tasks=arns)["tasks"] if arns else []
-    return [t for t in tasks if task_attempt(t) == record.attempt]
-
-
-def recover_one(ledger: L.Ledger, settings: Settings, record: L.JobRecord, now: float) -> bool:
-    mine = sorted(tasks_of_attempt(record), key=lambda t: t.get("createdAt") or 0)
-    if mine:
-        # One attempt, one task: a second one (a StartTask resent by someone) is stopped first, so that a
-        # failure here leaves the job STARTING and the next run tries again.
-        for extra in mine[1:]:
-            actions.stop_task(client("ecs", record.placement.region), record.placement.cluster, extra["taskArn"],
-                              f"second task of {record.job_id} attempt {record.attempt}")
-        placement = L.Placement(**{**vars(record.placement), "task_arn": mine[0]["taskArn"]})
-        outcome = ledger.transition(record.job_id, L.RUNNING, expect_states=[L.STARTING], expect_attempt=record.attempt,
-                                    reason="task found after an unconfirmed start", now=now, current=record,
-                                    runs=record.runs + 1, placement=placement)
-    else:
-        failures = record.start_failures + 1
-        reason = f"start not confirmed within {STARTING_GRACE}"
-        if failures >= MAX_START_FAILURES:
-            outcome = fail_job(ledger, settings, record, record.attempt, f"{reason} ({failures} failed starts)", now,
-                               start_failures=failures)
-        else:
-            outcome = ledger.transition(record.job_id, L.QUEUED, expect_states=[L.STARTING],
-                                        expect_attempt=record.attempt, reason=reason, now=now, current=record,
-                                        start_failures=failures)
-    log_decision("recover-starting", job_id=record.job_id, attempt=record.attempt, task_found=bool(mine),
-                 tasks=len(mine), applied=outcome.applied, to_state=outcome.record.state if outcome.record else None)
-    return outcome.applied
-
-
 def read_team_shares(settings: Settings, ledger: L.Ledger, now: float, summary: dict) -> Shares | None:
     """The teams' shares, or None when this run cannot know them (the teams parameter missing, malformed
     or unreadable, or the ledger's use item unreadable): then nothing is started or bought this run, since
@@ -395,73 +333,6 @@ def team_shares(settings: TeamsSettings, ledger: L.Ledger, now: float) -> Shares
                  weights={t: p.weight for t, p in settings.teams.items()},
                  quotas={t: p.max_gpus for t, p in settings.teams.items() if p.max_gpus is not None})
     return Shares(settings.teams, settings.fallback_team, held_gpus=held, usage=usage, now=now)
-
-
-def task_attempt(task: dict) -> int | None:
-    for override in (task.get("overrides") or {}).get("containerOverrides", []):
-        for variable in override.get("environment", []):
-            if variable.get("name") == "MLFLEET_ATTEMPT":
-                value = str(variable.get("value", ""))
-                return int(value) if value.isdigit() else None
-    return None
-
-
-def fail_job(ledger: L.Ledger, settings: Settings, record: L.JobRecord, attempt: int, reason: str, now: float,
-             **changes) -> L.Outcome:
-    """STARTING -> FAILED with the reason, and the job to the dead-letter queue."""
-    outcome = ledger.transition(record.job_id, L.FAILED, expect_states=[L.STARTING], expect_attempt=attempt,
-                                reason=reason, now=now, current=record, **changes)
-    if outcome.applied:
-        queue.dead_letter(client("sqs"), settings.jobs_dlq_url, record.job_id, reason, attempt)
-    return outcome
-
-
-def plannable(pending: list[L.JobRecord], fleet_regions: Collection[str], beliefs: dict[str, RuntimeEstimate],
-              quarantine: Quarantine, now: float, summary: dict) -> list[JobRequest]:
-    """The planner's request for each pending job; a record that cannot become one (a value the planner
-    cannot use, which decoding did not catch) is quarantined, never left to fail every run's plan."""
-    requests = []
-    for record in pending:
-        try:
-            requests.append(job_request(record, fleet_regions, beliefs.get(record.job_id)))
-        except Exception as error:  # noqa: BLE001 (one record's, whatever it is)
-            log_decision("job-request-failed", job_id=record.job_id, error=describe(error), action="quarantined")
-            with per_item("quarantine-failed", summary["errors"], job_id=record.job_id):
-                if quarantine.item(L.Undecodable(record.job_id, L.encode(record),
-                                                 f"cannot be planned: {describe(error)}"), now):
-                    summary["quarantined"].append(record.job_id)
-    return requests
-
-
-def runtime_beliefs(ledger: L.Ledger, records: list[L.JobRecord], errors: list[dict] | None = None,
-                    ) -> dict[str, RuntimeEstimate]:
-    """Per job: what its spec estimates (or, without one, its submission's other jobs' specs) and what the
-    finished jobs of its submission took (read for the first MAX_SUBMISSIONS_READ submissions, oldest
-    first; the others go on the estimates among `records` alone, as do those whose jobs could not be read
-    this run)."""
-    submissions = list(dict.fromkeys(r.submission_id for r in records))[:MAX_SUBMISSIONS_READ]
-    finished = []
-    submission_of = {r.job_id: r.submission_id for r in records}
-    other_hints: dict[str, float | None] = {}
-    for submission_id in submissions:
-        with per_item("read-submission-failed", errors, submission_id=submission_id, action="its estimates only"):
-            siblings = ledger.by_submission(submission_id)
-            finished += [FinishedRun(submission_id, r.run_seconds) for r in siblings if r.run_seconds is not None]
-            other_hints.update((r.job_id, r.spec.expected_runtime_s) for r in siblings)
-            submission_of.update((r.job_id, submission_id) for r in siblings)
-    return estimates({r.job_id: r.spec.expected_runtime_s for r in records}, submission_of, finished, other_hints)
-
-
-def busy_until(machine: state.MachineView, running: dict[str, L.JobRecord], beliefs: dict[str, RuntimeEstimate],
-               now: float) -> float | None:
-    """When the jobs on a machine are expected to have ended; None when any of them is unknown."""
-    ends = []
-    for job_id in machine.jobs:
-        record, belief = running.get(job_id), beliefs.get(job_id)
-        if record is None or belief is None or record.started_at is None:
-            return None
-        ends.append(expected_end(record.started_at, belief, now))
-    return max(ends) if ends else None
 
 
 def fleets_without_gpu_sharing(machines: Collection[state.MachineView], catalog) -> set[tuple[str, str]]:
@@ -737,81 +608,3 @@ def reserve_boxes(ledger: L.Ledger, records: dict[str, L.JobRecord], scale_out: 
                  boxes=min(launched, len(scale_out.boxes)), jobs=noted)
 
 
-def start_one(settings: Settings, ledger: L.Ledger, quarantine: Quarantine, record: L.JobRecord,
-              machine: state.MachineView, fleet: FleetConfig, definitions: actions.TaskDefinitions, now: float,
-              summary: dict) -> None:
-    """Claim the job (QUEUED -> STARTING, attempt + 1), start its task, and settle the claim by the outcome."""
-    attempt = record.attempt + 1
-    # The price paid is recorded with the placement: what the job's runs cost is charged at it (lambdas/jobs/costs.py).
-    placement = L.Placement(region=machine.region, fleet=machine.fleet, cluster=machine.cluster,
-                            container_instance_arn=machine.container_instance_arn, instance_id=machine.instance_id,
-                            instance_type=machine.instance_type, lifecycle=machine.lifecycle,
-                            price_per_hour=machine.price_per_hour if math.isfinite(machine.price_per_hour) else None,
-                            placed_at=now)
-    try:
-        # From the index read: a stale view fails the write's version condition, changing nothing.
-        claim = ledger.transition(record.job_id, L.STARTING, expect_states=[L.QUEUED], expect_attempt=record.attempt,
-                                  reason=f"placed on {machine.instance_id} ({machine.instance_type}, {machine.region})",
-                                  now=now, current=record, attempt=attempt, placement=placement)
-    except ClientError as error:
-        if error_code(error) != "ValidationException":
-            raise  # logged by the caller, tried again next run; the job is QUEUED (or STARTING: recovered)
-        # DynamoDB will never take this record back (an item over 400 KB, an invalid attribute): park it.
-        if quarantine.item(L.Undecodable(record.job_id, L.encode(record), f"claim refused: {describe(error)}"), now):
-            summary["quarantined"].append(record.job_id)
-        return
-    if not claim.applied:
-        log_decision("skip-claimed", job_id=record.job_id, attempt=attempt, detail=claim.detail)
-        return
-    image = record.spec.image_for(machine.region)
-    try:
-        revision = definitions.revision_for(fleet.task_family, image, record.spec.secrets, record.spec)
-    except (ClientError, BotoCoreError) as error:
-        started = actions.Started(None, f"task definition for {image!r}: {describe(error)}",
-                                  actions.RETRY if is_transient(error) else actions.REFUSED)
-    else:
-        started = actions.start_job(
-            single_attempt_client("ecs", machine.region), cluster=machine.cluster, task_definition_arn=revision.arn,
-            container_instance_arn=machine.container_instance_arn, record=record, attempt=attempt,
-            container_name=revision.container_name, environment=settings.environment,
-            checkpoint_uri=settings.checkpoint_uri(machine.region, record.job_id))
-    settle_start(settings, ledger, claim.record, placement, started, now, summary)
-
-
-def settle_start(settings: Settings, ledger: L.Ledger, claimed: L.JobRecord, placement: L.Placement,
-                 started: actions.Started, now: float, summary: dict) -> None:
-    """Move the claim on by what StartTask did (actions.STARTED ... UNKNOWN)."""
-    job_id, attempt = claimed.job_id, claimed.attempt
-    if started.outcome == actions.STARTED:
-        done = ledger.transition(job_id, L.RUNNING, expect_states=[L.STARTING], expect_attempt=attempt,
-                                 reason="task started", now=now, current=claimed, runs=claimed.runs + 1,
-                                 placement=L.Placement(**{**vars(placement), "task_arn": started.task_arn}))
-        if not done.applied and done.record is not None and done.record.state == L.CANCELLED:
-            # Should this stop fail, the task's own RUNNING event makes the job-events function stop it (a task
-            # of a job the ledger no longer runs); the start itself happened and is logged below.
-            with per_item("stop-cancelled-failed", summary["errors"], job_id=job_id, task_arn=started.task_arn,
-                          action="the task's state event stops it (job events)"):
-                actions.stop_task(client("ecs", placement.region), placement.cluster, started.task_arn,
-                                  "job cancelled while starting")
-        log_decision("start", job_id=job_id, attempt=attempt, task_arn=started.task_arn,
-                     instance_id=placement.instance_id, region=placement.region, recorded=done.applied)
-        summary["started"].append(job_id)
-        return
-    summary["start_failed"].append(job_id)
-    if started.outcome == actions.UNKNOWN:
-        # Maybe started: releasing the claim could start the attempt twice. The recovery of STARTING jobs
-        # looks for its task after STARTING_GRACE (and the task's own state events confirm it sooner).
-        log_decision("start-unknown", job_id=job_id, attempt=attempt, reason=started.failure,
-                     action=f"left STARTING; looked up after {STARTING_GRACE}")
-        return
-    failures = claimed.start_failures + (0 if started.outcome == actions.RETRY else 1)
-    if started.outcome == actions.PERMANENT or failures >= MAX_START_FAILURES:
-        reason = started.failure if started.outcome == actions.PERMANENT else \
-            f"{started.failure} ({failures} failed starts)"
-        outcome = fail_job(ledger, settings, claimed, attempt, reason, now, start_failures=failures)
-    else:
-        outcome = ledger.transition(job_id, L.QUEUED, expect_states=[L.STARTING], expect_attempt=attempt,
-                                    reason=started.failure, now=now, current=claimed, start_failures=failures)
-    log_decision("start-failed", job_id=job_id, attempt=attempt, reason=started.failure, outcome=started.outcome,
-                 start_failures=failures, to_state=outcome.record.state if outcome.record else None,
-                 applied=outcome.applied)

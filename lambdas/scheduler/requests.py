@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from ..common.errors import describe, per_item
 from ..common.logs import log_decision
 from ..jobs import ledger as L
+from ..jobs.quarantine import Quarantine
 from .planning import JobRequest, Reservation, RuntimeEstimate
 
 
@@ -45,3 +47,18 @@ def job_request(record: L.JobRecord, fleet_regions: Collection[str],
                       priority=spec.priority, gpu_memory_mib=spec.gpu_memory_mib)
 
 
+def plannable(pending: list[L.JobRecord], fleet_regions: Collection[str], beliefs: dict[str, RuntimeEstimate],
+              quarantine: Quarantine, now: float, summary: dict) -> list[JobRequest]:
+    """The planner's request for each pending job; a record that cannot become one (a value the planner
+    cannot use, which decoding did not catch) is quarantined, never left to fail every run's plan."""
+    requests = []
+    for record in pending:
+        try:
+            requests.append(job_request(record, fleet_regions, beliefs.get(record.job_id)))
+        except Exception as error:  # noqa: BLE001 (one record's, whatever it is)
+            log_decision("job-request-failed", job_id=record.job_id, error=describe(error), action="quarantined")
+            with per_item("quarantine-failed", summary["errors"], job_id=record.job_id):
+                if quarantine.item(L.Undecodable(record.job_id, L.encode(record),
+                                                 f"cannot be planned: {describe(error)}"), now):
+                    summary["quarantined"].append(record.job_id)
+    return requests

@@ -58,6 +58,7 @@ from lambdas.jobs.fleets import REBALANCE_TAG
 from lambdas.jobs.spec import assign_ids, parse_spec
 from lambdas.reaper import handler as reaper
 from lambdas.scheduler import handler as scheduler
+from lambdas.scheduler import starting
 from lambdas.scheduler.state import SCALING_PAUSED_TAG
 
 NOW = datetime(2026, 11, 22, 12, tzinfo=timezone.utc)
@@ -270,7 +271,7 @@ def check_scheduler(world: dict, failed: set, injector: Faults) -> None:
             repr(world["raised"])
     # The next run, late enough to recover the claims the faulted run left STARTING (and past the
     # faulted run's lease, should its release have failed).
-    recovery = scheduler_run(world, minutes=scheduler.STARTING_GRACE.seconds // 60 + 1)
+    recovery = scheduler_run(world, minutes=starting.STARTING_GRACE.seconds // 60 + 1)
     assert world["raised"] is None and recovery.get("errors") == [], (world["raised"], recovery)
     check_jobs(world, [*world["jobs"], world["broken"]])
     with pytest.raises(L.UndecodableRecord) as quarantined:

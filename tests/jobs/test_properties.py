@@ -31,6 +31,7 @@ from lambdas.jobs.quarantine import Quarantine
 from lambdas.jobs.spec import assign_ids, parse_spec
 from lambdas.reaper.handler import trigger_of
 from lambdas.scheduler import handler as scheduler
+from lambdas.scheduler.requests import job_request
 from lambdas.scheduler.planning import Fleet, Limits, Machine, plan
 from lambdas.scheduler.state import Received
 
@@ -395,7 +396,7 @@ def test_a_record_that_decodes_can_be_planned(changes):
         record = L.decode({k: L._serializer.serialize(v) for k, v in L._to_dynamo(document).items()})
     except L.DecodeError:
         return
-    plan([scheduler.job_request(record, (HOME,))], [PLAN_MACHINE], [PLAN_FLEET], load_catalog(),
+    plan([job_request(record, (HOME,))], [PLAN_MACHINE], [PLAN_FLEET], load_catalog(),
          Limits(max_hourly_usd=100, current_hourly_usd=0), now=NOW.timestamp())
 
 

@@ -27,6 +27,8 @@ from lambdas.jobs import cli
 from lambdas.jobs import ledger as L
 from lambdas.jobs.spec import OVERRIDES_LIMIT, Job, SpecError, assign_ids, parse_spec
 from lambdas.scheduler import handler as scheduler
+from lambdas.scheduler import requests as scheduler_requests
+from lambdas.scheduler import starting
 
 NOW = datetime(2026, 11, 22, 12, tzinfo=timezone.utc)
 SUB = "sub-20261122115000-0a0b0c"
@@ -216,7 +218,7 @@ def test_a_read_timeout_on_start_task_leaves_the_claim_to_the_recovery_and_start
     assert {ledger().get(j).state for j in jobs} == {L.STARTING}
     assert run(home, 1)["started"] == []  # within the grace period nothing is started again
 
-    later = run(home, scheduler.STARTING_GRACE.seconds / 60 + 1)
+    later = run(home, starting.STARTING_GRACE.seconds / 60 + 1)
 
     assert later["recovered"] == 2 and later["errors"] == []
     ecs = aws_client("ecs", HOME)
@@ -286,7 +288,7 @@ def test_a_started_task_is_never_started_again_when_its_claim_write_times_out(wo
         first = run(home)
     assert [e["decision"] for e in first["errors"]] == ["start-failed-unexpectedly"]
     assert ledger().get(job_id).state == L.STARTING
-    later = run(home, scheduler.STARTING_GRACE.seconds / 60 + 1)
+    later = run(home, starting.STARTING_GRACE.seconds / 60 + 1)
     record = ledger().get(job_id)
     assert later["started"] == [job_id] and (record.state, record.attempt, record.start_failures) == (L.RUNNING, 2, 1)
     ecs = aws_client("ecs", HOME)
@@ -352,14 +354,14 @@ def test_a_job_request_that_fails_unforeseen_quarantines_that_job_alone(world, m
     foresaw), that job is quarantined and the others are planned."""
     home, _, _ = world
     bad, *good = queue_jobs(3)
-    real = scheduler.job_request
+    real = scheduler_requests.job_request
 
     def request(record, *args, **kwargs):
         if record.job_id == bad:
             raise OverflowError("a value no check foresaw")
         return real(record, *args, **kwargs)
 
-    monkeypatch.setattr(scheduler, "job_request", request)
+    monkeypatch.setattr(scheduler_requests, "job_request", request)
     summary = run(home)
     assert summary["errors"] == [] and sorted(summary["started"]) == good and summary["quarantined"] == [bad]
     (parked,) = ledger().quarantined()

@@ -26,6 +26,8 @@ from lambdas.jobs import ledger as L
 from lambdas.jobs.fleets import parse_fleets, regions
 from lambdas.jobs.spec import assign_ids, parse_spec
 from lambdas.scheduler import handler as scheduler
+from lambdas.scheduler.requests import job_request
+from lambdas.scheduler.beliefs import runtime_beliefs
 from lambdas.scheduler import state
 from lambdas.scheduler.planning.runtimes import HINT_LOG_SIGMA, SIBLING_HINT_LOG_SIGMA
 
@@ -129,9 +131,9 @@ def test_each_job_request_carries_its_checkpoint_interval_attempts_and_belief(aw
     for job in (checkpointing, plain):
         ledger.put_new(L.new_record(job, now.timestamp()))
     fleet_regions = regions(parse_fleets(fleets_json()))
-    request = scheduler.job_request(ledger.get(checkpointing.job_id), fleet_regions)
+    request = job_request(ledger.get(checkpointing.job_id), fleet_regions)
     assert request.checkpoint_interval_s == 1800.0 and request.attempts_left == 3 and request.runtime is None
-    assert scheduler.job_request(ledger.get(plain.job_id), fleet_regions).checkpoint_interval_s is None
+    assert job_request(ledger.get(plain.job_id), fleet_regions).checkpoint_interval_s is None
 
 
 def test_the_ledger_says_when_a_run_started_and_how_long_a_finished_one_took(aws, home):
@@ -147,7 +149,7 @@ def test_the_ledger_says_when_a_run_started_and_how_long_a_finished_one_took(aws
     assert ledger.get(job.job_id).run_seconds == 600.0
     assert json.loads(json.dumps(ledger.get(job.job_id).spec.to_document())).get("expected_runtime_s") is None
     # Its siblings' belief: one finished run of 600 s.
-    beliefs = scheduler.runtime_beliefs(ledger, [ledger.get(job.job_id)])
+    beliefs = runtime_beliefs(ledger, [ledger.get(job.job_id)])
     assert round(beliefs[job.job_id].seconds) == 600
 
 
@@ -162,11 +164,11 @@ def test_a_job_without_an_estimate_takes_its_submissions_from_the_ledger(aws, ho
     for job in (hinted, plain, stranger):
         ledger.put_new(L.new_record(job, 100.0))
     pending = [ledger.get(job.job_id) for job in (hinted, plain, stranger)]
-    beliefs = scheduler.runtime_beliefs(ledger, pending)
+    beliefs = runtime_beliefs(ledger, pending)
     assert round(beliefs[plain.job_id].seconds) == 7200
     assert beliefs[plain.job_id].log_sigma == pytest.approx(SIBLING_HINT_LOG_SIGMA)
     assert beliefs[hinted.job_id].log_sigma == pytest.approx(HINT_LOG_SIGMA) and stranger.job_id not in beliefs
     # Only the plain job is planned now (its siblings running, say): their estimates come from the ledger's read.
     ledger.put_new(L.new_record(other, 100.0))
-    beliefs = scheduler.runtime_beliefs(ledger, [ledger.get(plain.job_id)])
+    beliefs = runtime_beliefs(ledger, [ledger.get(plain.job_id)])
     assert round(beliefs[plain.job_id].seconds) == round(math.sqrt(7200 * 60))  # the median of two estimates

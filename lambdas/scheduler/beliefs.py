@@ -1,0 +1,49 @@
+"""How long the scheduler believes jobs will run, from the ledger: each job's belief, and when the jobs on
+a machine are expected to end.
+
+Beliefs come from the specs' estimates (or, without one, the estimates of the submission's other jobs)
+and the finished jobs of the same submission (planning/runtimes.py), read with one ledger query per
+submission; a machine's end is its jobs' latest expected end, unknown while any of them is unknown.
+"""
+
+from __future__ import annotations
+
+from ..common.errors import per_item
+from ..jobs import ledger as L
+from . import state
+from .planning import RuntimeEstimate
+from .planning.runtimes import FinishedRun, estimates, expected_end
+
+# Submissions whose finished jobs are read per run for runtime estimates (one Query each).
+MAX_SUBMISSIONS_READ = 50
+
+
+def runtime_beliefs(ledger: L.Ledger, records: list[L.JobRecord], errors: list[dict] | None = None,
+                    ) -> dict[str, RuntimeEstimate]:
+    """Per job: what its spec estimates (or, without one, its submission's other jobs' specs) and what the
+    finished jobs of its submission took (read for the first MAX_SUBMISSIONS_READ submissions, oldest
+    first; the others go on the estimates among `records` alone, as do those whose jobs could not be read
+    this run)."""
+    submissions = list(dict.fromkeys(r.submission_id for r in records))[:MAX_SUBMISSIONS_READ]
+    finished = []
+    submission_of = {r.job_id: r.submission_id for r in records}
+    other_hints: dict[str, float | None] = {}
+    for submission_id in submissions:
+        with per_item("read-submission-failed", errors, submission_id=submission_id, action="its estimates only"):
+            siblings = ledger.by_submission(submission_id)
+            finished += [FinishedRun(submission_id, r.run_seconds) for r in siblings if r.run_seconds is not None]
+            other_hints.update((r.job_id, r.spec.expected_runtime_s) for r in siblings)
+            submission_of.update((r.job_id, submission_id) for r in siblings)
+    return estimates({r.job_id: r.spec.expected_runtime_s for r in records}, submission_of, finished, other_hints)
+
+
+def busy_until(machine: state.MachineView, running: dict[str, L.JobRecord], beliefs: dict[str, RuntimeEstimate],
+               now: float) -> float | None:
+    """When the jobs on a machine are expected to have ended; None when any of them is unknown."""
+    ends = []
+    for job_id in machine.jobs:
+        record, belief = running.get(job_id), beliefs.get(job_id)
+        if record is None or belief is None or record.started_at is None:
+            return None
+        ends.append(expected_end(record.started_at, belief, now))
+    return max(ends) if ends else None
