@@ -144,8 +144,9 @@ class Settings:
             raise SettingsError(f"ACCOUNT_ID={self.account_id!r}: expected the 12-digit AWS account id")
         if not 0 < self.disruption_budget_percent <= 100:
             raise SettingsError(f"DISRUPTION_BUDGET_PERCENT={self.disruption_budget_percent!r}: must be 1 to 100")
-        if self.release_after_empty_minutes is not None and self.release_after_empty_minutes < 1:
-            raise SettingsError(f"RELEASE_AFTER_EMPTY_MINUTES={self.release_after_empty_minutes!r}: must be at least 1")
+        if self.release_after_empty_minutes is not None and self.release_after_empty_minutes < 0:
+            raise SettingsError(f"RELEASE_AFTER_EMPTY_MINUTES={self.release_after_empty_minutes!r}: must be 0 (at the "
+                                "first run that finds it empty) or more")
         if not 0 <= self.headroom_window_minutes <= MAX_HEADROOM_WINDOW_MINUTES:
             raise SettingsError(f"HEADROOM_WINDOW_MINUTES={self.headroom_window_minutes!r}: must be 0 (no headroom) "
                                 f"to {MAX_HEADROOM_WINDOW_MINUTES}")

@@ -99,6 +99,21 @@ def test_a_run_gives_back_what_stayed_empty_past_the_delay_through_the_executor(
     assert group["DesiredCapacity"] == 1 and released[0] not in {i["InstanceId"] for i in group["Instances"]}
 
 
+def test_a_delay_of_zero_releases_at_the_first_run_that_finds_the_machine_empty(aws, home):
+    """`releaseAfterEmptyMinutes: 0`: the run that first sees a machine empty (and marks it so) gives it back,
+    with no queued job for it; a delay of one minute keeps it that run."""
+    instances = build_fleet(size=1)
+    now = later()
+    open_admission()
+    assert run_held(home, now, release_after_empty_minutes=1)["released"] == []
+    ec2 = boto3.client("ec2", HOME)
+    marked = {t["Key"] for r in ec2.describe_instances(InstanceIds=list(instances))["Reservations"]
+              for i in r["Instances"] for t in i.get("Tags", [])}
+    assert "mlfleet:empty-since" in marked  # that run marked it empty, and kept it for the minute
+    ec2.delete_tags(Resources=list(instances), Tags=[{"Key": "mlfleet:empty-since"}])  # as if newly empty
+    assert run_held(home, now, release_after_empty_minutes=0)["released"] == list(instances)
+
+
 def test_a_machine_a_queued_job_fits_is_used_not_released(aws, home):
     instances = build_fleet(size=1)
     now = later()

@@ -3,6 +3,8 @@ a setting the component forgets, or one the handler does not understand, fails h
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pulumi_harness import render_stack
 
@@ -36,6 +38,13 @@ def test_the_scheduler_gets_the_release_delay_and_budget(prod):
     (variables,) = environments(prod, "-scheduler-function").values()
     assert variables["RELEASE_AFTER_EMPTY_MINUTES"] == "7" and variables["DISRUPTION_BUDGET_PERCENT"] == "25"
     assert {"release_after_empty_minutes", "disruption_budget_percent"} <= set(SchedulerSettings.__dataclass_fields__)
+
+
+def test_a_release_delay_of_zero_reaches_the_scheduler_as_zero():
+    (variables,) = environments(render_stack("dev", releaseAfterEmptyMinutes=0), "-scheduler-function").values()
+    assert variables["RELEASE_AFTER_EMPTY_MINUTES"] == "0"
+    settings = from_env(SchedulerSettings, {k: v if isinstance(v, str) else json.dumps(v) for k, v in variables.items()})
+    assert settings.release_after_empty_minutes == 0
 
 
 def test_an_unset_release_delay_is_left_out_so_the_scheduler_measures_it():
@@ -78,7 +87,7 @@ def test_a_reaper_without_the_ledger_is_refused_naming_what_is_missing(prod):
 
 @pytest.mark.parametrize("name, value, message", [
     ("DISRUPTION_BUDGET_PERCENT", "0", "DISRUPTION_BUDGET_PERCENT=0: must be 1 to 100"),
-    ("RELEASE_AFTER_EMPTY_MINUTES", "0", "RELEASE_AFTER_EMPTY_MINUTES=0: must be at least 1"),
+    ("RELEASE_AFTER_EMPTY_MINUTES", "-1", "RELEASE_AFTER_EMPTY_MINUTES=-1: must be 0 .at the first run that finds it empty. or more"),
     ("RELEASE_AFTER_EMPTY_MINUTES", "soon", "RELEASE_AFTER_EMPTY_MINUTES='soon' is not an int"),
     ("HEADROOM_WINDOW_MINUTES", "-1", "HEADROOM_WINDOW_MINUTES=-1: must be 0 .no headroom. to 1440"),
     ("HEADROOM_MAX_JOBS", "0", "HEADROOM_MAX_JOBS=0: must be 1 to 100"),
