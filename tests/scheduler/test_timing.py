@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lambdas.common.catalog import load_catalog
-from lambdas.scheduler.planning import Fleet, JobRequest, Limits, Machine, RuntimeEstimate, plan
+from lambdas.scheduler.planning import Fleet, JobRequest, Limits, Machine, ReleasePolicy, RuntimeEstimate, plan
 
 CATALOG = load_catalog()
 NOW = 1_000_000.0
@@ -191,3 +191,46 @@ def test_a_host_is_valued_full_of_at_most_four_jobs_like_its_own():
     # Five such jobs at once are no bet: they fill the metal, and it is bought.
     five = plan([job(f"week-{n}", runtime_h=168, **shape) for n in range(5)], [], fleets, CATALOG, LIMITS, now=NOW)
     assert [(s.fleet, s.add_instances) for s in five.scale_outs] == [("g4dn.metal", 1)]
+
+
+BOOT_S = 180.0
+
+
+@pytest.mark.parametrize("instance_type, up_s, runtime_h, placed_there", [
+    ("g4dn.12xlarge", 3600, None, False),    # kept by the release delay, $1.32/h against a $0.20/h box of its own
+    ("g4dn.12xlarge", 3600, 1, False),       # the same with a runtime belief: it pays all of it until others come
+    ("g4dn.12xlarge", 3600, 500, False),
+    ("g4dn.12xlarge", BOOT_S + 60, None, True),   # just booted: bought (or replaced) for waiting jobs
+    ("g4dn.xlarge", 3600, None, True),       # no dearer than a box of its own: used, no boot to wait for
+])
+def test_an_empty_machine_kept_by_the_release_delay_takes_a_job_only_if_no_dearer_than_its_own_box(
+        instance_type, up_s, runtime_h, placed_there):
+    kept = machine("kept", instance_type, launched_at=NOW - up_s, empty_since=NOW - min(up_s, 600))
+    fleets = [fleet("g4dn.xlarge", 1 if instance_type == "g4dn.xlarge" else 0)] + \
+        ([fleet(instance_type, 1)] if instance_type != "g4dn.xlarge" else [])
+    result = plan([job("small", runtime_h=runtime_h)], [kept], fleets, CATALOG, LIMITS, now=NOW, boot_s=BOOT_S,
+                  release=ReleasePolicy(after_empty_s=BOOT_S))
+    if placed_there:
+        assert placed(result) == {"small": "kept"} and result.scale_outs == () and result.releases == ()
+    else:
+        # The job gets a box of its own, and the kept machine, past its delay, is given back in the same plan.
+        assert placed(result) == {} and [(s.fleet, s.add_instances) for s in result.scale_outs] == [("g4dn.xlarge", 1)]
+        assert [c.instance_id for c in result.releases] == ["i-kept"]
+
+
+def test_a_kept_empty_machine_is_used_when_nothing_cheaper_can_be_bought_and_room_beside_jobs_is_judged_as_before():
+    kept = machine("kept", "g4dn.12xlarge", launched_at=NOW - 3600, empty_since=NOW - 600)
+    capped = Fleet("us-east-1", "g4dn.xlarge", "asg-g4dn.xlarge", ("g4dn.xlarge",), 100, 0, 100)
+    for fleets in ([], [capped]):
+        assert placed(plan([job("small")], [kept], fleets, CATALOG, LIMITS, now=NOW, boot_s=BOOT_S)) == {"small": "kept"}
+    # Unknown launch time: never judged by its age.
+    unknown = machine("unknown", "g4dn.12xlarge")
+    assert placed(plan([job("small")], [unknown], [fleet("g4dn.xlarge")], CATALOG, LIMITS, now=NOW, boot_s=BOOT_S)) \
+        == {"small": "unknown"}
+    # A machine with a job on it is not empty: its room goes by the dear-room rule ($0.33/h a T4 here).
+    busy = machine("busy", "g4dn.12xlarge", free_gpus=2, launched_at=NOW - 3600)
+    assert placed(plan([job("small")], [busy], [fleet("g4dn.xlarge")], CATALOG, LIMITS, now=NOW, boot_s=BOOT_S)) \
+        == {"small": "busy"}
+    # Two jobs: the first, declined, is bought a box; the second is judged the same way (the machine is still empty).
+    result = plan([job("a"), job("b")], [kept], [fleet("g4dn.xlarge")], CATALOG, LIMITS, now=NOW, boot_s=BOOT_S)
+    assert placed(result) == {} and sum(s.add_instances for s in result.scale_outs) >= 1

@@ -19,6 +19,12 @@ largest share of the GPUs, vCPUs or memory it takes, times the price) is at most
 the cheapest instance it could have alone: the room on an 8-H100 instance bought for a training job is
 not for a one-GPU job a T4 runs for a tenth of the price. Without this rule such an instance outlived
 its training, kept up by one small job after another (docs/scheduler-benchmark.md, "Dear room").
+
+An empty machine kept by the release delay (up past its boot and the runs that start the jobs it was
+bought for) takes a job only if it costs no more an hour than the cheapest instance the job could have
+alone: the job pays all of it until neighbours come, and a machine that happened to empty is seldom what
+the next job needs. Machines just bought or replaced for waiting jobs are exempt (docs/scheduler-benchmark.md,
+"Kept empty machines").
 """
 
 from __future__ import annotations
@@ -41,6 +47,9 @@ EXTENSION_WEIGHT = 0.3
 # job wait for a boot, so an existing machine keeps it unless clearly dearer (the ski-rental factor of two).
 DECLINE_FACTOR = 2.0
 HOUR = 3600.0
+# After its boot, the scheduler runs (one a minute) that start the jobs a new machine was bought for; an
+# empty machine older than its boot and this was kept by the release delay.
+SETTLE_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -268,6 +277,15 @@ class Packer:
         share = max(amount / capacity if capacity else 1.0 for amount, capacity in zip(taken, group.capacity))
         return share * group.price_per_hour > DECLINE_FACTOR * alone
 
+    def _kept_and_dear(self, job: JobRequest, bin_: Bin) -> bool:
+        """Is the machine empty, kept by the release delay (up for more than a boot and SETTLE_S), and dearer
+        an hour than the cheapest instance the job could have alone? Unknown launch times are never judged."""
+        timing, launched = self._timing, bin_.machine.launched_at
+        if timing is None or launched is None or not bin_.untouched() or timing.now - launched <= timing.boot_s + SETTLE_S:
+            return False
+        alone = timing.alone_hourly(job)
+        return bool(alone) and bin_.machine.price_per_hour > alone * (1 + 1e-9)
+
     def _dear_groups(self, job: JobRequest, groups: list[Group]) -> frozenset[int]:
         """The indices in `groups` of those that are dear room for the job, memoized per constraints, size and
         whether a runtime is known (groups are only ever appended)."""
@@ -293,6 +311,9 @@ class Packer:
                 continue
             candidate = group.best_fit(job, need)
             if candidate is None:
+                continue
+            if self._kept_and_dear(job, candidate):
+                declined = True  # the decline depends on the machine's age and price, not only the size
                 continue
             penalty = REBALANCE_PENALTY if group.rebalance else 0.0
             if group.lifecycle == "spot" and job.submission_id in self._pool_submissions.get(group.pool, ()):
