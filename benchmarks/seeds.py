@@ -36,15 +36,13 @@ FIGURES = {"cost": "cost_usd", "per_completed_gpu_hour": "usd_per_completed_gpu_
 
 def parse_seeds(text: str) -> list[int]:
     """`3-12`, `3,5,9` or a mix: the seeds in the order given, each once."""
-    seeds: list[int] = []
+    seeds: dict[int, None] = {}  # insertion-ordered, each seed once
     for part in (p.strip() for p in text.split(",")):
         match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
         if not match or int(match[2] or match[1]) < int(match[1]):
             raise ValueError(f"--seeds {text!r}: {part!r} is not a seed or a range low-high")
-        for seed in range(int(match[1]), int(match[2] or match[1]) + 1):
-            if seed not in seeds:
-                seeds.append(seed)
-    return seeds
+        seeds.update(dict.fromkeys(range(int(match[1]), int(match[2] or match[1]) + 1)))
+    return list(seeds)
 
 
 def ratios(results: list[dict]) -> dict:

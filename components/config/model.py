@@ -284,8 +284,8 @@ class StackConfig(_Model):
         default=None, ge=0, le=1440,
         description="How long an instance the scheduler bought stays empty before it gives it back. Unset: the "
         "fleets' boot time as measured on their running instances (docs/removal.md, \"The release delay\"). 0: at "
-        "the first scheduler run that finds it empty and no queued job for it (cheaper on the benchmark's "
-        "traces; a job that comes soon after waits for a boot).")
+        "the first scheduler run that finds it empty and no queued job for it (a little cheaper on the "
+        "benchmark's traces; a job that comes soon after waits for a boot).")
     disruption_budget_percent: int = Field(
         default=10, ge=1, le=100,
         description="Share of a fleet group (rounded up, at least one instance) that removals may drain at once.")

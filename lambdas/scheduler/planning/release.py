@@ -18,8 +18,8 @@ the dearest machines go first: they cost most to keep.
 Why the delay is the boot time (`ReleasePolicy.after_empty_s`): keeping an empty machine as long as a
 replacement takes to boot, then releasing it, pays at most twice what the best choice made in
 hindsight pays, whatever arrives next (the ski-rental argument of docs/removal.md). A delay of 0 (the
-setting) releases at the first run that finds the machine empty: cheaper on average on the benchmark's
-traces, since a kept machine seldom fits the next job, without that worst-case bound (docs/removal.md).
+setting) releases at the first run that finds the machine empty: a little cheaper on average on the
+benchmark's traces, without that worst-case bound (docs/removal.md).
 
 Unknown means kept: a machine whose launch time or empty time is unknown is never proposed.
 """
