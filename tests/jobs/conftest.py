@@ -95,6 +95,14 @@ def fleets_json(max_instances: int = 4, region: str = HOME) -> str:
                         "on_demand_base": 0, "on_demand_percent_above_base": 0}])
 
 
+def on_demand_fleets_json() -> str:
+    """fleets_json() bought on-demand. moto reports an Auto Scaling group's instances as on-demand (no
+    InstanceLifecycle), so the scheduler prices them at the on-demand price: with a spot fleet, a job would
+    see its own spot box as cheaper than the very machine it fits (the kept-machine rule,
+    planning/packer.py), where in AWS that machine is spot and priced so."""
+    return json.dumps([{**json.loads(fleets_json())[0], "on_demand_percent_above_base": 100}])
+
+
 def two_fleets_json() -> str:
     """The fleet of fleets_json() and one of one-T4 boxes, which buys a one-GPU job for a tenth of a
     g5.12xlarge (a spot notice then declines the first fleet's replacement: job_events/replacements.py)."""

@@ -18,7 +18,9 @@ from datetime import datetime, timedelta, timezone
 
 import boto3
 import pytest
-from conftest import ASG, CLUSTER, FAMILY, HOME, build_fleet, fleets_json, open_admission, scheduler_settings
+from conftest import (
+    ASG, CLUSTER, FAMILY, HOME, build_fleet, fleets_json, on_demand_fleets_json, open_admission, scheduler_settings,
+)
 
 from lambdas.common import lease
 from lambdas.common.catalog import load_catalog
@@ -122,7 +124,7 @@ def test_a_machine_a_queued_job_fits_is_used_not_released(aws, home):
     ledger = L.Ledger(boto3.client("dynamodb", HOME), home["table"])
     for job in assign_ids("sub-20261122120000-abcdef", [spec(expected_runtime_s=600)]):
         ledger.put_new(L.new_record(job, now.timestamp()))
-    summary = run_held(home, now, release_after_empty_minutes=1)
+    summary = run_held(home, now, release_after_empty_minutes=1, fleets=on_demand_fleets_json())
     assert len(summary["started"]) == 1 and summary["released"] == []
 
 

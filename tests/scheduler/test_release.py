@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from lambdas.common.catalog import load_catalog
 from lambdas.scheduler.planning import Fleet, JobRequest, Limits, Machine, ReleasePolicy, plan
 from lambdas.removal.decide import disruption_budget
-from lambdas.scheduler.planning.release import propose_releases, why_kept
+from lambdas.scheduler.planning.release import givable, propose_releases, why_kept
 
 CATALOG = load_catalog()
 NOW = 100_000.0
@@ -173,3 +173,14 @@ def test_never_below_min_never_with_work_never_over_budget_never_twice(machines,
         desired = fleet.current_instances + fleet.pending_instances + fleet.removing_instances
         budget = max(1, math.ceil(0.1 * desired))
         assert fleet.removing_instances + released <= max(budget, fleet.removing_instances)  # within the budget
+
+
+def test_givable_is_what_the_group_s_minimum_and_protection_leave_dearest_first():
+    big, small, guarded = (machine("big"), machine("small", "g5.xlarge"), machine("guarded", protected=True))
+    draining = machine("draining", draining=True)
+    everything = [big, small, guarded, draining]
+    assert givable(everything, [group(current=4)]) == {"big", "small"}
+    # Three in service above a minimum of two: one may go, the dearest.
+    assert givable(everything, [group(current=3, min_size=2)]) == {"big"}
+    assert givable(everything, [group(current=2, min_size=2)]) == frozenset()
+    assert givable(everything, [group("other")]) == frozenset()  # a group the plan does not know

@@ -218,19 +218,31 @@ def test_an_empty_machine_kept_by_the_release_delay_takes_a_job_only_if_no_deare
         assert [c.instance_id for c in result.releases] == ["i-kept"]
 
 
-def test_a_kept_empty_machine_is_used_when_nothing_cheaper_can_be_bought_and_room_beside_jobs_is_judged_as_before():
+def test_a_kept_empty_machine_is_used_when_nothing_cheaper_can_be_bought_or_it_cannot_be_given_back():
+    release = ReleasePolicy(after_empty_s=BOOT_S)
+
+    def kept_plan(jobs, machine, fleets, group=None):
+        group = group or fleet("g4dn.12xlarge", 1)
+        return plan(jobs, [machine], [*fleets, group], CATALOG, LIMITS, now=NOW, boot_s=BOOT_S, release=release)
+
     kept = machine("kept", "g4dn.12xlarge", launched_at=NOW - 3600, empty_since=NOW - 600)
     capped = Fleet("us-east-1", "g4dn.xlarge", "asg-g4dn.xlarge", ("g4dn.xlarge",), 100, 0, 100)
-    for fleets in ([], [capped]):
-        assert placed(plan([job("small")], [kept], fleets, CATALOG, LIMITS, now=NOW, boot_s=BOOT_S)) == {"small": "kept"}
+    for fleets in ([], [capped]):  # nothing cheaper to buy
+        assert placed(kept_plan([job("small")], kept, fleets)) == {"small": "kept"}
+    # Paid for whatever runs on it: protected by mlfleet:keep-alive, or the group at its minimum.
+    protected = machine("kept", "g4dn.12xlarge", launched_at=NOW - 3600, empty_since=NOW - 600, protected=True)
+    assert placed(kept_plan([job("small")], protected, [fleet("g4dn.xlarge")])) == {"small": "kept"}
+    at_minimum = Fleet("us-east-1", "g4dn.12xlarge", "asg-g4dn.12xlarge", ("g4dn.12xlarge",), 1, 0, 100, min_size=1)
+    assert placed(kept_plan([job("small")], kept, [fleet("g4dn.xlarge")], at_minimum)) == {"small": "kept"}
+    # Without a release stage (no policy), nothing is given back, so nothing is judged.
+    assert placed(plan([job("small")], [kept], [fleet("g4dn.xlarge"), fleet("g4dn.12xlarge", 1)], CATALOG, LIMITS,
+                       now=NOW, boot_s=BOOT_S)) == {"small": "kept"}
     # Unknown launch time: never judged by its age.
-    unknown = machine("unknown", "g4dn.12xlarge")
-    assert placed(plan([job("small")], [unknown], [fleet("g4dn.xlarge")], CATALOG, LIMITS, now=NOW, boot_s=BOOT_S)) \
-        == {"small": "unknown"}
+    unknown = machine("kept", "g4dn.12xlarge")
+    assert placed(kept_plan([job("small")], unknown, [fleet("g4dn.xlarge")])) == {"small": "kept"}
     # A machine with a job on it is not empty: its room goes by the dear-room rule ($0.33/h a T4 here).
-    busy = machine("busy", "g4dn.12xlarge", free_gpus=2, launched_at=NOW - 3600)
-    assert placed(plan([job("small")], [busy], [fleet("g4dn.xlarge")], CATALOG, LIMITS, now=NOW, boot_s=BOOT_S)) \
-        == {"small": "busy"}
+    busy = machine("kept", "g4dn.12xlarge", free_gpus=2, launched_at=NOW - 3600)
+    assert placed(kept_plan([job("small")], busy, [fleet("g4dn.xlarge")])) == {"small": "kept"}
     # Two jobs: the first, declined, is bought a box; the second is judged the same way (the machine is still empty).
-    result = plan([job("a"), job("b")], [kept], [fleet("g4dn.xlarge")], CATALOG, LIMITS, now=NOW, boot_s=BOOT_S)
+    result = kept_plan([job("a"), job("b")], kept, [fleet("g4dn.xlarge")])
     assert placed(result) == {} and sum(s.add_instances for s in result.scale_outs) >= 1

@@ -23,8 +23,9 @@ its training, kept up by one small job after another (docs/scheduler-benchmark.m
 An empty machine kept by the release delay (up past its boot and the runs that start the jobs it was
 bought for) takes a job only if it costs no more an hour than the cheapest instance the job could have
 alone: the job pays all of it until neighbours come, and a machine that happened to empty is seldom what
-the next job needs. Machines just bought or replaced for waiting jobs are exempt (docs/scheduler-benchmark.md,
-"Kept empty machines").
+the next job needs. Machines just bought or replaced for waiting jobs are exempt, and so are those the
+release stage could not give back (a group's minimum, `mlfleet:keep-alive`): they are paid for anyway
+(docs/scheduler-benchmark.md, "Kept empty machines").
 """
 
 from __future__ import annotations
@@ -57,11 +58,14 @@ class Timing:
     """What duration-aware packing needs: the time, the hourly price of the cheapest instance the job could
     have alone (None: no fleet below its cap holds it), the boot such an instance would take first, and
     whether any job of the plan has a runtime belief (if none has, machines' ends are not tracked: only
-    dear room is asked)."""
+    dear room is asked), and the machines the release stage could give back once empty (`givable`: the
+    kept-machine rule judges only those; one a group's minimum or `mlfleet:keep-alive` holds is paid for
+    anyway)."""
     now: float
     alone_hourly: Callable[[JobRequest], float | None]
     boot_s: float
     runtimes: bool = True
+    givable: frozenset[str] = frozenset()
 
     def alone_usd(self, job: JobRequest) -> float | None:
         """What the job would cost on an instance bought for it alone, for its runtime and a boot ($)."""
@@ -278,10 +282,12 @@ class Packer:
         return share * group.price_per_hour > DECLINE_FACTOR * alone
 
     def _kept_and_dear(self, job: JobRequest, bin_: Bin) -> bool:
-        """Is the machine empty, kept by the release delay (up for more than a boot and SETTLE_S), and dearer
-        an hour than the cheapest instance the job could have alone? Unknown launch times are never judged."""
+        """Is the machine empty, one the release stage could give back, kept by the release delay (up for more
+        than a boot and SETTLE_S), and dearer an hour than the cheapest instance the job could have alone?
+        Unknown launch times are never judged."""
         timing, launched = self._timing, bin_.machine.launched_at
-        if timing is None or launched is None or not bin_.untouched() or timing.now - launched <= timing.boot_s + SETTLE_S:
+        if timing is None or launched is None or bin_.machine.key not in timing.givable or not bin_.untouched() \
+                or timing.now - launched <= timing.boot_s + SETTLE_S:
             return False
         alone = timing.alone_hourly(job)
         return bool(alone) and bin_.machine.price_per_hour > alone * (1 + 1e-9)

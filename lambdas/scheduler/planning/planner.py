@@ -28,7 +28,7 @@ from .live import place_live
 from .model import ADMISSION_CLOSED, Fleet, JobRequest, Limits, Machine, Plan, ScaleOut, held_by_a_cap
 from .packer import Timing
 from .purchase import purchase
-from .release import ReleasePolicy, propose_releases
+from .release import ReleasePolicy, givable, propose_releases
 from .shares import Shares, offer_jobs
 
 # Scale-out to a machine ECS can place on, when the caller does not say (the benchmark's default too).
@@ -73,7 +73,8 @@ def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequen
         ordered, marked = choose_lifecycles(ordered, options(), open_machines, interruption_rate, patterns, boot_s,
                                             catalog)
         fallbacks = {job_id: originals[job_id] for job_id in marked}
-    timing = Timing(now, _cheapest_alone(options, patterns), boot_s, runtimes=any(j.runtime for j in ordered))
+    timing = Timing(now, _cheapest_alone(options, patterns), boot_s, runtimes=any(j.runtime for j in ordered),
+                    givable=givable(open_machines, fleets) if release is not None else frozenset())
     # Placeholders come after every real job in each stage: they take only the room real jobs leave.
     spare = {j.job_id for j in headroom}
     placements, unplaced = place_live([*ordered, *headroom], open_machines, catalog, patterns, timing)

@@ -77,6 +77,23 @@ def why_kept(machine: Machine, catalog, now: float, policy: ReleasePolicy, place
     return None
 
 
+def givable(machines: Sequence[Machine], fleets: Sequence[Fleet]) -> frozenset[str]:
+    """The machines the release stage could give back once they are empty and past the delay: in a known
+    group, not protected, draining or being removed, and, per group, no more than its machines above the
+    group's minimum (the dearest first, as releases go). The others are paid for whatever runs on them."""
+    groups = {(f.region, f.fleet): f for f in fleets}
+    found: list[str] = []
+    by_group: dict[tuple[str, str], list[Machine]] = {}
+    for machine in machines:
+        if (machine.region, machine.fleet) in groups and not (machine.protected or machine.draining or machine.removing):
+            by_group.setdefault((machine.region, machine.fleet), []).append(machine)
+    for key, members in by_group.items():
+        fleet = groups[key]
+        above_minimum = max(0, fleet.current_instances - fleet.min_size)  # removals in flight are in neither
+        found += [m.key for m in sorted(members, key=lambda m: (-m.price_per_hour, m.key))[:above_minimum]]
+    return frozenset(found)
+
+
 def propose_releases(machines: Sequence[Machine], fleets: Sequence[Fleet], catalog, now: float,
                      policy: ReleasePolicy, placed_on: Collection[str]) -> tuple[Candidate, ...]:
     """The machines to give back, at most what each group's minimum and disruption budget allow."""
