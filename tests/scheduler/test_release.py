@@ -178,9 +178,10 @@ def test_never_below_min_never_with_work_never_over_budget_never_twice(machines,
 def test_givable_is_what_the_group_s_minimum_and_protection_leave_dearest_first():
     big, small, guarded = (machine("big"), machine("small", "g5.xlarge"), machine("guarded", protected=True))
     draining = machine("draining", draining=True)
-    everything = [big, small, guarded, draining]
-    assert givable(everything, [group(current=4)]) == {"big", "small"}
-    # Three in service above a minimum of two: one may go, the dearest.
-    assert givable(everything, [group(current=3, min_size=2)]) == {"big"}
-    assert givable(everything, [group(current=2, min_size=2)]) == frozenset()
-    assert givable(everything, [group("other")]) == frozenset()  # a group the plan does not know
+    busy = machine("busy", "g5.48xlarge", free_gpus=0, submissions=frozenset({"s"}), empty_for=None)
+    everything = [big, small, guarded, draining, busy]
+    assert givable(everything, [group(current=5)], CATALOG) == {"big", "small"}
+    # Three in service above a minimum of two: one may go, the dearest empty one (the busy one never goes).
+    assert givable(everything, [group(current=3, min_size=2)], CATALOG) == {"big"}
+    assert givable(everything, [group(current=2, min_size=2)], CATALOG) == frozenset()
+    assert givable(everything, [group("other")], CATALOG) == frozenset()  # a group the plan does not know

@@ -74,7 +74,7 @@ def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequen
                                             catalog)
         fallbacks = {job_id: originals[job_id] for job_id in marked}
     timing = Timing(now, _cheapest_alone(options, patterns), boot_s, runtimes=any(j.runtime for j in ordered),
-                    givable=givable(open_machines, fleets) if release is not None else frozenset())
+                    givable=givable(open_machines, fleets, catalog) if release is not None else frozenset())
     # Placeholders come after every real job in each stage: they take only the room real jobs leave.
     spare = {j.job_id for j in headroom}
     placements, unplaced = place_live([*ordered, *headroom], open_machines, catalog, patterns, timing)

@@ -77,15 +77,16 @@ def why_kept(machine: Machine, catalog, now: float, policy: ReleasePolicy, place
     return None
 
 
-def givable(machines: Sequence[Machine], fleets: Sequence[Fleet]) -> frozenset[str]:
-    """The machines the release stage could give back once they are empty and past the delay: in a known
-    group, not protected, draining or being removed, and, per group, no more than its machines above the
-    group's minimum (the dearest first, as releases go). The others are paid for whatever runs on them."""
+def givable(machines: Sequence[Machine], fleets: Sequence[Fleet], catalog) -> frozenset[str]:
+    """The empty machines the release stage could give back once past the delay: in a known group, not
+    protected, draining or being removed, and, per group, no more than its machines above the group's
+    minimum (the dearest first, as releases go). The others are paid for whatever runs on them."""
     groups = {(f.region, f.fleet): f for f in fleets}
     found: list[str] = []
     by_group: dict[tuple[str, str], list[Machine]] = {}
     for machine in machines:
-        if (machine.region, machine.fleet) in groups and not (machine.protected or machine.draining or machine.removing):
+        if (machine.region, machine.fleet) in groups and is_empty(machine, catalog) \
+                and not (machine.protected or machine.draining or machine.removing):
             by_group.setdefault((machine.region, machine.fleet), []).append(machine)
     for key, members in by_group.items():
         fleet = groups[key]
