@@ -73,8 +73,11 @@ def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequen
         ordered, marked = choose_lifecycles(ordered, options(), open_machines, interruption_rate, patterns, boot_s,
                                             catalog)
         fallbacks = {job_id: originals[job_id] for job_id in marked}
+    # With headroom placeholders, machines are kept on purpose for jobs like them: a job takes one whatever it
+    # costs (headroom trades dollars for waits), so the kept-machine rule judges none (packer.py).
     timing = Timing(now, _cheapest_alone(options, patterns), boot_s, runtimes=any(j.runtime for j in ordered),
-                    givable=givable(open_machines, fleets, catalog) if release is not None else frozenset())
+                    givable=givable(open_machines, fleets, catalog) if release is not None and not headroom
+                    else frozenset())
     # Placeholders come after every real job in each stage: they take only the room real jobs leave.
     spare = {j.job_id for j in headroom}
     placements, unplaced = place_live([*ordered, *headroom], open_machines, catalog, patterns, timing)
