@@ -209,7 +209,7 @@ class MlfleetStrategy(_Reaped):
                       release=None if sim.snapshot or self.release_after_s is None
                       else ReleasePolicy(after_empty_s=self.release_after_s),
                       interruption_rate=(lambda region, instance_type: self.rate) if self.rate > 0 else None,
-                      boot_s=self.boot_s, headroom=spare)
+                      boot_s=self.boot_s, headroom=spare, headroom_on=self.headroom_window_s > 0)
         sim.plan_seconds += time.process_time() - started
         beliefs = {j.job_id: j.runtime for j in jobs}
         for placement in result.placements:

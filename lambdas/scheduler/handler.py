@@ -468,7 +468,7 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
         release=ReleasePolicy(after_empty_s=releases.release_delay_s(settings.release_after_empty_minutes, in_view),
                               budget_percent=settings.disruption_budget_percent),
         interruption_rate=load_interruption_rates().per_hour, boot_s=boot_s,
-        shares=shares, headroom=spare,
+        shares=shares, headroom=spare, headroom_on=settings.headroom_window_minutes > 0,
         cover_cpu_seconds=cover_budget_s,
     )
     # In the run's summary line: a plan near its cover's budget is a burst the cover did not finish.

@@ -15,7 +15,7 @@ from datetime import timedelta
 import boto3
 from botocore.exceptions import ClientError
 import pytest
-from conftest import ASG, HOME, build_fleet, on_demand_fleets_json, open_admission
+from conftest import ASG, HOME, build_fleet, open_admission
 from test_scheduler_release_inputs import later, run_held, spec
 
 from lambdas.jobs import ledger as L
@@ -123,8 +123,7 @@ def test_an_empty_machine_a_placeholder_fits_is_kept_until_the_window_passes(aws
     # A job like this one was bought for ten minutes ago (what an earlier run keeps in the item).
     headroom.write_waits(boto3.client("dynamodb", HOME), home["table"],
                          [RecentWait(now.timestamp() - 600, gpus=1, vcpus=1, memory_mib=1024)], now.timestamp() - 600)
-    kept = run_held(home, now, headroom_window_minutes=WINDOW, release_after_empty_minutes=5,
-                    fleets=on_demand_fleets_json())
+    kept = run_held(home, now, headroom_window_minutes=WINDOW, release_after_empty_minutes=5)
     assert kept["released"] == [] and desired() == 1
     # A wait older than the window holds nothing: released through the removal protocol like any empty
     # machine. (The wait is made older rather than the run later: the run's removals act only while the

@@ -237,10 +237,13 @@ def test_a_kept_empty_machine_is_used_when_nothing_cheaper_can_be_bought_or_it_c
     # Without a release stage (no policy), nothing is given back, so nothing is judged.
     assert placed(plan([job("small")], [kept], [fleet("g4dn.xlarge"), fleet("g4dn.12xlarge", 1)], CATALOG, LIMITS,
                        now=NOW, boot_s=BOOT_S)) == {"small": "kept"}
-    # Headroom on (placeholders in this plan): machines are kept on purpose for jobs like these, and one takes it.
+    # Headroom configured, with or without placeholders this run: machines are kept on purpose for the jobs to
+    # come, and a job takes one (the same with and without placeholders: they take nothing from real jobs).
     spare = JobRequest("headroom:0", "headroom", 1, 4, 8_000)
-    assert placed(plan([job("small")], [kept], [fleet("g4dn.xlarge"), fleet("g4dn.12xlarge", 1)], CATALOG, LIMITS,
-                       now=NOW, boot_s=BOOT_S, release=release, headroom=[spare])) == {"small": "kept"}
+    for placeholders in ([spare], []):
+        assert placed(plan([job("small")], [kept], [fleet("g4dn.xlarge"), fleet("g4dn.12xlarge", 1)], CATALOG,
+                           LIMITS, now=NOW, boot_s=BOOT_S, release=release, headroom=placeholders,
+                           headroom_on=True)) == {"small": "kept"}
     # Unknown launch time: never judged by its age.
     unknown = machine("kept", "g4dn.12xlarge")
     assert placed(kept_plan([job("small")], unknown, [fleet("g4dn.xlarge")])) == {"small": "kept"}

@@ -39,12 +39,15 @@ def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequen
          limits: Limits, *, prices: Mapping[tuple[str, str], float] | None = None, now: float = 0.0,
          release: ReleasePolicy | None = None, interruption_rate: Callable[[str, str], float] | None = None,
          boot_s: float = DEFAULT_BOOT_S, shares: Shares | None = None,
-         headroom: Sequence[JobRequest] = (), cover_cpu_seconds: float | None = None) -> Plan:
+         headroom: Sequence[JobRequest] = (), cover_cpu_seconds: float | None = None,
+         headroom_on: bool = False) -> Plan:
     """`release`: propose empty machines to give back (None: propose none). `interruption_rate(region,
     type)`: spot interruptions per instance-hour, for the lifecycle stage (None: leave lifecycles alone).
     `shares`: teams, quotas and priorities (shares.py); None offers every job, as for one team without a quota.
     `headroom`: placeholder requests (headroom.py), planned after every real job: a live machine one fits is
     kept, and what none fits is bought ahead (`Plan.headroom`) within the caps the real jobs leave.
+    `headroom_on`: headroom is configured (whether or not this run has placeholders): empty machines are kept
+    on purpose for the jobs to come, so a job takes one whatever it costs (no kept-machine rule, packer.py).
     `cover_cpu_seconds`: the most CPU time the purchase's covers may take (None: what each purchase's cost
     warrants, purchase.cover_budget)."""
     def releases(placed_on) -> tuple:
@@ -73,10 +76,11 @@ def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequen
         ordered, marked = choose_lifecycles(ordered, options(), open_machines, interruption_rate, patterns, boot_s,
                                             catalog)
         fallbacks = {job_id: originals[job_id] for job_id in marked}
-    # With headroom placeholders, machines are kept on purpose for jobs like them: a job takes one whatever it
-    # costs (headroom trades dollars for waits), so the kept-machine rule judges none (packer.py).
+    # With headroom configured, machines are kept on purpose for the jobs to come (dollars for waits): the
+    # kept-machine rule judges none. Judged, the jobs declined them and the waits came back (p95 166-197 s
+    # against 60 s at 480 minutes; docs/scheduler-benchmark.md, "Kept empty machines").
     timing = Timing(now, _cheapest_alone(options, patterns), boot_s, runtimes=any(j.runtime for j in ordered),
-                    givable=givable(open_machines, fleets, catalog) if release is not None and not headroom
+                    givable=givable(open_machines, fleets, catalog) if release is not None and not headroom_on
                     else frozenset())
     # Placeholders come after every real job in each stage: they take only the room real jobs leave.
     spare = {j.job_id for j in headroom}
