@@ -32,7 +32,7 @@ from lambdas.common.catalog import load_catalog  # noqa: E402
 
 DEFAULT_TRACE = ROOT / "benchmarks" / "data" / "openb_pod_list_default.csv"
 STRATEGIES = ("mlfleet", "one-instance-per-job", "karpenter-when-empty", "ecs-binpack-memory", "first-fit")
-MLFLEET_PARTS = ("release", "runtimes", "lifecycle", "replacement")
+MLFLEET_PARTS = ("release", "runtimes", "lifecycle", "replacement", "moves")
 
 
 class BenchmarkError(Exception):
@@ -192,7 +192,8 @@ def make_strategy(name: str, placeable, types, catalog, args):
             interruptions_per_hour=0.0 if "lifecycle" in without else args.interruptions_per_hour,
             on_demand_max_instances=args.on_demand_max_instances, runtimes="runtimes" not in without,
             replacement_rule="replacement" not in without,
-            headroom_window_s=args.headroom_window_minutes * 60, headroom_max_jobs=args.headroom_max_jobs)
+            headroom_window_s=args.headroom_window_minutes * 60, headroom_max_jobs=args.headroom_max_jobs,
+            moves="moves" not in without)
     if name == "one-instance-per-job":
         return OneInstancePerJobStrategy(types)
     if name == "karpenter-when-empty":
@@ -274,6 +275,7 @@ def run(args) -> dict:
             figures["instance_type"] = strategy.type.name
         if name == "mlfleet":
             figures["instances_released"] = strategy.released
+            figures["jobs_moved"] = strategy.jobs_moved
         figures["wall_seconds"] = round(time.perf_counter() - started, 1)
         result["strategies"][name] = figures
     return result

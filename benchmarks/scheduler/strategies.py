@@ -21,6 +21,7 @@ from lambdas.scheduler.planning import (
     Fleet, JobRequest, Limits, Machine, ReleasePolicy, Reservation, keeps_replacement, plan,
 )
 from lambdas.scheduler.planning.headroom import RecentWait, placeholders, remember
+from lambdas.scheduler.planning.moves import RunningJob
 from lambdas.scheduler.planning.runtimes import estimate, expected_end
 
 ECS_SCALE_IN_S = 15 * 60  # managed scaling removes an instance 15 minutes after its last task
@@ -92,10 +93,13 @@ class MlfleetStrategy(_Reaped):
     def __init__(self, types: list[InstanceType], catalog, region: str, idle_window_s: float, grace_s: float, *,
                  release_after_s: float | None = None, boot_s: float = 180.0, interruptions_per_hour: float = 0.0,
                  on_demand_max_instances: int = 0, runtimes: bool = True, replacement_rule: bool = True,
-                 headroom_window_s: float = 0.0, headroom_max_jobs: int = 0):
+                 headroom_window_s: float = 0.0, headroom_max_jobs: int = 0, moves: bool = True):
         super().__init__(idle_window_s, grace_s)
         self.types = {t.name: t for t in types}
         self.catalog = catalog
+        self.moves = moves  # the move stage (planning/moves.py): stop checkpointing jobs on dear machines
+        self.moved: set[str] = set()  # jobs moved off a machine (no host again: JobRequest.moved)
+        self.jobs_moved = 0
         self.region = region
         self.release_after_s = release_after_s
         self.boot_s = boot_s
@@ -170,7 +174,12 @@ class MlfleetStrategy(_Reaped):
         return JobRequest(s.job.job_id, s.job.submission_id, s.job.gpus, s.job.vcpus, s.job.memory_mib,
                           s.job.instance_type_pattern, submitted_at=s.job.submit_s, reserved=self._reservation(s),
                           runtime=self._belief(sim, s), checkpoint_interval_s=s.checkpoint_s,
-                          attempts_left=max(1, sim.max_attempts - s.attempts_used), gpu_memory_mib=s.job.gpu_memory_mib)
+                          attempts_left=max(1, sim.max_attempts - s.attempts_used), gpu_memory_mib=s.job.gpu_memory_mib,
+                          moved=s.job.job_id in self.moved)
+
+    def _running(self, sim: Simulation, usable: list[Box]) -> list[RunningJob]:
+        return [RunningJob(self._request(sim, sim.jobs[job_id]), str(b.id), sim.jobs[job_id].started)
+                for b in usable for job_id in sorted(b.jobs)]
 
     def _prices(self) -> dict:
         return {(self.region, name): t.price for name, t in self.types.items()}
@@ -196,6 +205,7 @@ class MlfleetStrategy(_Reaped):
         machines = [Machine(str(b.id), f"i-{b.id}", self.region, self._fleet(b), b.type.name, self.region + b.zone,
                             b.lifecycle, b.free[0], b.free[1], b.free[2], b.price,
                             submissions=frozenset(sim.jobs[j].job.submission_id for j in b.jobs),
+                            jobs=frozenset(b.jobs),
                             launched_at=b.launched, empty_since=None if b.jobs else b.idle_since,
                             busy_until=self._busy_until(sim, b, now) if self.runtimes else None,
                             gpu_memory_mib=b.type.gpu_memory, shared_gpus=b.shared_left())
@@ -209,7 +219,8 @@ class MlfleetStrategy(_Reaped):
                       release=None if sim.snapshot or self.release_after_s is None
                       else ReleasePolicy(after_empty_s=self.release_after_s),
                       interruption_rate=(lambda region, instance_type: self.rate) if self.rate > 0 else None,
-                      boot_s=self.boot_s, headroom=spare, headroom_on=self.headroom_window_s > 0)
+                      boot_s=self.boot_s, headroom=spare, headroom_on=self.headroom_window_s > 0,
+                      running=self._running(sim, usable) if self.moves and not sim.snapshot else ())
         sim.plan_seconds += time.process_time() - started
         beliefs = {j.job_id: j.runtime for j in jobs}
         for placement in result.placements:
@@ -220,6 +231,18 @@ class MlfleetStrategy(_Reaped):
             assert not box.jobs, "the release stage proposed a machine with work"
             sim.terminate(box)
             self.released += 1
+        for move in result.moves:
+            # The scheduler stops the tasks; the job-events function requeues each job without counting an
+            # attempt (it resumes from its last periodic checkpoint: a save on the SIGTERM is not counted on);
+            # the emptied machine goes by the release stage, as any empty one.
+            for job_id in move.job_ids:
+                state = sim.jobs[job_id]
+                sim._stop(state)
+                state.forgiven = state.runs
+                sim.requeue(state, "moved to a cheaper machine")
+                self.moved.add(job_id)
+                self.jobs_moved += 1
+            sim.request_run()
         if self.release_after_s is not None and not sim.snapshot and any(
                 b.terminated is None and not b.jobs and b.idle_since is not None
                 and now - b.idle_since >= self.release_after_s for b in usable):

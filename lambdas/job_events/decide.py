@@ -20,6 +20,10 @@ Events (forwarded from every fleet region to the home region's default bus):
         however well it checkpoints (and its interruptions before its first save would still add up).
         SkyPilot's managed jobs do not count preemptions at all (`max_restarts_on_errors` counts
         user-code failures); this rule still stops a job that saves nothing;
+      * the scheduler stopped it to move it to a cheaper machine (stopCode UserInitiated, stoppedReason
+        MOVED_REASON; lambdas/scheduler/planning/moves.py, only jobs that declare checkpoints): requeued
+        with the attempt not counted (`runs` unchanged), whatever the exit code: the scheduler, not the
+        job, ended the run;
       * exit code 0: SUCCEEDED;
       * an exit code the spec lists in `retry_on_exit_codes`: requeued while attempts remain;
       * any other exit code: FAILED at once, with the exit code and ECS's reason in the record;
@@ -43,6 +47,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ..common.catalog import Catalog
+from ..jobs.checkpoints import MOVED_REASON
 from ..jobs.costs import run_cost
 from ..jobs.ledger import CANCELLED, FAILED, QUEUED, RUNNING, STARTING, SUCCEEDED, JobRecord, Placement
 from ..jobs.spec import is_job_id
@@ -54,6 +59,7 @@ SCHEDULED = "Scheduled Event"
 # ECS stop codes meaning the spot market took the machine (ECS documents both for spot capacity; botocore's
 # ecs model, TaskStopCode).
 SPOT_STOP_CODES = frozenset({"SpotInterruption", "TerminationNotice"})
+USER_INITIATED = "UserInitiated"  # a StopTask call (botocore's ecs model, TaskStopCode)
 # ECS's stoppedReason when the instance under a task stopped or was terminated ("Host EC2 (instance
 # i-0abc) terminated."): the host failed, not the job.
 HOST_FAILURE_PREFIX = "Host EC2 (instance"
@@ -215,6 +221,11 @@ def is_host_failure(event: TaskStateChange) -> bool:
     return event.stopped_reason.startswith(HOST_FAILURE_PREFIX)
 
 
+def is_move(event: TaskStateChange) -> bool:
+    """The scheduler stopped the task to move the job (ECS's stopCode for a StopTask call is UserInitiated)."""
+    return event.stop_code == USER_INITIATED and event.stopped_reason.startswith(MOVED_REASON)
+
+
 def machine_ended(event: TaskStateChange) -> bool:
     """The task stopped because its machine went (the spot market, a host failure), not because of the job."""
     return event.last_status == "STOPPED" and (event.stop_code in SPOT_STOP_CODES or is_host_failure(event))
@@ -273,6 +284,10 @@ def decide_task_change(event: TaskStateChange, record: JobRecord | None, catalog
     if is_host_failure(event):
         return _after_run(record, f"host failure: {event.stopped_reason}", changes,
                           checkpoint_saved_at=checkpoint_saved_at)
+    if is_move(event):
+        return Decision(record.job_id, f"{event.stopped_reason}: requeued, attempt not counted", to_state=QUEUED,
+                        expect_state=record.state, expect_attempt=record.attempt,
+                        changes={**changes, "runs": record.runs}, send_message_attempt=record.attempt)
     if event.exit_code == 0:
         return Decision(record.job_id, "exit code 0", to_state=SUCCEEDED, expect_state=record.state,
                         expect_attempt=record.attempt,

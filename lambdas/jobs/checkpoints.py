@@ -16,6 +16,11 @@ URI_VARIABLE = "MLFLEET_CHECKPOINT_URI"
 # Set when the spec declares checkpoint_interval_minutes, so the job saves as often as the scheduler assumes.
 INTERVAL_VARIABLE = "MLFLEET_CHECKPOINT_INTERVAL_MINUTES"
 ACCOUNT_ID = re.compile(r"\d{12}")
+# The StopTask reason of a scheduler's move (lambdas/scheduler/planning/moves.py): the job-events function
+# requeues such a job without counting an attempt. ECS shows the reason as the task's stoppedReason
+# (botocore's ecs model, StopTask `reason`: "this message appears in subsequent DescribeTasks API
+# operations on this task").
+MOVED_REASON = "mlfleet: moved to a cheaper machine"
 
 # S3 account regional namespace: names ending `-<account>-<region>-an` that only this account can create,
 # so no other account can take the name first or re-create it after a destroy ("Namespaces for general

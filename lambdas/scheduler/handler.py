@@ -23,7 +23,8 @@ then placed by the next scheduled run, within a minute. A run:
      the plan buys ahead (planning/headroom.py);
   7. hands the plan's releases (its release stage: empty machines past the release delay) to the removal
      executor (lambdas/removal, docs/removal.md), which validates them again, drains, re-checks and
-     terminates them with a decrement, under the placement lease this run holds;
+     terminates them with a decrement, under the placement lease this run holds; and stops the tasks of
+     the checkpointing jobs the plan moves off machines far dearer than they need (moving.py);
   8. quarantines the ledger items it could not read or write back, alerts once about new ones, and
      deletes the messages the ledger now reflects. Malformed ones stay, for the redrive policy.
 
@@ -79,6 +80,7 @@ from .planning.headroom import MAX_WINDOW_MINUTES as MAX_HEADROOM_WINDOW_MINUTES
 from .planning.headroom import RecentWait, placeholders, remember
 from .planning.purchase import COVER_MAX_CPU_SECONDS
 from .beliefs import busy_until, runtime_beliefs
+from .moving import move_jobs, running_jobs
 from .requests import plannable
 from .starting import recover_starting, start_one
 
@@ -456,7 +458,7 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
                  free_gpus=m.free_gpus, free_vcpus=m.free_vcpus, free_memory_mib=m.free_memory_mib,
                  price_per_hour=m.price_per_hour, rebalance_recommended=m.rebalance_recommended,
                  draining=m.draining, removing=m.removing,  # never placed onto either
-                 submissions=m.submissions, launched_at=m.launched_at, empty_since=m.empty_since,
+                 submissions=m.submissions, jobs=m.jobs, launched_at=m.launched_at, empty_since=m.empty_since,
                  protected=m.protected, busy_until=busy_until(m, running, beliefs, now.timestamp()),
                  gpu_memory_mib=m.gpu_memory_mib, shared_gpus=m.shared_gpus)
          for m in in_view],
@@ -469,7 +471,7 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
                               budget_percent=settings.disruption_budget_percent),
         interruption_rate=load_interruption_rates().per_hour, boot_s=boot_s,
         shares=shares, headroom=spare, headroom_on=settings.headroom_window_minutes > 0,
-        cover_cpu_seconds=cover_budget_s,
+        cover_cpu_seconds=cover_budget_s, running=running_jobs(running, regions(fleets), beliefs),
     )
     # In the run's summary line: a plan near its cover's budget is a burst the cover did not finish.
     summary["plan_cpu_s"] = round(time.process_time() - planning_started, 3)
@@ -512,6 +514,7 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
                 spent += scale_out.hourly_usd
     with per_item("release-failed", summary["errors"], action="releases tried again next run"):
         give_back(settings, views, the_plan.releases, held, now, summary)
+    move_jobs(the_plan.moves, running, remaining_ms, ACT_RESERVE_MS, summary)
 
 
 def read_recent_waits(settings: Settings, ledger: L.Ledger, summary: dict) -> list[RecentWait] | None:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from lambdas.job_events import decide as D
 from lambdas.jobs import ledger as L
+from lambdas.jobs.checkpoints import MOVED_REASON
 from lambdas.jobs.spec import JobSpec
 
 JOB = "sub-20261122191103-0a1b2c-00007"
@@ -281,3 +282,27 @@ def test_no_event_sequence_loses_a_job(max_attempts, ops):
         world.check()
     assert world.record.state in (L.SUCCEEDED, L.FAILED)
     assert world.record.state != L.FAILED or len(world.dead) == 1
+
+
+MOVED = f"{MOVED_REASON} (g4dn.12xlarge at $1.321/h for jobs whose own instances cost $0.204/h: $5.10 less)"
+
+
+@pytest.mark.parametrize("exit_code", [143, 0, 1, None], ids=["sigterm", "exit-0", "exit-1", "no-exit-code"])
+@pytest.mark.parametrize("runs", [1, 3], ids=["attempts-left", "last-attempt"])
+def test_a_move_requeues_the_job_without_counting_the_attempt(exit_code, runs):
+    """The scheduler stopped the task to move the job (planning/moves.py): whatever the exit code, and on its
+    last attempt too, the job goes back to the queue with its runs as they were."""
+    event = D.parse_event(task_event(exit_code=exit_code, stop_code="UserInitiated", reason=MOVED))
+    decision = D.decide_task_change(event, record(runs=runs))
+    assert (decision.to_state, decision.send_message_attempt, decision.dead_letter) == (L.QUEUED, 1, False)
+    assert decision.changes["runs"] == runs
+    assert decision.reason.startswith(MOVED_REASON)
+
+
+@pytest.mark.parametrize("stop_code, reason", [("UserInitiated", "stopped by an operator"),
+                                               ("EssentialContainerExited", MOVED)],
+                         ids=["other-stop-task", "reason-without-stop-task"])
+def test_only_the_schedulers_stop_with_its_reason_is_a_move(stop_code, reason):
+    event = D.parse_event(task_event(exit_code=1, stop_code=stop_code, reason=reason))
+    decision = D.decide_task_change(event, record(runs=1))
+    assert (decision.to_state, decision.dead_letter) == (L.FAILED, True)

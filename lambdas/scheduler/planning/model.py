@@ -65,6 +65,9 @@ class JobRequest:
     # With `gpus` 0: the job shares one GPU with others (ECS `nvidiaMps`), asking this much of its memory.
     # With `gpus` 1: a purchase bundle of such jobs (purchase.py), needing a GPU that can share this much.
     gpu_memory_mib: int = 0
+    # Moved off a dearer machine (moves.py) in a recent run: bought no host again (purchase.py), which
+    # would only be moved off in its turn.
+    moved: bool = False
 
     @property
     def shares_gpu(self) -> bool:
@@ -88,6 +91,7 @@ class Machine:
     draining: bool = False
     # Submissions with a job running on the machine (the sweep spread counts them in its pool).
     submissions: frozenset[str] = frozenset()
+    jobs: frozenset[str] = frozenset()  # the jobs its running tasks were started for (the move stage)
     # Tagged `mlfleet:removing`: a removal (docs/removal.md) is draining it. Never placed onto.
     removing: bool = False
     launched_at: float | None = None  # epoch seconds; None when unknown (never released then)
@@ -159,3 +163,4 @@ class Plan:
     waiting: tuple[tuple[str, str], ...]  # (job_id, reason)
     releases: tuple[Candidate, ...] = ()  # empty machines the scheduler gives back (release.py)
     headroom: tuple[ScaleOut, ...] = ()  # instances bought ahead for no job (headroom.py): nothing to reserve
+    moves: tuple = ()  # machines whose checkpointing jobs to stop and requeue (moves.Move)

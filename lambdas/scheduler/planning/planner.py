@@ -13,6 +13,7 @@ oldest first among equals):
 3. purchase.py      what to buy, runtime class by class, within each fleet's cap and the dollar cap
    headroom.py      (opt-in) placeholders for recent boot-waiting jobs, after the real ones in stages 1-3
 4. release.py       empty machines nothing was placed on (nor kept for headroom), past the release delay, given back
+5. moves.py         machines far dearer than their checkpointing jobs need: the jobs stopped and requeued
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .launching import place_on_launching
 from .lifecycle import choose_lifecycles
 from .live import place_live
 from .model import ADMISSION_CLOSED, Fleet, JobRequest, Limits, Machine, Plan, ScaleOut, held_by_a_cap
+from .moves import RunningJob, propose_moves
 from .packer import Timing
 from .purchase import purchase
 from .release import ReleasePolicy, givable, propose_releases
@@ -40,7 +42,7 @@ def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequen
          release: ReleasePolicy | None = None, interruption_rate: Callable[[str, str], float] | None = None,
          boot_s: float = DEFAULT_BOOT_S, shares: Shares | None = None,
          headroom: Sequence[JobRequest] = (), cover_cpu_seconds: float | None = None,
-         headroom_on: bool = False) -> Plan:
+         headroom_on: bool = False, running: Sequence[RunningJob] = ()) -> Plan:
     """`release`: propose empty machines to give back (None: propose none). `interruption_rate(region,
     type)`: spot interruptions per instance-hour, for the lifecycle stage (None: leave lifecycles alone).
     `shares`: teams, quotas and priorities (shares.py); None offers every job, as for one team without a quota.
@@ -49,7 +51,10 @@ def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequen
     `headroom_on`: headroom is configured (whether or not this run has placeholders): empty machines are kept
     on purpose for the jobs to come, so a job takes one whatever it costs (no kept-machine rule, packer.py).
     `cover_cpu_seconds`: the most CPU time the purchase's covers may take (None: what each purchase's cost
-    warrants, purchase.cover_budget)."""
+    warrants, purchase.cover_budget).
+    `running`: the jobs running on `machines`, for the move stage; it runs only with a release policy and
+    without headroom (the kept-machine rule and the release stage are what keep jobs off an emptied
+    machine and give it back)."""
     def releases(placed_on) -> tuple:
         return propose_releases(machines, fleets, catalog, now, release, placed_on) if release else ()
 
@@ -110,8 +115,11 @@ def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequen
     if given_up is not None:
         fleet_of = {m.key: (m.region, m.fleet) for m in machines}
         kept |= {key for key in spare_kept if fleet_of[key] not in given_up}
+    placed_on = {p.machine_key for p in placements}
+    moves = propose_moves(open_machines, fleets, catalog, running, timing.alone_hourly, now, boot_s, placed_on | kept) \
+        if running and release is not None and not headroom_on else ()
     return Plan(tuple(placements), tuple(scale_outs), tuple(sorted([*waiting, *held_back])),
-                releases({p.machine_key for p in placements} | kept), tuple(ahead))
+                releases(placed_on | kept), tuple(ahead), moves)
 
 
 class _Lazy:

@@ -1,0 +1,55 @@
+"""Carrying out the plan's moves (planning/moves.py): the tasks of checkpointing jobs on a machine far dearer
+than they need are stopped with MOVED_REASON.
+
+ECS sends the container SIGTERM and, after the task definition's stopTimeout, SIGKILL, as at a spot notice;
+the job saves its checkpoint (docs/jobs.md, "Checkpoints"). The job-events function sees the task stop and
+requeues the job without counting an attempt (lambdas/job_events/decide.py, `is_move`); until then the
+ledger holds it RUNNING, so its next attempt never starts while this one still runs. The emptied machine is
+given back by the release stage, as any empty machine; nothing is placed on it meanwhile unless a job needs
+what it costs (planning/packer.py, the kept-machine rule).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+
+from ..common.aws import client
+from ..common.errors import per_item
+from ..common.logs import log_decision
+from ..jobs import ledger as L
+from ..jobs.checkpoints import MOVED_REASON
+from . import actions
+from .planning import RuntimeEstimate
+from .planning.moves import Move, RunningJob
+from .requests import job_request
+
+
+def running_jobs(running: Mapping[str, L.JobRecord], fleet_regions: Collection[str],
+                 beliefs: Mapping[str, RuntimeEstimate]) -> list[RunningJob]:
+    """The move stage's view of the ledger's RUNNING jobs: those with a task and a known start."""
+    found = []
+    for record in running.values():
+        placement = record.placement
+        if record.state != L.RUNNING or placement is None or not placement.task_arn or record.started_at is None:
+            continue
+        found.append(RunningJob(job_request(record, fleet_regions, beliefs.get(record.job_id)),
+                                placement.container_instance_arn, record.started_at))
+    return found
+
+
+def move_jobs(moves: Sequence[Move], running: Mapping[str, L.JobRecord], remaining_ms: Callable[[], int],
+              reserve_ms: int, summary: dict) -> None:
+    """Stop the moved jobs' tasks (one StopTask each; a task already stopped is stopped again harmlessly)."""
+    for n, move in enumerate(moves):
+        if remaining_ms() < reserve_ms:
+            log_decision("stop-moving", reason="Lambda time running out", machines_left=len(moves) - n)
+            return
+        log_decision("move", instance_id=move.instance_id, jobs=list(move.job_ids), hourly_usd=move.hourly_usd,
+                     alone_hourly_usd=move.alone_hourly_usd, expected_saving_usd=move.saving_usd, reason=move.reason)
+        for job_id in move.job_ids:
+            placement = running[job_id].placement
+            with per_item("move-failed", summary["errors"], job_id=job_id, instance_id=move.instance_id,
+                          action="keeps running; the next run may move it"):
+                actions.stop_task(client("ecs", placement.region), placement.cluster, placement.task_arn,
+                                  f"{MOVED_REASON} ({move.reason})")
+                summary["jobs_moved"] = summary.get("jobs_moved", 0) + 1
