@@ -21,7 +21,7 @@ from lambdas.scheduler.planning import (
     Fleet, JobRequest, Limits, Machine, ReleasePolicy, Reservation, keeps_replacement, plan,
 )
 from lambdas.scheduler.planning.headroom import RecentWait, placeholders, remember
-from lambdas.scheduler.planning.moves import RunningJob
+from lambdas.scheduler.planning.moves import MOVE_FACTOR, RunningJob
 from lambdas.scheduler.planning.runtimes import estimate, expected_end
 
 ECS_SCALE_IN_S = 15 * 60  # managed scaling removes an instance 15 minutes after its last task
@@ -81,6 +81,10 @@ class _Reaped:
 
     def on_reclaimed(self, sim: Simulation, box: Box) -> None:
         sim.launch(box.type, lifecycle=box.lifecycle)  # the Auto Scaling group keeps its desired capacity
+
+
+# How often the simulation runs the scheduler while a machine could be moved (production: every minute).
+MOVE_RECHECK_S = 600.0
 
 
 class MlfleetStrategy(_Reaped):
@@ -177,6 +181,19 @@ class MlfleetStrategy(_Reaped):
                           attempts_left=max(1, sim.max_attempts - s.attempts_used), gpu_memory_mib=s.job.gpu_memory_mib,
                           moved=s.job.job_id in self.moved)
 
+    def after_job(self, sim: Simulation, box: Box) -> None:
+        if self.moves and not sim.snapshot and box.terminated is None and self._may_move(sim, box):
+            sim.request_run()  # its last job that could not be moved ended: the runs that may move it begin
+
+    def _may_move(self, sim: Simulation, box: Box) -> bool:
+        """Could the move stage take the box's jobs once they have run long enough (all checkpoint, and it
+        costs more than MOVE_FACTOR times their own instances)?"""
+        if not box.jobs or not all(sim.jobs[j].checkpoint_s for j in box.jobs):
+            return False
+        alone = sum(min(t.price for t in self.types.values() if t.holds(sim.jobs[j].job) and t.allows(sim.jobs[j].job))
+                    for j in box.jobs)
+        return box.price > MOVE_FACTOR * alone
+
     def _running(self, sim: Simulation, usable: list[Box]) -> list[RunningJob]:
         return [RunningJob(self._request(sim, sim.jobs[job_id]), str(b.id), sim.jobs[job_id].started)
                 for b in usable for job_id in sorted(b.jobs)]
@@ -243,6 +260,10 @@ class MlfleetStrategy(_Reaped):
                 self.moved.add(job_id)
                 self.jobs_moved += 1
             sim.request_run()
+        if self.moves and not sim.snapshot and any(self._may_move(sim, b) for b in usable if b.terminated is None):
+            # Production's scheduler runs every minute, and a move waits for its saving to grow (how long the
+            # jobs have run): runs come at least every MOVE_RECHECK_S while a machine could be moved.
+            sim.wake_at(now + MOVE_RECHECK_S)
         if self.release_after_s is not None and not sim.snapshot and any(
                 b.terminated is None and not b.jobs and b.idle_since is not None
                 and now - b.idle_since >= self.release_after_s for b in usable):

@@ -448,3 +448,29 @@ def test_headroom_starts_the_next_job_like_the_last_one_without_a_boot_and_lets_
             assert max(b.terminated for b in sim.boxes) <= 60 + window + 60
     assert waits[0] >= 180 and waits[3600] <= 60
     assert costs[3600] > costs[0]  # the wait is bought with dollars
+
+
+@pytest.mark.parametrize("moves", [True, False], ids=["moves", "without-moves"])
+def test_a_checkpointing_job_left_alone_on_a_big_instance_is_moved_to_its_own(moves):
+    """Four one-GPU jobs of 12 vCPUs arrive together and get a g4dn.12xlarge; three end after an hour, the
+    fourth runs ten hours and checkpoints every 30 minutes. With the move stage it is stopped (its attempt
+    not counted) once the others have ended and it has run an hour, resumes from its last checkpoint on a
+    g4dn.4xlarge of its own, and the big instance goes; without it (`--mlfleet-without moves`) the big
+    instance runs the ten hours."""
+    jobs = [TraceJob(f"short{n}", 0, 3600, 1, 12, 24576) for n in range(3)] + [TraceJob("long", 0, 36000, 1, 12, 24576)]
+    strategy = MlfleetStrategy(TYPES, CATALOG, "us-east-1", 5400, 1800, release_after_s=180, moves=moves)
+    sim = tiny_sim(jobs, strategy, checkpoints={"long": 1800.0})
+    sim.run()
+    long = sim.jobs["long"]
+    assert all(s.state == "completed" for s in sim.jobs.values()) and long.attempts_used <= 1
+    (big,) = [b for b in sim.boxes if b.type.name == "g4dn.12xlarge"]
+    if moves:
+        assert strategy.jobs_moved == 1 and long.runs == 2 and big.terminated < 2 * 3600
+        own = sim.boxes[-1]
+        assert own.type.price < big.type.price / 2 and own.launched < big.terminated
+        # It lost what it ran since its last checkpoint: it ends later than on the big instance, for less.
+        assert long.gpu_seconds > 36000
+    else:
+        assert strategy.jobs_moved == 0 and long.runs == 1 and big.terminated > 36000
+    if moves:  # what it saved: the big instance's price over the hours the long job ran without it
+        assert sim.cost_so_far() < 36000 / 3600 * big.price
