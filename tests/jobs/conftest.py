@@ -98,9 +98,10 @@ def fleets_json(max_instances: int = 4, region: str = HOME) -> str:
 def on_demand_fleets_json() -> str:
     """fleets_json() bought on-demand. moto reports an Auto Scaling group's instances as on-demand (no
     InstanceLifecycle; in AWS a spot instance carries "spot", botocore's EC2 model, InstanceLifecycleType,
-    which lambdas/scheduler/state.py reads), so the scheduler prices them at the on-demand price: with a spot fleet, a job would
-    see its own spot box as cheaper than the very empty machine it fits and decline it (the kept-machine
-    rule, planning/packer.py), where in AWS that machine is spot and priced so."""
+    which lambdas/scheduler/state.py reads), so the scheduler prices them at the on-demand price: with a
+    spot fleet, a job would see its own spot box as cheaper than the very empty machine it fits and
+    decline it (the kept-machine rule, planning/packer.py), where in AWS that machine is spot and priced
+    so."""
     return json.dumps([{**json.loads(fleets_json())[0], "on_demand_percent_above_base": 100}])
 
 

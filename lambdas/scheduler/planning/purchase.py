@@ -46,8 +46,9 @@ COVER_MAX_CPU_SECONDS = 30.0
 # The share of the cover's budget kept for covering again the jobs its rounding down left, when it stopped
 # on its budget (what the first cover does not use is the second's too). Rounded down, a burst of 17,065
 # jobs of 288 kinds left about 350 jobs for the greedy; covering them again took the plan from $7,534.01/h
-# (one cover of 30 s) to $7,511.97/h (27 s, then 3 s), and on another burst of that kind from $6,418.53 to $6,369.64/h
-# (docs/scheduler-benchmark.md, "Plan CPU"). A converged cover's leftovers are few: the replays do not move.
+# (one cover of 30 s) to $7,511.97/h (27 s, then 3 s), and on another burst of that kind from $6,418.53
+# to $6,369.64/h (docs/scheduler-benchmark.md, "Plan CPU"). A converged cover's leftovers are few: the
+# replays do not move.
 RESIDUAL_SHARE = 0.1
 # The most kinds one cover takes on (its master LP has a row per kind). Past it the jobs are bought for in
 # parts of at most PART_KINDS kinds, the kinds dealt out in turn in planning order (each part spans the
