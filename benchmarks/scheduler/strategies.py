@@ -21,7 +21,7 @@ from lambdas.scheduler.planning import (
     Fleet, JobRequest, Limits, Machine, ReleasePolicy, Reservation, keeps_replacement, plan,
 )
 from lambdas.scheduler.planning.headroom import RecentWait, placeholders, remember
-from lambdas.scheduler.planning.moves import MOVE_FACTOR, RunningJob
+from lambdas.scheduler.planning.moves import STOP_LOSS_S, RunningJob
 from lambdas.scheduler.planning.runtimes import estimate, expected_end
 
 ECS_SCALE_IN_S = 15 * 60  # managed scaling removes an instance 15 minutes after its last task
@@ -102,7 +102,7 @@ class MlfleetStrategy(_Reaped):
         self.types = {t.name: t for t in types}
         self.catalog = catalog
         self.moves = moves  # the move stage (planning/moves.py): stop checkpointing jobs on dear machines
-        self.moved: set[str] = set()  # jobs moved off a machine (no host again: JobRequest.moved)
+        self.move_to: dict[str, str] = {}  # job stopped by the move stage -> the instance it goes to
         self.jobs_moved = 0
         self.region = region
         self.release_after_s = release_after_s
@@ -179,20 +179,15 @@ class MlfleetStrategy(_Reaped):
                           s.job.instance_type_pattern, submitted_at=s.job.submit_s, reserved=self._reservation(s),
                           runtime=self._belief(sim, s), checkpoint_interval_s=s.checkpoint_s,
                           attempts_left=max(1, sim.max_attempts - s.attempts_used), gpu_memory_mib=s.job.gpu_memory_mib,
-                          moved=s.job.job_id in self.moved)
+                          move_to=self.move_to.get(s.job.job_id))
 
     def after_job(self, sim: Simulation, box: Box) -> None:
-        if self.moves and not sim.snapshot and box.terminated is None and self._may_move(sim, box):
-            sim.request_run()  # its last job that could not be moved ended: the runs that may move it begin
+        if self.moves and not sim.snapshot and any(self._may_move(sim, b) for b in sim.usable_boxes()):
+            sim.request_run()  # room just came free: production's next run (within a minute) may move jobs into it
 
     def _may_move(self, sim: Simulation, box: Box) -> bool:
-        """Could the move stage take the box's jobs once they have run long enough (all checkpoint, and it
-        costs more than MOVE_FACTOR times their own instances)?"""
-        if not box.jobs or not all(sim.jobs[j].checkpoint_s for j in box.jobs):
-            return False
-        alone = sum(min(t.price for t in self.types.values() if t.holds(sim.jobs[j].job) and t.allows(sim.jobs[j].job))
-                    for j in box.jobs)
-        return box.price > MOVE_FACTOR * alone
+        """Could the move stage empty the box (all its jobs checkpoint)?"""
+        return bool(box.jobs) and all(sim.jobs[j].checkpoint_s for j in box.jobs)
 
     def _running(self, sim: Simulation, usable: list[Box]) -> list[RunningJob]:
         return [RunningJob(self._request(sim, sim.jobs[job_id]), str(b.id), sim.jobs[job_id].started)
@@ -242,6 +237,7 @@ class MlfleetStrategy(_Reaped):
         beliefs = {j.job_id: j.runtime for j in jobs}
         for placement in result.placements:
             self.beliefs[placement.job_id] = beliefs[placement.job_id]
+            self.move_to.pop(placement.job_id, None)
             sim.start(sim.jobs[placement.job_id], boxes[placement.machine_key])
         for candidate in result.releases:  # drain, re-check (nothing was placed on it: same tick), terminate
             box = boxes[candidate.container_instance_arn]
@@ -249,20 +245,23 @@ class MlfleetStrategy(_Reaped):
             sim.terminate(box)
             self.released += 1
         for move in result.moves:
-            # The scheduler stops the tasks; the job-events function requeues each job without counting an
-            # attempt (it resumes from its last periodic checkpoint: a save on the SIGTERM is not counted on);
-            # the emptied machine goes by the release stage, as any empty one.
-            for job_id in move.job_ids:
+            # The scheduler stops the tasks; each job saves on the SIGTERM (docs/jobs.md, "Checkpoints") and
+            # the job-events function requeues it without counting an attempt; the next run places it on the
+            # machine the move chose. What the stop and the restart cost: STOP_LOSS_S of its work.
+            for job_id, instance_id in move.targets:
                 state = sim.jobs[job_id]
+                ran = now - state.started
                 sim._stop(state)
+                state.progress = max(state.progress, min(state.job.duration_s,
+                                                         state.resumed_from + max(0.0, ran - STOP_LOSS_S)))
                 state.forgiven = state.runs
-                sim.requeue(state, "moved to a cheaper machine")
-                self.moved.add(job_id)
+                sim.requeue(state, "moved into room on another machine")
+                self.move_to[job_id] = instance_id
                 self.jobs_moved += 1
             sim.request_run()
         if self.moves and not sim.snapshot and any(self._may_move(sim, b) for b in usable if b.terminated is None):
             # Production's scheduler runs every minute, and a move waits for its saving to grow (how long the
-            # jobs have run): runs come at least every MOVE_RECHECK_S while a machine could be moved.
+            # jobs have run): runs come at least every MOVE_RECHECK_S while a machine could be emptied.
             sim.wake_at(now + MOVE_RECHECK_S)
         if self.release_after_s is not None and not sim.snapshot and any(
                 b.terminated is None and not b.jobs and b.idle_since is not None

@@ -16,11 +16,13 @@ URI_VARIABLE = "MLFLEET_CHECKPOINT_URI"
 # Set when the spec declares checkpoint_interval_minutes, so the job saves as often as the scheduler assumes.
 INTERVAL_VARIABLE = "MLFLEET_CHECKPOINT_INTERVAL_MINUTES"
 ACCOUNT_ID = re.compile(r"\d{12}")
-# The StopTask reason of a scheduler's move (lambdas/scheduler/planning/moves.py): the job-events function
-# requeues such a job without counting an attempt. ECS shows the reason as the task's stoppedReason
-# (botocore's ecs model, StopTask `reason`: "this message appears in subsequent DescribeTasks API
+# The StopTask reason of a scheduler's move (lambdas/scheduler/planning/moves.py), followed by the instance
+# the job goes to: the job-events function requeues such a job without counting an attempt, and the next
+# scheduler run places it on that instance first. ECS shows the reason as the task's stoppedReason
+# (botocore's ecs model, StopTask `reason`: "the message appears in subsequent DescribeTasks API
 # operations on this task").
-MOVED_REASON = "mlfleet: moved to a cheaper machine"
+MOVED_REASON = "mlfleet: moved into room on"
+MOVED_TO = re.compile(re.escape(MOVED_REASON) + r" (i-[0-9a-f]{1,17})\b")
 
 # S3 account regional namespace: names ending `-<account>-<region>-an` that only this account can create,
 # so no other account can take the name first or re-create it after a destroy ("Namespaces for general

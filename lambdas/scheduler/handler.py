@@ -24,7 +24,7 @@ then placed by the next scheduled run, within a minute. A run:
   7. hands the plan's releases (its release stage: empty machines past the release delay) to the removal
      executor (lambdas/removal, docs/removal.md), which validates them again, drains, re-checks and
      terminates them with a decrement, under the placement lease this run holds; and stops the tasks of
-     the checkpointing jobs the plan moves off machines far dearer than they need (moving.py);
+     the checkpointing jobs the plan moves into room other machines pay for (moving.py);
   8. quarantines the ledger items it could not read or write back, alerts once about new ones, and
      deletes the messages the ledger now reflects. Malformed ones stay, for the redrive policy.
 

@@ -1,12 +1,12 @@
-"""Carrying out the plan's moves (planning/moves.py): the tasks of checkpointing jobs on a machine far dearer
-than they need are stopped with MOVED_REASON.
+"""Carrying out the plan's moves (planning/moves.py): the tasks of the checkpointing jobs of a machine that
+other machines' room can hold are stopped with MOVED_REASON and the instance each job goes to.
 
 ECS sends the container SIGTERM and, after the task definition's stopTimeout, SIGKILL, as at a spot notice;
 the job saves its checkpoint (docs/jobs.md, "Checkpoints"). The job-events function sees the task stop and
-requeues the job without counting an attempt (lambdas/job_events/decide.py, `is_move`); until then the
-ledger holds it RUNNING, so its next attempt never starts while this one still runs. The emptied machine is
-given back by the release stage, as any empty machine; nothing is placed on it meanwhile unless a job needs
-what it costs (planning/packer.py, the kept-machine rule).
+requeues the job without counting an attempt (lambdas/job_events/decide.py, `is_move`), the reason in its
+record, and the next run places it on that instance first (requests.move_target, planning/live.py). Until
+then the ledger holds it RUNNING, so its next attempt never starts while this one still runs. The emptied
+machine is given back by the release stage, as any empty machine.
 """
 
 from __future__ import annotations
@@ -44,12 +44,12 @@ def move_jobs(moves: Sequence[Move], running: Mapping[str, L.JobRecord], remaini
         if remaining_ms() < reserve_ms:
             log_decision("stop-moving", reason="Lambda time running out", machines_left=len(moves) - n)
             return
-        log_decision("move", instance_id=move.instance_id, jobs=list(move.job_ids), hourly_usd=move.hourly_usd,
-                     alone_hourly_usd=move.alone_hourly_usd, expected_saving_usd=move.saving_usd, reason=move.reason)
-        for job_id in move.job_ids:
+        log_decision("move", instance_id=move.instance_id, targets=dict(move.targets), hourly_usd=move.hourly_usd,
+                     expected_saving_usd=move.saving_usd, reason=move.reason)
+        for job_id, target in move.targets:
             placement = running[job_id].placement
             with per_item("move-failed", summary["errors"], job_id=job_id, instance_id=move.instance_id,
                           action="keeps running; the next run may move it"):
                 actions.stop_task(client("ecs", placement.region), placement.cluster, placement.task_arn,
-                                  f"{MOVED_REASON} ({move.reason})")
+                                  f"{MOVED_REASON} {target}")
                 summary["jobs_moved"] = summary.get("jobs_moved", 0) + 1

@@ -11,7 +11,7 @@ from collections.abc import Collection
 from ..common.errors import describe, per_item
 from ..common.logs import log_decision
 from ..jobs import ledger as L
-from ..jobs.checkpoints import MOVED_REASON
+from ..jobs.checkpoints import MOVED_TO
 from ..jobs.quarantine import Quarantine
 from .planning import JobRequest, Reservation, RuntimeEstimate
 
@@ -45,12 +45,16 @@ def job_request(record: L.JobRecord, fleet_regions: Collection[str],
                       checkpoint_region=checkpoint_region(record, fleet_regions), runtime=runtime,
                       checkpoint_interval_s=interval * 60.0 if interval is not None else None,
                       attempts_left=max(1, spec.max_attempts - record.runs), team=spec.team,
-                      priority=spec.priority, gpu_memory_mib=spec.gpu_memory_mib, moved=was_moved(record))
+                      priority=spec.priority, gpu_memory_mib=spec.gpu_memory_mib, move_to=move_target(record))
 
 
-def was_moved(record: L.JobRecord) -> bool:
-    """Did a run of the job end in a move (planning/moves.py), among the reasons the ledger keeps?"""
-    return any(str(r.get("reason", "")).startswith(MOVED_REASON) for r in record.reasons)
+def move_target(record: L.JobRecord) -> str | None:
+    """The instance a move (planning/moves.py) sends the job to: its last transition was the requeue that
+    followed the scheduler's stop, whose reason names the instance."""
+    if record.state != L.QUEUED or not record.reasons:
+        return None
+    found = MOVED_TO.match(str(record.reasons[-1].get("reason", "")))
+    return found.group(1) if found else None
 
 
 def plannable(pending: list[L.JobRecord], fleet_regions: Collection[str], beliefs: dict[str, RuntimeEstimate],

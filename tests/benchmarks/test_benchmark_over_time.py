@@ -18,6 +18,7 @@ from benchmarks.scheduler.trace import TraceJob, read_trace
 from benchmarks.traces import main as make_trace
 from lambdas.common.catalog import load_catalog
 from lambdas.scheduler.planning import resource_prices
+from lambdas.scheduler.planning.moves import STOP_LOSS_S
 
 CATALOG = load_catalog()
 TYPES = instance_types(CATALOG, "us-east-1")
@@ -450,27 +451,41 @@ def test_headroom_starts_the_next_job_like_the_last_one_without_a_boot_and_lets_
     assert costs[3600] > costs[0]  # the wait is bought with dollars
 
 
-@pytest.mark.parametrize("moves", [True, False], ids=["moves", "without-moves"])
-def test_a_checkpointing_job_left_alone_on_a_big_instance_is_moved_to_its_own(moves):
-    """Four one-GPU jobs of 12 vCPUs arrive together and get a g4dn.12xlarge; three end after an hour, the
-    fourth runs ten hours and checkpoints every 30 minutes. With the move stage it is stopped (its attempt
-    not counted) once the others have ended and it has run an hour, resumes from its last checkpoint on a
-    g4dn.4xlarge of its own, and the big instance goes; without it (`--mlfleet-without moves`) the big
-    instance runs the ten hours."""
-    jobs = [TraceJob(f"short{n}", 0, 3600, 1, 12, 24576) for n in range(3)] + [TraceJob("long", 0, 36000, 1, 12, 24576)]
+def two_hosts(moves: bool) -> tuple[Simulation, MlfleetStrategy]:
+    """Two g4dn.12xlarge, each bought for four one-GPU jobs of 12 vCPUs: on the first, three end after an hour
+    and `long` (ten hours, a checkpoint every 30 minutes) stays; on the second, bought ten minutes later,
+    three end after an hour and `anchor` (twenty hours, no checkpoints) stays."""
+    jobs = [*(TraceJob(f"short{n}", 0, 3600, 1, 12, 24576) for n in range(3)), TraceJob("long", 0, 36000, 1, 12, 24576),
+            *(TraceJob(f"later{n}", 600, 3600, 1, 12, 24576) for n in range(3)),
+            TraceJob("anchor", 600, 72000, 1, 12, 24576)]
     strategy = MlfleetStrategy(TYPES, CATALOG, "us-east-1", 5400, 1800, release_after_s=180, moves=moves)
     sim = tiny_sim(jobs, strategy, checkpoints={"long": 1800.0})
     sim.run()
-    long = sim.jobs["long"]
+    return sim, strategy
+
+
+@pytest.mark.parametrize("moves", [True, False], ids=["moves", "without-moves"])
+def test_a_checkpointing_job_left_alone_on_a_big_instance_is_moved_into_room_another_one_pays_for(moves):
+    """With the move stage `long` is stopped (its attempt not counted, its work saved on the SIGTERM), resumes
+    on the second machine, and the first goes; without it (`--mlfleet-without moves`) the first runs the ten
+    hours."""
+    sim, strategy = two_hosts(moves)
+    long, anchor = sim.jobs["long"], sim.jobs["anchor"]
     assert all(s.state == "completed" for s in sim.jobs.values()) and long.attempts_used <= 1
-    (big,) = [b for b in sim.boxes if b.type.name == "g4dn.12xlarge"]
+    first, second = sorted(sim.boxes, key=lambda b: b.launched)
+    assert len(sim.boxes) == 2 and first.type.name == second.type.name == "g4dn.12xlarge"  # nothing bought to move
     if moves:
-        assert strategy.jobs_moved == 1 and long.runs == 2 and big.terminated < 2 * 3600
-        own = sim.boxes[-1]
-        assert own.type.price < big.type.price / 2 and own.launched < big.terminated
-        # It lost what it ran since its last checkpoint: it ends later than on the big instance, for less.
-        assert long.gpu_seconds > 36000
+        assert strategy.jobs_moved == 1 and long.runs == 2 and first.terminated < 3 * 3600
+        # It lost the stop's STOP_LOSS_S at most, and the wait for the next run.
+        assert 36000 < long.gpu_seconds <= 36000 + STOP_LOSS_S + 60
+        # The second machine ends with `anchor`, given back by the release stage after its delay.
+        assert anchor.first_start + 72000 <= second.terminated <= anchor.first_start + 72000 + 180 + 120
     else:
-        assert strategy.jobs_moved == 0 and long.runs == 1 and big.terminated > 36000
-    if moves:  # what it saved: the big instance's price over the hours the long job ran without it
-        assert sim.cost_so_far() < 36000 / 3600 * big.price
+        assert strategy.jobs_moved == 0 and long.runs == 1 and first.terminated > 36000
+
+
+def test_the_move_saves_what_the_emptied_machine_would_have_cost():
+    with_moves, without = (two_hosts(moves)[0] for moves in (True, False))
+    first = min(with_moves.boxes, key=lambda b: b.launched)
+    saved_h = 36000 / 3600 - (first.terminated - first.launched) / 3600
+    assert without.cost_so_far() - with_moves.cost_so_far() == pytest.approx(saved_h * first.price, rel=0.02)

@@ -1,12 +1,12 @@
-"""Moving a checkpointing job off a machine far dearer than it needs (planning/moves.py), end to end against
-moto: the scheduler run stops its task with the move reason (lambdas/scheduler/moving.py), and the job-events
-function, given the task's stop, requeues it without counting an attempt.
+"""Moving a checkpointing job into room another machine pays for (planning/moves.py), end to end against moto:
+the scheduler run stops its task with the move reason and the instance it goes to
+(lambdas/scheduler/moving.py); the job-events function, given the task's stop, requeues it without counting
+an attempt; the next run starts it on that instance.
 
-Where moto differs from AWS: moto reports the group's instances as on-demand (no InstanceLifecycle), so the
-scheduler prices the fleet's g5.12xlarge at its on-demand price, against the small fleet's g4dn.xlarge bought
-for the job; in AWS both would be spot, and the move happens where the spot prices differ as much (the
-planner's rule is tested on prices in tests/scheduler/test_moves.py). moto's StopTask keeps the reason as the
-task's stoppedReason, as ECS does; the EventBridge event ECS would send is built here from the task.
+Where moto differs from AWS: moto's container instances report no GPUs, so the scheduler counts them from the
+catalog and the tasks it knows (as it does in AWS, where it never trusts the reported ones alone). moto's
+StopTask keeps the reason as the task's stoppedReason, as ECS does; the EventBridge event ECS would send is
+built here from the task.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import boto3
-from conftest import CLUSTER, ENV, HOME, aws_client, build_fleet, open_admission, two_fleets_json
+from conftest import CLUSTER, ENV, FLEET_TYPE, HOME, aws_client, build_fleet, open_admission
 from test_job_events_handler import settings as event_settings
 from test_scheduler_release_inputs import run_held
 
@@ -25,25 +25,35 @@ from lambdas.jobs.checkpoints import MOVED_REASON
 from lambdas.jobs.spec import assign_ids, parse_spec
 
 
-def running_job(home, now: datetime, checkpoint_minutes: int | None) -> tuple[L.Ledger, str, str]:
-    """A one-GPU job RUNNING for five hours on the fleet's one g5.12xlarge, and its task."""
-    (instance_id, arn), = build_fleet(size=1).items()
+def start(home, arn: str, instance_id: str, job_id_suffix: str, ran: timedelta, now: datetime,
+          checkpoint_minutes: int | None) -> tuple[L.Ledger, str, str]:
+    """A one-GPU job RUNNING for `ran` on the container instance, and its task."""
+    # 1 GiB: moto's container instances report memory of their own (about 7 GiB), not the catalog's.
     document = {"image": "ghcr.io/team/train:1", "command": ["python", "train.py"], "gpus": 1, "vcpus": 1,
-                "memory_mib": 4096}
+                "memory_mib": 1024}
     if checkpoint_minutes is not None:
         document["checkpoint_interval_minutes"] = checkpoint_minutes
     spec = parse_spec(document, fleet_regions=(HOME,), catalog=load_catalog(), default_max_attempts=2)
-    (job,) = assign_ids("sub-20261122110000-abcdef", [spec])
+    (job,) = assign_ids(f"sub-20261122110000-{job_id_suffix}", [spec])
     task = aws_client("ecs", HOME).start_task(cluster=CLUSTER, taskDefinition=f"mlfleet-{ENV}-gpu-job",
                                               containerInstances=[arn], startedBy=job.job_id)["tasks"][0]["taskArn"]
-    started = (now - timedelta(hours=5)).timestamp()
+    started = (now - ran).timestamp()
     ledger = L.Ledger(aws_client("dynamodb", HOME), home["table"])
     record = L.new_record(job, started - 60)
     assert ledger.put_new(L.JobRecord(**{
         **vars(record), "state": L.RUNNING, "attempt": 1, "runs": 1, "placement": L.Placement(
-            HOME, "gpu1", CLUSTER, arn, instance_id, "g5.12xlarge", task),
+            HOME, "gpu1", CLUSTER, arn, instance_id, FLEET_TYPE, task),
         "reasons": ({"state": L.RUNNING, "at": started, "reason": "task running"},)}))
     return ledger, job.job_id, task
+
+
+def two_machines(home, now: datetime, checkpoint_minutes: int | None):
+    """The fleet's two machines: on the first, a job of five hours (checkpointing or not) alone; on the second,
+    a job of ten hours that does not checkpoint, and room for three more."""
+    (first, first_arn), (second, second_arn) = sorted(build_fleet(size=2).items())
+    ledger, job_id, task = start(home, first_arn, first, "abcdef", timedelta(hours=5), now, checkpoint_minutes)
+    start(home, second_arn, second, "fedcba", timedelta(hours=10), now, None)
+    return ledger, job_id, task, second
 
 
 def stopped_event(job_id: str, task: str) -> dict:
@@ -59,31 +69,38 @@ def stopped_event(job_id: str, task: str) -> dict:
                            {"name": "MLFLEET_ATTEMPT", "value": "1"}]}]}}}
 
 
-def test_a_checkpointing_job_is_moved_and_requeued_with_its_attempt_not_counted(aws, home):
+def test_a_checkpointing_job_is_moved_into_the_room_of_another_machine(aws, home):
     now = datetime.now(timezone.utc) + timedelta(minutes=2)
     open_admission()
-    ledger, job_id, task = running_job(home, now, checkpoint_minutes=30)
+    ledger, job_id, task, second = two_machines(home, now, checkpoint_minutes=30)
 
-    summary = run_held(home, now, fleets=two_fleets_json())
+    summary = run_held(home, now)
 
     assert summary.get("jobs_moved") == 1, summary["errors"]
     described = boto3.client("ecs", HOME).describe_tasks(cluster=CLUSTER, tasks=[task])["tasks"][0]
-    assert described["desiredStatus"] == "STOPPED" and described["stoppedReason"].startswith(MOVED_REASON)
+    assert described["desiredStatus"] == "STOPPED"
+    assert described["stoppedReason"] == f"{MOVED_REASON} {second}"
     # Until the task has stopped, the ledger holds the job RUNNING: no second attempt can start beside it.
     assert ledger.get(job_id).state == L.RUNNING
 
     job_events.handle(stopped_event(job_id, task), event_settings(home))
     record = ledger.get(job_id)
     assert (record.state, record.runs, record.attempt) == (L.QUEUED, 1, 1), record.last_reason
-    sent = aws_client("sqs", HOME).receive_message(QueueUrl=home["queue"], MaxNumberOfMessages=10)["Messages"]
+    sent = aws_client("sqs", HOME).receive_message(QueueUrl=home["queue"], MaxNumberOfMessages=10,
+                                                   VisibilityTimeout=0)["Messages"]
     assert len(sent) == 1 and job_id in sent[0]["Body"]
+
+    summary = run_held(home, now + timedelta(minutes=1))
+    record = ledger.get(job_id)
+    assert record.state in (L.STARTING, L.RUNNING), (record.last_reason, summary["errors"])
+    assert record.placement.instance_id == second and record.runs == 2
 
 
 def test_a_job_without_checkpoints_is_never_moved(aws, home):
     now = datetime.now(timezone.utc) + timedelta(minutes=2)
     open_admission()
-    ledger, job_id, task = running_job(home, now, checkpoint_minutes=None)
-    summary = run_held(home, now, fleets=two_fleets_json())
+    ledger, job_id, task, _ = two_machines(home, now, checkpoint_minutes=None)
+    summary = run_held(home, now)
     assert not summary.get("jobs_moved")
     described = boto3.client("ecs", HOME).describe_tasks(cluster=CLUSTER, tasks=[task])["tasks"][0]
     assert described["desiredStatus"] == "RUNNING" and ledger.get(job_id).state == L.RUNNING

@@ -65,9 +65,8 @@ class JobRequest:
     # With `gpus` 0: the job shares one GPU with others (ECS `nvidiaMps`), asking this much of its memory.
     # With `gpus` 1: a purchase bundle of such jobs (purchase.py), needing a GPU that can share this much.
     gpu_memory_mib: int = 0
-    # Moved off a dearer machine (moves.py) in a recent run: bought no host again (purchase.py), which
-    # would only be moved off in its turn.
-    moved: bool = False
+    # Stopped by the move stage (moves.py) to go to this instance's room: placed there first (live.py).
+    move_to: str | None = None
 
     @property
     def shares_gpu(self) -> bool:

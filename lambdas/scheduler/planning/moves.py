@@ -1,44 +1,50 @@
-"""The move stage: machines far dearer than their checkpointing jobs need, emptied by moving the jobs.
+"""The move stage: a machine emptied by moving its checkpointing jobs into room other machines already pay for.
 
-Karpenter's consolidation replaces an underused node by a cheaper one and moves its pods; mlfleet does it
-only for jobs that keep the checkpoint contract (docs/jobs.md, "Checkpoints"): the scheduler stops their
-tasks (SIGTERM, as at a spot notice), the job-events function requeues them without counting an attempt
-(`lambdas/job_events/decide.py`, MOVED_REASON), and the next runs place them as any queued job (room on
-other machines, or an instance of their own). Nothing is placed on the emptied machine meanwhile unless it
-is what a job needs (the kept-machine rule, packer.py), and the release stage gives it back.
+Karpenter's consolidation deletes a node whose pods fit on the other nodes (`WhenEmptyOrUnderutilized`);
+mlfleet does it only for jobs that keep the checkpoint contract (docs/jobs.md, "Checkpoints": a save every
+interval and on SIGTERM). The scheduler stops their tasks with MOVED_REASON and the machine each goes to
+(lambdas/scheduler/moving.py); the job-events function requeues them without counting an attempt
+(`lambdas/job_events/decide.py`, `is_move`); the next run places each on that machine first
+(`JobRequest.move_to`, live.py), and the release stage gives the emptied machine back.
 
-Why: a machine bought for several jobs, or a host bought for a long job (purchase.py), can be left with
-one long job and room nobody uses; until that job ends, it pays the machine for what an instance of its
-own would run for a fraction (docs/scheduler-benchmark.md, "Moving checkpointing jobs").
+Why: when jobs end, a machine's room stays paid for until its last job ends, and a long job can keep a
+machine up alone. Moving the jobs of one machine into room elsewhere ends what that machine costs
+(docs/scheduler-benchmark.md, "Consolidation").
 
 A machine is proposed when all of these hold:
-- every job on it declares a checkpoint interval, and each has run for MIN_RUN_S (a move's boot and lost
-  work are then small beside what is left, and a job moves at most once in that time);
-- the release stage could give it back once empty (`release.givable`'s rules: in a known group above its
-  minimum, not protected, draining or being removed), and the planner placed nothing on it this run;
-- it costs more than MOVE_FACTOR times the instances its jobs could have alone, and what it would cost
-  until its jobs are expected to end, less what those instances would cost for the same time and a boot,
-  less the work lost since each job's last periodic checkpoint (priced at its own instance), is at least
-  MIN_SAVING_USD.
-A job's expected end: its runtime belief given how long it has run (runtimes.expected_end), or, with
-none, as long again as it has run. At most MAX_MOVES_PER_RUN machines a run, the largest saving first.
+- every job on it declares a checkpoint interval, and no other task runs there;
+- the release stage could give it back once empty (`release.givable`'s rules), and the planner placed
+  nothing on it this run;
+- each of its jobs fits the room left on another running machine after this run's placements (not one
+  emptied by this run, nor an empty one: moving onto an empty machine buys nothing), in the job's region
+  and within its constraints; the job goes where it keeps a machine up the least past that machine's own
+  jobs, then to the fullest;
+- what the machine would cost until its jobs are expected to end, less what the targets cost for staying up
+  longer, less the work a stop loses (STOP_LOSS_S of each job, priced at the instance it could have alone),
+  is at least MIN_SAVING_USD.
+A running job's expected end: its runtime belief given how long it has run (runtimes.expected_end), or,
+with none, as long again as it has run; a machine's, its jobs' latest (a machine running a task the stage
+does not know is never a target for less than forever). At most MAX_MOVES_PER_RUN machines a run, the
+largest saving first.
 """
 
 from __future__ import annotations
 
+import copy
+import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
-from .constraints import capacity_of
+from .constraints import capacity_of, demand_of, take_gpu
 from .model import Fleet, JobRequest, Machine
+from .packer import Bin, Packer
 from .release import is_empty
 from .runtimes import expected_end
 
-MIN_RUN_S = 3600.0
-# Dearer than the jobs' own instances by more than half: below that, the saving is within what the next
-# jobs' room on the machine is worth, and a move would risk undoing a host bet still in play.
-MOVE_FACTOR = 1.5
-MIN_SAVING_USD = 1.0
+# A stop costs the job its container's stop (the save on SIGTERM; the task definition's stopTimeout is 110 s),
+# the requeue and the next run's start (within a minute), and reading its checkpoint back.
+STOP_LOSS_S = 240.0
+MIN_SAVING_USD = 0.5
 # A bound on what one run stops (cost safety: a wrong price or belief cannot stop every job at once).
 MAX_MOVES_PER_RUN = 4
 HOUR = 3600.0
@@ -57,24 +63,21 @@ class RunningJob:
 class Move:
     machine_key: str
     instance_id: str
-    job_ids: tuple[str, ...]
-    hourly_usd: float  # the machine's price
-    alone_hourly_usd: float  # the jobs' own instances, together
-    saving_usd: float  # expected, until the jobs end
+    targets: tuple[tuple[str, str], ...]  # (job_id, instance_id of the machine it goes to)
+    hourly_usd: float  # the emptied machine's price
+    saving_usd: float  # expected, until its jobs end
     reason: str
 
+    @property
+    def job_ids(self) -> tuple[str, ...]:
+        return tuple(job_id for job_id, _ in self.targets)
 
-def _expected_left(job: RunningJob, now: float) -> float:
+
+def expected_end_of(job: RunningJob, now: float) -> float:
     ran = max(0.0, now - job.started_at)
     if job.request.runtime is None:
-        return ran  # nothing known: as long again as it has run
-    return max(0.0, expected_end(job.started_at, job.request.runtime, now) - now)
-
-
-def _lost_s(job: RunningJob, now: float) -> float:
-    """Work since the last periodic checkpoint (the job may save on SIGTERM too; not counted on)."""
-    interval = job.request.checkpoint_interval_s or 0.0
-    return (max(0.0, now - job.started_at) % interval) if interval > 0 else 0.0
+        return now + ran  # nothing known: as long again as it has run
+    return max(now, expected_end(job.started_at, job.request.runtime, now))
 
 
 def _holds_others(machine: Machine, jobs: Sequence[RunningJob], catalog) -> bool:
@@ -104,37 +107,79 @@ def _may_give_back(machines: Sequence[Machine], fleets: Sequence[Fleet], catalog
 
 
 def propose_moves(machines: Sequence[Machine], fleets: Sequence[Fleet], catalog, running: Sequence[RunningJob],
-                  alone_hourly: Callable[[JobRequest], float | None], now: float, boot_s: float,
+                  room: Packer, alone_hourly: Callable[[JobRequest], float | None], now: float,
                   placed_on: Collection[str] = (), max_moves: int = MAX_MOVES_PER_RUN) -> tuple[Move, ...]:
-    """The machines whose checkpointing jobs to move, the largest expected saving first."""
+    """The machines to empty, the largest expected saving first. `room`: the live machines' room after this
+    run's placements; the moves' jobs are placed in it (later stages must not count on it)."""
     by_machine: dict[str, list[RunningJob]] = {}
     for job in running:
         by_machine.setdefault(job.machine_key, []).append(job)
     known = {m.key: m for m in machines}
+    ends = {key: max(expected_end_of(j, now) for j in jobs) for key, jobs in by_machine.items()}
     able = _may_give_back(machines, fleets, catalog)
-    moves = []
-    for key in sorted(by_machine):
-        machine, jobs = known.get(key), by_machine[key]
+    candidates = []
+    for key, jobs in by_machine.items():
+        machine = known.get(key)
         if machine is None or key not in able or key in placed_on:
             continue
-        if any(j.request.checkpoint_interval_s is None or now - j.started_at < MIN_RUN_S for j in jobs):
+        if any(j.request.checkpoint_interval_s is None for j in jobs) or _holds_others(machine, jobs, catalog):
             continue
-        if _holds_others(machine, jobs, catalog):
-            continue  # a task the ledger does not show as running (starting, or not a job): it would stay
-        prices = [alone_hourly(j.request) for j in jobs]
-        if any(p is None for p in prices):
-            continue  # nothing to buy for one of them: it would only wait
-        alone = sum(prices)
-        if machine.price_per_hour <= MOVE_FACTOR * alone:
+        candidates.append((-machine.price_per_hour * (ends[key] - now) / HOUR, key))
+    settled: set[str] = set()  # emptied by a move of this run, or filled by one: in no other move
+    moves = []
+    for most, key in sorted(candidates):
+        if len(moves) >= max_moves or -most < MIN_SAVING_USD:
+            break  # the rest could not save enough even into room that costs nothing more
+        if key in settled:
             continue
-        left = max(_expected_left(j, now) for j in jobs)
-        lost_usd = sum(_lost_s(j, now) * p for j, p in zip(jobs, prices)) / HOUR
-        saving = (machine.price_per_hour * left - alone * (left + boot_s)) / HOUR - lost_usd
-        if saving < MIN_SAVING_USD:
-            continue
-        moves.append(Move(key, machine.instance_id, tuple(sorted(j.request.job_id for j in jobs)),
-                          machine.price_per_hour, round(alone, 4), round(saving, 2),
-                          f"{machine.instance_type} at ${machine.price_per_hour:.3f}/h for jobs whose own instances "
-                          f"cost ${alone:.3f}/h: ${saving:.2f} less expected until they end"))
-    moves.sort(key=lambda m: (-m.saving_usd, m.machine_key))
-    return tuple(moves[:max_moves])
+        move = _plan_move(known[key], by_machine[key], room, ends, settled, alone_hourly, now)
+        if move is not None:
+            settled.add(key)
+            moves.append(move)
+    return tuple(moves)
+
+
+def _plan_move(machine: Machine, jobs: Sequence[RunningJob], room: Packer, ends: dict[str, float],
+               settled: set[str], alone_hourly: Callable[[JobRequest], float | None], now: float) -> Move | None:
+    """Where each job of the machine goes, placed in `room`, if the move saves MIN_SAVING_USD (else None,
+    and `room` is left as it was). A machine jobs were moved onto is never emptied in the same run."""
+    taken: dict[str, Bin] = {}  # this move's targets: their room as the move leaves it
+    until = dict(ends)
+    extra_usd = lost_usd = 0.0
+    chosen = []
+    for job in sorted(jobs, key=lambda j: (-j.request.gpus, -j.request.gpu_memory_mib, -j.request.vcpus,
+                                           j.request.job_id)):
+        need = demand_of(job.request)
+        end = expected_end_of(job, now)
+        fitting = []
+        for bin_ in room.room_for(job.request):
+            key = bin_.machine.key
+            if key == machine.key or key in settled or bin_.machine.region != machine.region or bin_.untouched():
+                continue
+            bin_ = taken.get(key, bin_)
+            if bin_.fits(job.request, need):
+                fitting.append(bin_)
+        if not fitting:
+            return None
+        # The machine it keeps up the least past its own jobs' end (unknown: never), then the fullest.
+        def extension_usd(b: Bin) -> float:
+            return b.machine.price_per_hour * max(0.0, end - until.get(b.machine.key, math.inf)) / HOUR
+        target = min(fitting, key=lambda b: (extension_usd(b), -b.fullness(), b.machine.key))
+        extra_usd += extension_usd(target)
+        until[target.machine.key] = max(until.get(target.machine.key, math.inf), end)
+        shadow = taken[target.machine.key] = copy.copy(target)
+        shadow.shared = list(target.shared)
+        shadow.free = [take_gpu(target.free[0], shadow.shared, target.gpu_memory, job.request),
+                       target.free[1] - need[1], target.free[2] - need[2]]
+        lost_usd += STOP_LOSS_S * (alone_hourly(job.request) or machine.price_per_hour) / HOUR
+        chosen.append((job.request, target.machine))
+    saving = machine.price_per_hour * (ends[machine.key] - now) / HOUR - extra_usd - lost_usd
+    if saving < MIN_SAVING_USD:
+        return None
+    for request, target in chosen:
+        room.place_on(request, target.key)
+        settled.add(target.key)
+    return Move(machine.key, machine.instance_id, tuple((r.job_id, t.instance_id) for r, t in chosen),
+                machine.price_per_hour, round(saving, 2),
+                f"{machine.instance_type} at ${machine.price_per_hour:.3f}/h emptied into room on "
+                f"{len({t.key for _, t in chosen})} running machine(s): ${saving:.2f} less expected")

@@ -235,6 +235,13 @@ class Packer:
         self._take(group, bin_, job, need)
         return True
 
+    def room_for(self, job: JobRequest) -> list[Bin]:
+        """The room of every machine the job may run on and fits now, busy or empty (the move stage chooses
+        among them by its own rule: fitness is for jobs that wait, not for jobs that run)."""
+        need = demand_of(job)
+        return [bin_ for group in self._groups_for(job) for bucket in group.buckets.values()
+                for _, _, bin_ in bucket if bin_.fits(job, need)]
+
     def _take(self, group: Group, bin_: Bin, job: JobRequest, need: Resources) -> None:
         group.remove(bin_, bin_.rank())
         gpus = take_gpu(bin_.free[0], bin_.shared, bin_.gpu_memory, job)

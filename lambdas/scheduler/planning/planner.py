@@ -13,7 +13,7 @@ oldest first among equals):
 3. purchase.py      what to buy, runtime class by class, within each fleet's cap and the dollar cap
    headroom.py      (opt-in) placeholders for recent boot-waiting jobs, after the real ones in stages 1-3
 4. release.py       empty machines nothing was placed on (nor kept for headroom), past the release delay, given back
-5. moves.py         machines far dearer than their checkpointing jobs need: the jobs stopped and requeued
+5. moves.py         machines whose checkpointing jobs fit the room others pay for: the jobs stopped, moved there
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequen
                     else frozenset())
     # Placeholders come after every real job in each stage: they take only the room real jobs leave.
     spare = {j.job_id for j in headroom}
-    placements, unplaced = place_live([*ordered, *headroom], open_machines, catalog, patterns, timing)
+    placements, unplaced, room = place_live([*ordered, *headroom], open_machines, catalog, patterns, timing)
     spare_kept = {p.machine_key for p in placements if p.job_id in spare}
     placements = [p for p in placements if p.job_id not in spare]
     waiting: list[tuple[str, str]] = []
@@ -116,7 +116,7 @@ def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequen
         fleet_of = {m.key: (m.region, m.fleet) for m in machines}
         kept |= {key for key in spare_kept if fleet_of[key] not in given_up}
     placed_on = {p.machine_key for p in placements}
-    moves = propose_moves(open_machines, fleets, catalog, running, timing.alone_hourly, now, boot_s, placed_on | kept) \
+    moves = propose_moves(open_machines, fleets, catalog, running, room, timing.alone_hourly, now, placed_on | kept) \
         if running and release is not None and not headroom_on else ()
     return Plan(tuple(placements), tuple(scale_outs), tuple(sorted([*waiting, *held_back])),
                 releases(placed_on | kept), tuple(ahead), moves)

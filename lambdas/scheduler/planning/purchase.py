@@ -557,8 +557,7 @@ def purchase(jobs: Sequence[JobRequest], options: Sequence[Option], catalog, pat
     `fallbacks`: jobs the lifecycle stage sent on-demand, as they were; one that could not be bought
     for (the on-demand fleets' caps) is planned again as it was, with what room is left. Such jobs get
     no hosts: the stage chose on-demand for each job alone, and hosts bought on-demand for them, valued
-    full, ran far from full (docs/scheduler-benchmark.md, "Hosts under interruptions"). Nor do jobs moved off
-    a dearer machine (`JobRequest.moved`, moves.py): the host's bet already failed for them once.
+    full, ran far from full (docs/scheduler-benchmark.md, "Hosts under interruptions").
 
     `cpu_seconds`: the most CPU time the covers of all classes may take together (None: each takes what
     `cover_budget` gives it); past it the greedy plans decide.
@@ -568,7 +567,7 @@ def purchase(jobs: Sequence[JobRequest], options: Sequence[Option], catalog, pat
     classes: dict[tuple[int, bool], list[JobRequest]] = {}
     for job in jobs:  # in planning order; a class comes in the order of its first job
         cls = runtime_class(job)
-        classes.setdefault((cls, cls < HOST_CLASS or (job.job_id not in fallbacks and not job.moved)), []).append(job)
+        classes.setdefault((cls, cls < HOST_CLASS or job.job_id not in fallbacks), []).append(job)
     rounds = [(batch, hosts) for (_, hosts), batch in classes.items()]
     bought: dict[int, list[list[str]]] = {}
     waiting: list[tuple[str, str]] = []
