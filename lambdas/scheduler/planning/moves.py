@@ -23,9 +23,10 @@ A machine is proposed when all of these hold:
   longer, less the work a stop loses (STOP_LOSS_S of each job, priced at the instance it could have alone),
   is at least MIN_SAVING_USD.
 A running job's expected end: its runtime belief given how long it has run (runtimes.expected_end), or,
-with none, as long again as it has run; a machine's, its jobs' latest (a machine running a task the stage
-does not know is never a target for less than forever). At most MAX_MOVES_PER_RUN machines a run, the
-largest saving first.
+with none, as long again as it has run; a machine's, its jobs' latest, the jobs this run placed included
+(the planner passes them as running from now). A machine none of whose jobs the stage knows (tasks the
+ledger does not show running) is taken to stay up whatever is moved there. At most MAX_MOVES_PER_RUN
+machines a run, the largest saving first.
 """
 
 from __future__ import annotations
