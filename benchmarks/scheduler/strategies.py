@@ -101,7 +101,7 @@ class MlfleetStrategy(_Reaped):
         super().__init__(idle_window_s, grace_s)
         self.types = {t.name: t for t in types}
         self.catalog = catalog
-        self.moves = moves  # the move stage (planning/moves.py): stop checkpointing jobs on dear machines
+        self.moves = moves  # the move stage (planning/moves.py): empty machines into the room of others
         self.move_to: dict[str, str] = {}  # job stopped by the move stage -> the instance it goes to
         self.jobs_moved = 0
         self.region = region

@@ -41,7 +41,7 @@ PERMISSIONS = (
     needs("ecs:StartTask", resources=(JOB_FAMILY_REVISIONS,),
           condition={"ArnLike": {"ecs:cluster": CLUSTER_ARN}}, why="start jobs on the chosen container instances"),
     needs("ecs:StopTask", resources=("arn:{partition}:ecs:*:{account}:task/mlfleet-{environment}/*",),
-          condition={"ArnLike": {"ecs:cluster": CLUSTER_ARN}}, why="stop a task whose job was cancelled while starting, or that is moved into room on another machine"),
+          condition={"ArnLike": {"ecs:cluster": CLUSTER_ARN}}, why="stop a task whose job was cancelled while starting, or is moved to another machine"),
     needs("ecs:TagResource", resources=("arn:{partition}:ecs:*:{account}:task/mlfleet-{environment}/*", JOB_FAMILY_REVISIONS),
           condition={"StringEquals": {"ecs:CreateAction": ["StartTask", "RegisterTaskDefinition"]}},
           why="tag tasks with their job and attempt, and per-image revisions like the family"),
