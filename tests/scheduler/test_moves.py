@@ -207,8 +207,8 @@ def test_a_moved_job_goes_to_the_machine_the_move_chose_before_any_other_job_tak
     m1 = replace(machines[0], free_gpus=4, free_vcpus=48.0, free_memory_mib=187_719, submissions=frozenset(),
                  jobs=frozenset())  # j1's task has stopped; the release stage has not given m1 back yet
     # A two-GPU job is planned first (largest first) and, left to fitness, takes m2's two GPUs, the fullest
-    # room; the moved job still goes to m2, and the newcomer to m1 (an empty machine the release delay kept
-    # takes a job only if it costs no more than the job's own instance: m1 is the newcomer's only room left).
+    # room. The moved job still goes to m2, and the newcomer to m1: the kept-machine rule lets an empty
+    # machine the release delay kept take a job whose own instance would cost as much (a g4dn.12xlarge).
     requeued = job("j1", move_to=m2.instance_id if moved else None)
     newcomer = job("n1", gpus=2)
     result = plan([newcomer, requeued], [m1, m2], fleets(), CATALOG, Limits(100.0, 1.0), now=NOW,
