@@ -198,7 +198,7 @@ def completion_chance(duration_s: float, checkpoint_s: float | None, rate_per_ho
 @dataclass
 class JobState:
     job: TraceJob
-    state: str = "waiting"  # waiting | running | completed | dead_lettered | lost
+    state: str = "waiting"  # waiting | running | moving (mlfleet's move stage) | completed | dead_lettered | lost
     runs: int = 0
     first_start: float | None = None
     box: Box | None = None

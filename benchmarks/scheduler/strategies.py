@@ -85,6 +85,10 @@ class _Reaped:
 
 # How often the simulation runs the scheduler while a machine could be moved (production: every minute).
 MOVE_RECHECK_S = 600.0
+# From a move's StopTask until its job is back in the queue: the container's stop timeout (110 s,
+# components/compute/cluster.py) and the stop event's way to the job-events function. Meanwhile its task
+# holds nothing the scheduler sees, and the room it goes to is held for it (planner.plan's `moving`).
+MOVE_UNDER_WAY_S = 120.0
 
 
 class MlfleetStrategy(_Reaped):
@@ -104,6 +108,7 @@ class MlfleetStrategy(_Reaped):
         self.moves = moves  # the move stage (planning/moves.py): empty machines into the room of others
         self.move_to: dict[str, str] = {}  # job stopped by the move stage -> the instance it goes to
         self.jobs_moved = 0
+        self.under_way: dict[str, float] = {}  # job whose move is under way -> when it is back in the queue
         self.region = region
         self.release_after_s = release_after_s
         self.boot_s = boot_s
@@ -208,6 +213,10 @@ class MlfleetStrategy(_Reaped):
             super().on_reclaimed(sim, box)
 
     def schedule(self, sim: Simulation, now: float) -> None:
+        for job_id, due in list(self.under_way.items()):
+            if due <= now:  # its task has stopped: the job-events function requeues it, attempt not counted
+                del self.under_way[job_id]
+                sim.requeue(sim.jobs[job_id], "moved into room on another machine")
         for submission, seconds in sim.finished[self._finished_seen:]:
             self.siblings.setdefault(submission, []).append(seconds)
         self._finished_seen = len(sim.finished)
@@ -232,7 +241,8 @@ class MlfleetStrategy(_Reaped):
                       else ReleasePolicy(after_empty_s=self.release_after_s),
                       interruption_rate=(lambda region, instance_type: self.rate) if self.rate > 0 else None,
                       boot_s=self.boot_s, headroom=spare, headroom_on=self.headroom_window_s > 0,
-                      running=self._running(sim, usable) if self.moves and not sim.snapshot else ())
+                      running=self._running(sim, usable) if self.moves and not sim.snapshot else (),
+                      moving=[self._request(sim, sim.jobs[job_id]) for job_id in sorted(self.under_way)])
         sim.plan_seconds += time.process_time() - started
         beliefs = {j.job_id: j.runtime for j in jobs}
         for placement in result.placements:
@@ -245,9 +255,10 @@ class MlfleetStrategy(_Reaped):
             sim.terminate(box)
             self.released += 1
         for move in result.moves:
-            # The scheduler stops the tasks; each job saves on the SIGTERM (docs/jobs.md, "Checkpoints") and
-            # the job-events function requeues it without counting an attempt; the next run places it on the
-            # machine the move chose. What the stop and the restart cost: STOP_LOSS_S of its work.
+            # The scheduler stops the tasks; each job saves on the SIGTERM (docs/jobs.md, "Checkpoints") and,
+            # MOVE_UNDER_WAY_S later, the job-events function requeues it without counting an attempt; the
+            # next run places it on the machine the move chose. What the stop and the restart cost: the time
+            # under way, and STOP_LOSS_S of its work (the save, reading the checkpoint back).
             for job_id, instance_id in move.targets:
                 state = sim.jobs[job_id]
                 ran = now - state.started
@@ -255,10 +266,11 @@ class MlfleetStrategy(_Reaped):
                 state.progress = max(state.progress, min(state.job.duration_s,
                                                          state.resumed_from + max(0.0, ran - STOP_LOSS_S)))
                 state.forgiven = state.runs
-                sim.requeue(state, "moved into room on another machine")
+                state.state = "moving"
+                self.under_way[job_id] = now + MOVE_UNDER_WAY_S
                 self.move_to[job_id] = instance_id
                 self.jobs_moved += 1
-            sim.request_run()
+            sim.wake_at(now + MOVE_UNDER_WAY_S)
         if self.moves and not sim.snapshot and any(self._may_move(sim, b) for b in usable if b.terminated is None):
             # Production's scheduler runs every minute, and a move waits for its saving to grow (how long the
             # jobs have run): runs come at least every MOVE_RECHECK_S while a machine could be emptied.

@@ -80,7 +80,7 @@ from .planning.headroom import MAX_WINDOW_MINUTES as MAX_HEADROOM_WINDOW_MINUTES
 from .planning.headroom import RecentWait, placeholders, remember
 from .planning.purchase import COVER_MAX_CPU_SECONDS
 from .beliefs import busy_until, runtime_beliefs
-from .moving import move_jobs, running_jobs
+from .moving import move_jobs, moves_under_way, running_jobs
 from .requests import plannable
 from .starting import recover_starting, start_one
 
@@ -450,6 +450,9 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
                    for key, fv in fleet_views.items()]
     cover_budget_s = min(settings.purchase_search_cpu_seconds,
                          cover_cpu_seconds(remaining_ms(), os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")))
+    # Jobs an earlier run moved whose tasks are still stopping: the room they go to is held for them.
+    moving = moves_under_way(running, {v.region for v in views}, {t for v in views for t in v.tasks},
+                             regions(fleets), beliefs, summary)
     planning_started = time.process_time()
     the_plan = plan(
         requests,
@@ -471,7 +474,7 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
                               budget_percent=settings.disruption_budget_percent),
         interruption_rate=load_interruption_rates().per_hour, boot_s=boot_s,
         shares=shares, headroom=spare, headroom_on=settings.headroom_window_minutes > 0,
-        cover_cpu_seconds=cover_budget_s, running=running_jobs(running, regions(fleets), beliefs),
+        cover_cpu_seconds=cover_budget_s, running=running_jobs(running, regions(fleets), beliefs), moving=moving,
     )
     # In the run's summary line: a plan near its cover's budget is a burst the cover did not finish.
     summary["plan_cpu_s"] = round(time.process_time() - planning_started, 3)

@@ -12,14 +12,15 @@ machine is given back by the release stage, as any empty machine.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import replace
 
-from ..common.aws import client
+from ..common.aws import chunks, client
 from ..common.errors import per_item
 from ..common.logs import log_decision
 from ..jobs import ledger as L
-from ..jobs.checkpoints import MOVED_REASON
+from ..jobs.checkpoints import MOVED_REASON, MOVED_TO
 from . import actions
-from .planning import RuntimeEstimate
+from .planning import JobRequest, RuntimeEstimate
 from .planning.moves import Move, RunningJob
 from .requests import job_request
 
@@ -34,6 +35,34 @@ def running_jobs(running: Mapping[str, L.JobRecord], fleet_regions: Collection[s
             continue
         found.append(RunningJob(job_request(record, fleet_regions, beliefs.get(record.job_id)),
                                 placement.container_instance_arn, record.started_at))
+    return found
+
+
+def moves_under_way(running: Mapping[str, L.JobRecord], read_regions: Collection[str], tasks_running: Collection[str],
+                    fleet_regions: Collection[str], beliefs: Mapping[str, RuntimeEstimate],
+                    summary: dict) -> list[JobRequest]:
+    """The ledger's RUNNING jobs whose task ECS no longer means to run (the region view lists only tasks whose
+    desired status is RUNNING) and was stopped by a move: each with `move_to`, the instance its stop reason
+    names, so that the plan holds that room until the job is back in the queue. One DescribeTasks call per
+    cluster and 100 tasks; a task ECS no longer describes, or stopped for another reason, holds nothing."""
+    stopping: dict[tuple[str, str], dict[str, L.JobRecord]] = {}
+    for record in running.values():
+        placement = record.placement
+        if record.state != L.RUNNING or placement is None or not placement.task_arn or \
+                placement.region not in read_regions or placement.task_arn in tasks_running:
+            continue
+        stopping.setdefault((placement.region, placement.cluster), {})[placement.task_arn] = record
+    found = []
+    for (region, cluster), by_task in sorted(stopping.items()):
+        with per_item("moves-under-way-unread", summary["errors"], region=region, cluster=cluster,
+                      action="their rooms are not held this run"):
+            for batch in chunks(sorted(by_task), 100):
+                for task in client("ecs", region).describe_tasks(cluster=cluster, tasks=batch)["tasks"]:
+                    target = MOVED_TO.match(task.get("stoppedReason", ""))
+                    record = by_task.get(task.get("taskArn", ""))
+                    if target and record is not None:
+                        request = job_request(record, fleet_regions, beliefs.get(record.job_id))
+                        found.append(replace(request, move_to=target.group(1)))
     return found
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import boto3
-from conftest import CLUSTER, ENV, FLEET_TYPE, HOME, aws_client, build_fleet, open_admission
+from conftest import CLUSTER, ENV, FLEET_TYPE, HOME, aws_client, build_fleet, fleets_json, open_admission
 from test_job_events_handler import settings as event_settings
 from test_scheduler_release_inputs import run_held
 
@@ -22,7 +22,9 @@ from lambdas.common.catalog import load_catalog
 from lambdas.job_events import handler as job_events
 from lambdas.jobs import ledger as L
 from lambdas.jobs.checkpoints import MOVED_REASON
+from lambdas.jobs.fleets import parse_fleets
 from lambdas.jobs.spec import assign_ids, parse_spec
+from lambdas.scheduler import moving, state
 
 
 def start(home, arn: str, instance_id: str, job_id_suffix: str, ran: timedelta, now: datetime,
@@ -82,6 +84,13 @@ def test_a_checkpointing_job_is_moved_into_the_room_of_another_machine(aws, home
     assert described["stoppedReason"] == f"{MOVED_REASON} {second}"
     # Until the task has stopped, the ledger holds the job RUNNING: no second attempt can start beside it.
     assert ledger.get(job_id).state == L.RUNNING
+    # Meanwhile the next runs hold the room it goes to: the region view no longer lists its task, and its
+    # stop reason names the instance.
+    view = state.read_region(HOME, parse_fleets(fleets_json()), load_catalog(), {}, now)
+    summary = {"errors": []}
+    (under_way,) = moving.moves_under_way({r.job_id: r for r in ledger.by_state(L.RUNNING)}, {HOME},
+                                          set(view.tasks), (HOME,), {}, summary)
+    assert (under_way.job_id, under_way.move_to, summary["errors"]) == (job_id, second, [])
 
     job_events.handle(stopped_event(job_id, task), event_settings(home))
     record = ledger.get(job_id)

@@ -220,6 +220,22 @@ def test_a_moved_job_goes_to_the_machine_the_move_chose_before_any_other_job_tak
         assert placed == {"n1": "m2"}
 
 
+def test_the_room_of_a_move_under_way_is_held_until_its_job_is_back():
+    """The job's task is stopping (m1 shows it no more); a newcomer that fits only m2's room, which the
+    move chose, does not take it: it is bought for."""
+    machines, _ = pair()
+    m2 = machines[1]  # two GPUs taken: room for two more
+    m1 = replace(machines[0], free_gpus=4, free_vcpus=48.0, free_memory_mib=187_719, submissions=frozenset(),
+                 jobs=frozenset(), draining=True)  # out of the way: not what this test is about
+    newcomer = job("n1", gpus=2)
+    under_way = job("j1", move_to=m2.instance_id)
+    args = ([newcomer], [m1, m2], fleets(), CATALOG, Limits(100.0, 1.0))
+    free = plan(*args, now=NOW, release=ReleasePolicy(after_empty_s=180))
+    held = plan(*args, now=NOW, release=ReleasePolicy(after_empty_s=180), moving=[under_way])
+    assert [(p.job_id, p.machine_key) for p in free.placements] == [("n1", "m2")]
+    assert held.placements == () and [s.for_jobs for s in held.scale_outs] == [("n1",)]
+
+
 def test_a_moved_job_whose_room_is_gone_is_planned_like_any_other():
     machines, running = pair()
     full = replace(machines[1], free_gpus=0)

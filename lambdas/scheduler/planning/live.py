@@ -19,10 +19,13 @@ from .reservations import place_reservations
 
 
 def place_live(ordered: Sequence[JobRequest], machines: Sequence[Machine], catalog, patterns: Patterns,
-               timing: Timing | None = None) -> tuple[list[Placement], list[JobRequest], Packer]:
-    """Placements onto live machines, the jobs left (in planning order), and the machines' room after them."""
+               timing: Timing | None = None, moving: Sequence[JobRequest] = ()) -> tuple[list[Placement], list[JobRequest], Packer]:
+    """Placements onto live machines, the jobs left (in planning order), and the machines' room after them.
+    `moving`: jobs whose move is under way (their task stopping, `move_to` set): the room they go to is held
+    for them first, so that no other job takes it before they are back in the queue."""
     live = Packer(machines, catalog, lambda job, g: patterns.accepts(job, g.instance_type, g.region, g.lifecycle),
                   timing)
+    place_moved(moving, machines, live)
     reserved = place_moved(ordered, machines, live)
     reserved.update(place_reservations([j for j in ordered if j.job_id not in reserved], live))
     placements = [Placement(job_id, m.key, m.region, m.fleet) for job_id, m in reserved.items()]

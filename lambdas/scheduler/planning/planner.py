@@ -42,7 +42,8 @@ def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequen
          release: ReleasePolicy | None = None, interruption_rate: Callable[[str, str], float] | None = None,
          boot_s: float = DEFAULT_BOOT_S, shares: Shares | None = None,
          headroom: Sequence[JobRequest] = (), cover_cpu_seconds: float | None = None,
-         headroom_on: bool = False, running: Sequence[RunningJob] = ()) -> Plan:
+         headroom_on: bool = False, running: Sequence[RunningJob] = (),
+         moving: Sequence[JobRequest] = ()) -> Plan:
     """`release`: propose empty machines to give back (None: propose none). `interruption_rate(region,
     type)`: spot interruptions per instance-hour, for the lifecycle stage (None: leave lifecycles alone).
     `shares`: teams, quotas and priorities (shares.py); None offers every job, as for one team without a quota.
@@ -54,7 +55,8 @@ def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequen
     warrants, purchase.cover_budget).
     `running`: the jobs running on `machines`, for the move stage; it runs only with a release policy and
     without headroom (the kept-machine rule and the release stage are what keep jobs off an emptied
-    machine and give it back)."""
+    machine and give it back). `moving`: jobs whose move is under way (their tasks stopping; `move_to` the
+    instance they go to): the room they go to is held for them."""
     def releases(placed_on) -> tuple:
         return propose_releases(machines, fleets, catalog, now, release, placed_on) if release else ()
 
@@ -89,7 +91,7 @@ def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequen
                     else frozenset())
     # Placeholders come after every real job in each stage: they take only the room real jobs leave.
     spare = {j.job_id for j in headroom}
-    placements, unplaced, room = place_live([*ordered, *headroom], open_machines, catalog, patterns, timing)
+    placements, unplaced, room = place_live([*ordered, *headroom], open_machines, catalog, patterns, timing, moving)
     spare_kept = {p.machine_key for p in placements if p.job_id in spare}
     placements = [p for p in placements if p.job_id not in spare]
     waiting: list[tuple[str, str]] = []
