@@ -5,8 +5,9 @@ ECS sends the container SIGTERM and, after the task definition's stopTimeout, SI
 the job saves its checkpoint (docs/jobs.md, "Checkpoints"). The job-events function sees the task stop and
 requeues the job without counting an attempt (lambdas/job_events/decide.py, `is_move`), the reason in its
 record, and the next run places it on that instance first (requests.move_target, planning/live.py). Until
-then the ledger holds it RUNNING, so its next attempt never starts while this one still runs. The emptied
-machine is given back by the release stage, as any empty machine.
+then the ledger holds it RUNNING, so its next attempt never starts while this one still runs, and the runs
+hold the room it goes to (`moves_under_way`). The emptied machine is given back by the release stage, as
+any empty machine.
 """
 
 from __future__ import annotations
