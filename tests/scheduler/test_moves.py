@@ -236,13 +236,17 @@ def test_the_room_of_a_move_under_way_is_held_until_its_job_is_back():
     assert held.placements == () and [s.for_jobs for s in held.scale_outs] == [("n1",)]
 
 
-def test_a_moved_job_whose_room_is_gone_is_planned_like_any_other():
+@pytest.mark.parametrize("gone", [{"free_gpus": 0}, {"draining": True}, {"removing": True}],
+                         ids=["room-taken", "draining", "removing"])
+def test_a_moved_job_whose_room_is_gone_is_planned_like_any_other(gone):
     machines, running = pair()
-    full = replace(machines[1], free_gpus=0)
-    requeued = job("j1", move_to=full.instance_id)
-    result = plan([requeued], [full], fleets(), CATALOG, Limits(100.0, 1.0), now=NOW,
-                  release=ReleasePolicy(after_empty_s=180))
-    assert not result.placements and [s.for_jobs for s in result.scale_outs] == [("j1",)]
+    target = replace(machines[1], **gone)
+    requeued = job("j1", move_to=target.instance_id)
+    for moving, jobs in (([], [requeued]), ([requeued], [])):  # back in the queue, or its move under way
+        result = plan(jobs, [target], fleets(), CATALOG, Limits(100.0, 1.0), now=NOW,
+                      release=ReleasePolicy(after_empty_s=180), moving=moving)
+        assert not result.placements
+        assert [s.for_jobs for s in result.scale_outs] == ([("j1",)] if jobs else [])
 
 
 # Properties over random fleets: every move's jobs fit where it sends them (all moves of the run together,

@@ -227,7 +227,10 @@ class Packer:
         return None
 
     def place_on(self, job: JobRequest, key: str) -> bool:
-        """Place the job on this machine if it may run there and fits (reservations choose the machine)."""
+        """Place the job on this machine if it may run there and fits (reservations and moves choose the
+        machine). A machine not offered to any job (draining, being removed) takes none."""
+        if key not in self._bins:
+            return False
         group, bin_ = self._bins[key]
         need = demand_of(job)
         if not self._eligible_group(job, group) or not bin_.fits(job, need):
