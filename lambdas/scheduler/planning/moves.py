@@ -13,7 +13,7 @@ machine up alone. Moving the jobs of one machine into room elsewhere ends what t
 
 A machine is proposed when all of these hold:
 - every job on it declares a checkpoint interval, and no other task runs there;
-- the release stage could give it back once empty (`release.givable`'s rules), and the planner placed
+- the release stage could give it back once empty (`release.givable_once_empty`), and the planner placed
   nothing on it this run;
 - each of its jobs fits the room left on another running machine after this run's placements (not one
   emptied by this run, nor an empty one: moving onto an empty machine buys nothing), in the job's region
@@ -38,8 +38,8 @@ from dataclasses import dataclass
 
 from .constraints import capacity_of, demand_of, take_gpu
 from .model import Fleet, JobRequest, Machine
-from .packer import Bin, Packer
-from .release import is_empty
+from .packer import HOUR, Bin, Packer
+from .release import givable_once_empty
 from .runtimes import expected_end
 
 # A stop costs the job its container's stop (the save on SIGTERM; the task definition's stopTimeout is 110 s),
@@ -48,7 +48,6 @@ STOP_LOSS_S = 240.0
 MIN_SAVING_USD = 0.5
 # A bound on what one run stops (cost safety: a wrong price or belief cannot stop every job at once).
 MAX_MOVES_PER_RUN = 4
-HOUR = 3600.0
 
 
 @dataclass(frozen=True)
@@ -69,10 +68,6 @@ class Move:
     saving_usd: float  # expected, until its jobs end
     reason: str
 
-    @property
-    def job_ids(self) -> tuple[str, ...]:
-        return tuple(job_id for job_id, _ in self.targets)
-
 
 def expected_end_of(job: RunningJob, now: float) -> float:
     ran = max(0.0, now - job.started_at)
@@ -89,24 +84,6 @@ def _holds_others(machine: Machine, jobs: Sequence[RunningJob], catalog) -> bool
     return machine.jobs != {j.request.job_id for j in jobs} or used != whole
 
 
-def _may_give_back(machines: Sequence[Machine], fleets: Sequence[Fleet], catalog) -> set[str]:
-    """Busy machines the release stage could give back once empty: in a known group with machines above its
-    minimum that the group's empty ones do not already take up, and not protected, draining or removing."""
-    groups = {(f.region, f.fleet): f for f in fleets}
-    empty: dict[tuple[str, str], int] = {}
-    for machine in machines:
-        if is_empty(machine, catalog):
-            empty[machine.region, machine.fleet] = empty.get((machine.region, machine.fleet), 0) + 1
-    found = set()
-    for machine in machines:
-        fleet = groups.get((machine.region, machine.fleet))
-        if fleet is None or machine.protected or machine.draining or machine.removing:
-            continue
-        if fleet.current_instances - fleet.min_size - empty.get((machine.region, machine.fleet), 0) > 0:
-            found.add(machine.key)
-    return found
-
-
 def propose_moves(machines: Sequence[Machine], fleets: Sequence[Fleet], catalog, running: Sequence[RunningJob],
                   room: Packer, alone_hourly: Callable[[JobRequest], float | None], now: float,
                   placed_on: Collection[str] = (), max_moves: int = MAX_MOVES_PER_RUN) -> tuple[Move, ...]:
@@ -117,7 +94,7 @@ def propose_moves(machines: Sequence[Machine], fleets: Sequence[Fleet], catalog,
         by_machine.setdefault(job.machine_key, []).append(job)
     known = {m.key: m for m in machines}
     ends = {key: max(expected_end_of(j, now) for j in jobs) for key, jobs in by_machine.items()}
-    able = _may_give_back(machines, fleets, catalog)
+    able = givable_once_empty(machines, fleets, catalog)
     candidates = []
     for key, jobs in by_machine.items():
         machine = known.get(key)

@@ -118,10 +118,12 @@ def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequen
         fleet_of = {m.key: (m.region, m.fleet) for m in machines}
         kept |= {key for key in spare_kept if fleet_of[key] not in given_up}
     placed_on = {p.machine_key for p in placements}
-    # The jobs this run placed count as running from now: they decide how long their machines stay up.
-    started = [RunningJob(real[p.job_id], p.machine_key, now) for p in placements if p.job_id in real]
-    moves = propose_moves(open_machines, fleets, catalog, [*running, *started], room, timing.alone_hourly, now,
-                          placed_on | kept) if running and release is not None and not headroom_on else ()
+    moves: tuple = ()
+    if running and release is not None and not headroom_on:
+        # The jobs this run placed count as running from now: they decide how long their machines stay up.
+        started = [RunningJob(real[p.job_id], p.machine_key, now) for p in placements if p.job_id in real]
+        moves = propose_moves(open_machines, fleets, catalog, [*running, *started], room, timing.alone_hourly, now,
+                              placed_on | kept)
     return Plan(tuple(placements), tuple(scale_outs), tuple(sorted([*waiting, *held_back])),
                 releases(placed_on | kept), tuple(ahead), moves)
 

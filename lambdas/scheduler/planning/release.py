@@ -26,7 +26,7 @@ Unknown means kept: a machine whose launch time or empty time is unknown is neve
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from ...removal.decide import DEFAULT_BUDGET_PERCENT, RELEASE, room
@@ -85,14 +85,32 @@ def givable(machines: Sequence[Machine], fleets: Sequence[Fleet], catalog) -> fr
     found: list[str] = []
     by_group: dict[tuple[str, str], list[Machine]] = {}
     for machine in machines:
-        if (machine.region, machine.fleet) in groups and is_empty(machine, catalog) \
-                and not (machine.protected or machine.draining or machine.removing):
+        if _releasable(machine, groups) and is_empty(machine, catalog):
             by_group.setdefault((machine.region, machine.fleet), []).append(machine)
     for key, members in by_group.items():
         fleet = groups[key]
         above_minimum = max(0, fleet.current_instances - fleet.min_size)  # removals in flight are in neither
         found += [m.key for m in sorted(members, key=lambda m: (-m.price_per_hour, m.key))[:above_minimum]]
     return frozenset(found)
+
+
+def givable_once_empty(machines: Sequence[Machine], fleets: Sequence[Fleet], catalog) -> frozenset[str]:
+    """The busy machines the release stage could give back once they are empty (the move stage's
+    candidates): as `givable`, where the group has machines above its minimum that its empty ones do not
+    already take up."""
+    groups = {(f.region, f.fleet): f for f in fleets}
+    empty: dict[tuple[str, str], int] = {}
+    for machine in machines:
+        if is_empty(machine, catalog):
+            empty[machine.region, machine.fleet] = empty.get((machine.region, machine.fleet), 0) + 1
+    return frozenset(m.key for m in machines if _releasable(m, groups) and not is_empty(m, catalog) and
+                     groups[m.region, m.fleet].current_instances - groups[m.region, m.fleet].min_size
+                     - empty.get((m.region, m.fleet), 0) > 0)
+
+
+def _releasable(machine: Machine, groups: Mapping[tuple[str, str], Fleet]) -> bool:
+    """In a known group, and neither kept by mlfleet:keep-alive nor draining or being removed."""
+    return (machine.region, machine.fleet) in groups and not (machine.protected or machine.draining or machine.removing)
 
 
 def propose_releases(machines: Sequence[Machine], fleets: Sequence[Fleet], catalog, now: float,
