@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
+import botocore.session
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -306,3 +307,12 @@ def test_only_the_schedulers_stop_with_its_reason_is_a_move(stop_code, reason):
     event = D.parse_event(task_event(exit_code=1, stop_code=stop_code, reason=reason))
     decision = D.decide_task_change(event, record(runs=1))
     assert (decision.to_state, decision.dead_letter) == (L.FAILED, True)
+
+
+def test_the_stop_codes_and_the_stop_reason_are_ecs_own():
+    """The rule's owner is ECS: botocore's ecs model lists the stop codes decide.py reads (TaskStopCode), and
+    StopTask takes the `reason` that the move stage's MOVED_REASON travels in (shown as stoppedReason)."""
+    model = botocore.session.get_session().get_service_model("ecs")
+    assert {D.USER_INITIATED, *D.SPOT_STOP_CODES} <= set(model.shape_for("TaskStopCode").enum)
+    assert "reason" in model.operation_model("StopTask").input_shape.members
+    assert "stoppedReason" in model.shape_for("Task").members
