@@ -159,7 +159,8 @@ def _openb(values: dict, line: int, excluded: Counter, timed: bool, reference_gp
     spec = values.get("gpu_spec", "").strip()
     pattern = None
     if spec:
-        models = [GPU_MODEL_PATTERNS[m] for m in spec.split("|") if m in GPU_MODEL_PATTERNS]
+        # Each model once: the publishers' gpuspec33 variant names one twice (`V100M16|V100M32|V100M32`).
+        models = list(dict.fromkeys(GPU_MODEL_PATTERNS[m] for m in spec.split("|") if m in GPU_MODEL_PATTERNS))
         if not models:
             excluded[f"gpu_spec_without_aws_equivalent:{spec}"] += 1
             return None
