@@ -405,6 +405,16 @@ class Simulation:
             box.idle_since = self.now
             self.strategy.on_idle(self, box)
 
+    def stop_saved(self, state: JobState, lost_s: float) -> None:
+        """Stop a running job that saves on the SIGTERM (mlfleet's move stage): it keeps what it ran less
+        `lost_s` (the save, the restart), the run counts as no attempt, and it is `moving` until the strategy
+        requeues it."""
+        ran = self.now - state.started
+        self._stop(state)
+        state.progress = max(state.progress, min(state.job.duration_s, state.resumed_from + max(0.0, ran - lost_s)))
+        state.forgiven = state.runs
+        state.state = "moving"
+
     def requeue(self, state: JobState, reason: str, *, interrupted: bool = False) -> None:
         """Back to the queue with the attempt counted, or dead-lettered with the reason when none is left.
         `interrupted`: the spot market ended the run; if the job saved a checkpoint in it, it has its attempts

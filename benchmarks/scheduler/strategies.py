@@ -260,13 +260,7 @@ class MlfleetStrategy(_Reaped):
             # next run places it on the machine the move chose. What the stop and the restart cost: the time
             # under way, and STOP_LOSS_S of its work (the save, reading the checkpoint back).
             for job_id, instance_id in move.targets:
-                state = sim.jobs[job_id]
-                ran = now - state.started
-                sim._stop(state)
-                state.progress = max(state.progress, min(state.job.duration_s,
-                                                         state.resumed_from + max(0.0, ran - STOP_LOSS_S)))
-                state.forgiven = state.runs
-                state.state = "moving"
+                sim.stop_saved(sim.jobs[job_id], STOP_LOSS_S)
                 self.under_way[job_id] = now + MOVE_UNDER_WAY_S
                 self.move_to[job_id] = instance_id
                 self.jobs_moved += 1
