@@ -203,9 +203,10 @@ class Account:
         elif p.get("IndexName") == "by-team-queued":  # one team's queued jobs (sparse), oldest submission first
             ordered = sorted((i for i in self.items.values() if i.get("queued_team", {}).get("S") == values[":team"]["S"]),
                              key=lambda i: (float(i["submitted_at"]["N"]), i["job_id"]["S"]))
-        else:  # by-state: one state's jobs, oldest submission first
+        else:  # by-state: one state's jobs, oldest submission first (newest first: ScanIndexForward false)
             ordered = sorted((i for i in self.items.values() if i["state"]["S"] == values[":state"]["S"]),
-                             key=lambda i: (float(i["submitted_at"]["N"]), i["job_id"]["S"]))
+                             key=lambda i: (float(i["submitted_at"]["N"]), i["job_id"]["S"]),
+                             reverse=not p.get("ScanIndexForward", True))
         start = 0
         if "ExclusiveStartKey" in p:
             last = p["ExclusiveStartKey"]["job_id"]["S"]

@@ -244,6 +244,8 @@ class Simulation:
         self.boxes: list[Box] = []
         self.alive: dict[int, Box] = {}  # boxes not terminated, in launch order
         self.finished: list[tuple[str, float]] = []  # (submission, seconds of work) of completed jobs
+        # (submitted at, seconds of its last run) of completed jobs: the ledger's `submitted_at` and `run_seconds`
+        self.finished_runs: list[tuple[float, float]] = []
         self.now = 0.0
         self._events: list = []
         self._seq = itertools.count()
@@ -324,6 +326,7 @@ class Simulation:
         state.state = "completed"
         state.progress = state.job.duration_s
         self.finished.append((state.job.submission_id, state.job.duration_s))
+        self.finished_runs.append((state.job.submit_s, self.now - state.started))
         self.strategy.after_job(self, box)
         if self.waiting:
             self.request_run()

@@ -3,7 +3,7 @@ interruption does to the jobs on the reclaimed instance.
 
 | strategy | places | buys | idle instances | spot interruption |
 |---|---|---|---|---|
-| mlfleet | lambdas.scheduler.planning.plan (the scheduler's own code), reservations kept as the ledger keeps them, runtime beliefs from hints and finished siblings | what the plan asks of single-type spot fleets (and on-demand ones, by expected cost) | the plan's releases (empty past the release delay), drained and terminated under the lease; the reaper as the safety net | job back in the queue, attempt counted; the group replaces the instance only where that costs no more than buying for its jobs one instance each (planning/replacement.py), else the plan buys for them |
+| mlfleet | lambdas.scheduler.planning.plan (the scheduler's own code), reservations kept as the ledger keeps them, runtime beliefs from hints and finished siblings, and the environment's prior (the newest PRIOR_RUNS finished) | what the plan asks of single-type spot fleets (and on-demand ones, by expected cost) | the plan's releases (empty past the release delay), drained and terminated under the lease; the reaper as the safety net | job back in the queue, attempt counted; the group replaces the instance only where that costs no more than buying for its jobs one instance each (planning/replacement.py), else the plan buys for them |
 | one-instance-per-job | its own instance | the cheapest type that holds the job, per job (SkyPilot, dstack) | terminated when its job ends | a new instance for the job (managed-job recovery), attempt counted |
 | karpenter-when-empty | kube-scheduler's default (LeastAllocated) onto nodes that fit; the rest provisioned | per pending batch: pods first-fit onto new nodes, each the cheapest type that holds its pods | removed `consolidateAfter` after its last pod (WhenEmpty); pods never moved | the Job's pod is recreated (attempt counted) and provisioned for; no group replaces the node |
 | ecs-binpack-memory | ECS binpack on memory: the fitting instance with the least free memory | one homogeneous type, as a capacity provider's managed scaling would | scaled in after 15 minutes without a task | the task is not restarted (ECS does not restart standalone tasks): the job is lost |
@@ -22,7 +22,7 @@ from lambdas.scheduler.planning import (
 )
 from lambdas.scheduler.planning.headroom import RecentWait, placeholders, remember
 from lambdas.scheduler.planning.moves import STOP_LOSS_S, RunningJob
-from lambdas.scheduler.planning.runtimes import estimate, expected_end
+from lambdas.scheduler.planning.runtimes import PRIOR_RUNS, RuntimePrior, estimate, job_end
 
 ECS_SCALE_IN_S = 15 * 60  # managed scaling removes an instance 15 minutes after its last task
 REAPER_EVERY_S = 10 * 60
@@ -121,6 +121,9 @@ class MlfleetStrategy(_Reaped):
         self.reserved: dict[str, tuple[Reservation, int]] = {}
         self.siblings: dict[str, list[float]] = {}  # submission -> runtimes of its finished jobs
         self._finished_seen = 0
+        # The ledger's SUCCEEDED jobs by submission time (production reads the newest PRIOR_RUNS of them).
+        self._runs_by_submit: list[tuple[float, float]] = []
+        self.prior: RuntimePrior | None = None
         self._hints_by_submission: dict[str, tuple[list[float], list[float]]] | None = None  # arrival times, hints
         self.beliefs: dict[str, object] = {}  # running job -> the belief it was started with
         self.released = 0
@@ -156,10 +159,10 @@ class MlfleetStrategy(_Reaped):
     def _busy_until(self, sim: Simulation, box: Box, now: float) -> float | None:
         ends = []
         for job_id in box.jobs:
-            belief = self.beliefs.get(job_id)
-            if belief is None:
+            end = job_end(sim.jobs[job_id].started, self.beliefs.get(job_id), self.prior, now)
+            if end is None:
                 return None
-            ends.append(expected_end(sim.jobs[job_id].started, belief, now))
+            ends.append(end)
         return max(ends) if ends else None
 
     def on_idle(self, sim: Simulation, box: Box) -> None:
@@ -219,6 +222,10 @@ class MlfleetStrategy(_Reaped):
                 sim.requeue(sim.jobs[job_id], "moved into room on another machine")
         for submission, seconds in sim.finished[self._finished_seen:]:
             self.siblings.setdefault(submission, []).append(seconds)
+        if self.runtimes and len(sim.finished) > self._finished_seen:
+            for run in sim.finished_runs[self._finished_seen:]:
+                bisect.insort(self._runs_by_submit, run)
+            self.prior = RuntimePrior.of(seconds for _, seconds in self._runs_by_submit[-PRIOR_RUNS:])
         self._finished_seen = len(sim.finished)
         usable, coming = sim.usable_boxes(), sim.coming_boxes()
         boxes = {str(b.id): b for b in usable}
@@ -242,7 +249,8 @@ class MlfleetStrategy(_Reaped):
                       interruption_rate=(lambda region, instance_type: self.rate) if self.rate > 0 else None,
                       boot_s=self.boot_s, headroom=spare, headroom_on=self.headroom_window_s > 0,
                       running=self._running(sim, usable) if self.moves and not sim.snapshot else (),
-                      moving=[self._request(sim, sim.jobs[job_id]) for job_id in sorted(self.under_way)])
+                      moving=[self._request(sim, sim.jobs[job_id]) for job_id in sorted(self.under_way)],
+                      runtime_prior=self.prior)
         sim.plan_seconds += time.process_time() - started
         beliefs = {j.job_id: j.runtime for j in jobs}
         for placement in result.placements:

@@ -473,9 +473,10 @@ class Ledger:
                 except UndecodableRecord:
                     continue  # noted in self.undecodable; one bad item never hides the others
 
-    def by_state(self, state: str, limit: int | None = None, since: float | None = None) -> list[JobRecord]:
-        """Jobs in `state` (submitted at `since` or later), oldest submission first (GSI, eventually
-        consistent: re-read before acting)."""
+    def by_state(self, state: str, limit: int | None = None, since: float | None = None, *,
+                 newest_first: bool = False) -> list[JobRecord]:
+        """Jobs in `state` (submitted at `since` or later), oldest submission first (newest first with
+        `newest_first`) (GSI, eventually consistent: re-read before acting)."""
         records = []
         condition, values = "#state = :state", {":state": {"S": state}}
         if since is not None:
@@ -483,7 +484,7 @@ class Ledger:
             values[":since"] = _serializer.serialize(_to_dynamo(float(since)))
         for record in self._query(IndexName=BY_STATE, KeyConditionExpression=condition,
                                   ExpressionAttributeNames={"#state": "state"},
-                                  ExpressionAttributeValues=values, ScanIndexForward=True):
+                                  ExpressionAttributeValues=values, ScanIndexForward=not newest_first):
             records.append(record)
             if limit is not None and len(records) >= limit:
                 break

@@ -4,6 +4,9 @@ a machine are expected to end.
 Beliefs come from the specs' estimates (or, without one, the estimates of the submission's other jobs)
 and the finished jobs of the same submission (planning/runtimes.py), read with one ledger query per
 submission; a machine's end is its jobs' latest expected end, unknown while any of them is unknown.
+A job without a belief is expected to end by the environment's prior (planning/runtimes.py,
+`RuntimePrior`): what the PRIOR_RUNS most recently submitted SUCCEEDED jobs ran, one query of the
+`by-state` index, newest first.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from ..common.errors import per_item
 from ..jobs import ledger as L
 from . import state
 from .planning import RuntimeEstimate
-from .planning.runtimes import FinishedRun, estimates, expected_end
+from .planning.runtimes import PRIOR_RUNS, FinishedRun, RuntimePrior, estimates, job_end
 
 # Submissions whose finished jobs are read per run for runtime estimates (one Query each).
 MAX_SUBMISSIONS_READ = 50
@@ -37,13 +40,26 @@ def runtime_beliefs(ledger: L.Ledger, records: list[L.JobRecord], errors: list[d
     return estimates({r.job_id: r.spec.expected_runtime_s for r in records}, submission_of, finished, other_hints)
 
 
+def runtime_prior(ledger: L.Ledger, errors: list[dict] | None = None) -> RuntimePrior | None:
+    """The environment's runtime prior from the newest PRIOR_RUNS SUCCEEDED jobs (None below
+    PRIOR_MIN_RUNS of them, or when the ledger could not be read this run: jobs without a belief are then
+    judged as before there was a prior)."""
+    with per_item("read-runtime-prior-failed", errors, state=L.SUCCEEDED, action="no runtime prior this run"):
+        finished = ledger.by_state(L.SUCCEEDED, limit=PRIOR_RUNS, newest_first=True)
+        return RuntimePrior.of(r.run_seconds for r in finished if r.run_seconds is not None)
+    return None
+
+
 def busy_until(machine: state.MachineView, running: dict[str, L.JobRecord], beliefs: dict[str, RuntimeEstimate],
-               now: float) -> float | None:
-    """When the jobs on a machine are expected to have ended; None when any of them is unknown."""
+               now: float, prior: RuntimePrior | None = None) -> float | None:
+    """When the jobs on a machine are expected to have ended (a job without a belief by the `prior`); None
+    when any of them is unknown."""
     ends = []
     for job_id in machine.jobs:
-        record, belief = running.get(job_id), beliefs.get(job_id)
-        if record is None or belief is None or record.started_at is None:
+        record = running.get(job_id)
+        end = None if record is None or record.started_at is None else \
+            job_end(record.started_at, beliefs.get(job_id), prior, now)
+        if end is None:
             return None
-        ends.append(expected_end(record.started_at, belief, now))
+        ends.append(end)
     return max(ends) if ends else None

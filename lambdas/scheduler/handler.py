@@ -79,7 +79,7 @@ from .planning.headroom import MAX_JOBS as MAX_HEADROOM_JOBS
 from .planning.headroom import MAX_WINDOW_MINUTES as MAX_HEADROOM_WINDOW_MINUTES
 from .planning.headroom import RecentWait, placeholders, remember
 from .planning.purchase import COVER_MAX_CPU_SECONDS
-from .beliefs import busy_until, runtime_beliefs
+from .beliefs import busy_until, runtime_beliefs, runtime_prior
 from .moving import move_jobs, moves_under_way, running_jobs
 from .requests import plannable
 from .starting import recover_starting, start_one
@@ -433,6 +433,7 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
                       action="machines' busy-until unknown this run"):
             running = {r.job_id: r for r in ledger.by_state(L.RUNNING)}
     beliefs = runtime_beliefs(ledger, [*pending, *running.values()], summary["errors"])
+    prior = runtime_prior(ledger, summary["errors"])
     in_view = list(machines.values())
     boot_s = releases.boot_seconds(in_view) or releases.UNMEASURED_BOOT_S
     no_sharing = fleets_without_gpu_sharing(in_view, catalog)
@@ -462,7 +463,7 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
                  price_per_hour=m.price_per_hour, rebalance_recommended=m.rebalance_recommended,
                  draining=m.draining, removing=m.removing,  # never placed onto either
                  submissions=m.submissions, jobs=m.jobs, launched_at=m.launched_at, empty_since=m.empty_since,
-                 protected=m.protected, busy_until=busy_until(m, running, beliefs, now.timestamp()),
+                 protected=m.protected, busy_until=busy_until(m, running, beliefs, now.timestamp(), prior),
                  gpu_memory_mib=m.gpu_memory_mib, shared_gpus=m.shared_gpus)
          for m in in_view],
         plan_fleets,
@@ -475,9 +476,11 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
         interruption_rate=load_interruption_rates().per_hour, boot_s=boot_s,
         shares=shares, headroom=spare, headroom_on=settings.headroom_window_minutes > 0,
         cover_cpu_seconds=cover_budget_s, running=running_jobs(running, regions(fleets), beliefs), moving=moving,
+        runtime_prior=prior,
     )
     # In the run's summary line: a plan near its cover's budget is a burst the cover did not finish.
     summary["plan_cpu_s"] = round(time.process_time() - planning_started, 3)
+    summary["runtime_prior_runs"] = len(prior.seconds) if prior else 0  # 0: jobs without a belief judged by dear room
     summary["cover_budget_cpu_s"] = round(cover_budget_s, 3)
     records = {r.job_id: r for r in pending}
     definitions: dict[str, actions.TaskDefinitions] = {}

@@ -21,6 +21,7 @@ from lambdas.jobs.spec import assign_ids, parse_spec
 from lambdas.scheduler import handler
 from lambdas.scheduler.handler import ACT_RESERVE_MS, cover_cpu_seconds, run
 from lambdas.scheduler.planning.purchase import COVER_MAX_CPU_SECONDS
+from lambdas.scheduler.planning.runtimes import PRIOR_MIN_RUNS, RuntimePrior
 
 NOW = datetime(2026, 11, 22, 12, tzinfo=timezone.utc)
 
@@ -152,3 +153,31 @@ def test_the_stack_setting_and_the_time_left_bound_the_purchase_search(home, mon
     result = run(replace(settings(home), purchase_search_cpu_seconds=stack_seconds), lambda: remaining_ms, now=NOW)
     assert len(result["started"]) == 4 and desired() == 2  # the two jobs left are bought for either way
     assert seen == [pytest.approx(expected)] and result["cover_budget_cpu_s"] == pytest.approx(expected, abs=1e-3)
+
+
+def test_a_run_plans_with_the_runtimes_of_the_newest_finished_jobs(home, monkeypatch):
+    """The jobs without a runtime belief are judged by what the environment's finished jobs ran
+    (beliefs.runtime_prior); the run's summary says how many runs that was."""
+    build_fleet(size=1)
+    open_admission()
+    ledger = L.Ledger(boto3.client("dynamodb", HOME), home["table"])
+    finished = queue_jobs(home, PRIOR_MIN_RUNS)
+    start = NOW.timestamp() - 7_200
+    for n, job_id in enumerate(finished):
+        ledger.transition(job_id, L.STARTING, expect_states=[L.QUEUED], expect_attempt=0, reason="placed",
+                          now=start, attempt=1)
+        ledger.transition(job_id, L.RUNNING, expect_states=[L.STARTING], expect_attempt=1, reason="started",
+                          now=start, runs=1)
+        ledger.transition(job_id, L.SUCCEEDED, expect_states=[L.RUNNING], expect_attempt=1, reason="exit code 0",
+                          now=start + 60 * (n + 1))
+    seen = []
+    real = handler.plan
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["runtime_prior"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(handler, "plan", spy)
+    summary = run(settings(home), lambda: 100_000, now=NOW)
+    assert seen == [RuntimePrior(tuple(60.0 * (n + 1) for n in range(PRIOR_MIN_RUNS)))]
+    assert summary["runtime_prior_runs"] == PRIOR_MIN_RUNS and summary["errors"] == []

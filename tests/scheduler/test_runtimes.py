@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from lambdas.scheduler.planning.model import RuntimeEstimate
 from lambdas.scheduler.planning.runtimes import (
-    HINT_LOG_SIGMA, SIBLING_HINT_LOG_SIGMA, SIBLING_LOG_SIGMA, FinishedRun, estimate, estimates, expected_end,
+    HINT_LOG_SIGMA, PRIOR_MIN_RUNS, SIBLING_HINT_LOG_SIGMA, SIBLING_LOG_SIGMA, FinishedRun, RuntimePrior, estimate,
+    estimates, expected_end, job_end,
 )
 
 
@@ -84,3 +85,37 @@ def test_estimates_take_siblings_estimates_from_the_jobs_planned_and_the_others_
     found = estimates({"a-1": None, "a-2": 3600.0, "b-1": None}, submission_of, [], {"a-3": 900.0, "a-2": 3600.0})
     assert found["a-1"].seconds == pytest.approx(math.sqrt(3600 * 900))  # a-2 counted once, with a-3
     assert found["a-2"].seconds == pytest.approx(3600) and "b-1" not in found and "a-3" not in found
+
+
+def test_the_prior_needs_enough_finished_runs():
+    assert RuntimePrior.of([600.0] * (PRIOR_MIN_RUNS - 1)) is None
+    assert RuntimePrior.of([600.0] * PRIOR_MIN_RUNS + [0.0, -5.0]).seconds == (600.0,) * PRIOR_MIN_RUNS
+    assert RuntimePrior.of([], min_runs=0) is None  # never a prior of nothing
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(1, 1e7), min_size=1, max_size=60), st.floats(-100, 2e7))
+def test_the_prior_s_excess_is_the_mean_time_past_what_remains(runs, remaining):
+    prior = RuntimePrior.of(runs, min_runs=1)
+    brute = sum(max(0.0, r - max(0.0, remaining)) for r in runs) / len(runs)
+    assert prior.excess_s(remaining) == pytest.approx(brute, rel=1e-9, abs=1e-6)
+    assert prior.mean_s == pytest.approx(sum(runs) / len(runs), rel=1e-9)
+    assert prior.excess_s(0) == pytest.approx(prior.mean_s, rel=1e-9)
+
+
+def test_a_job_without_a_belief_ends_at_the_median_of_the_runs_longer_than_it_has_run():
+    prior = RuntimePrior.of([60, 120, 600, 3600, 36_000, 360_000], min_runs=1)
+    assert prior.expected_end(1000.0, 1000.0) == 1000.0 + 3600  # not started: the median of all
+    assert prior.expected_end(0.0, 700.0) == 36_000  # of 3,600, 36,000 and 360,000
+    assert prior.expected_end(0.0, 400_000.0) == 800_000  # longer than every run: as long again
+    assert job_end(0.0, None, prior, 700.0) == 36_000
+    assert job_end(0.0, None, None, 700.0) is None
+    belief = RuntimeEstimate(100.0, 0.5)
+    assert job_end(0.0, belief, prior, 10.0) == expected_end(0.0, belief, 10.0)  # a belief comes first
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(1, 1e6), min_size=1, max_size=40), st.floats(0, 1e6), st.floats(0, 2e6))
+def test_the_prior_s_expected_end_is_never_in_the_past(runs, started, elapsed):
+    prior = RuntimePrior.of(runs, min_runs=1)
+    assert prior.expected_end(started, started + elapsed) >= started + elapsed

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from lambdas.common.catalog import load_catalog
 from lambdas.scheduler.planning import Fleet, JobRequest, Limits, Machine, ReleasePolicy, RuntimeEstimate, plan
+from lambdas.scheduler.planning.runtimes import RuntimePrior
 
 CATALOG = load_catalog()
 NOW = 1_000_000.0
@@ -52,6 +53,37 @@ def test_a_long_job_does_not_pin_a_big_machine_whose_short_jobs_end_soon():
         {"short": "big"}
     # Without a runtime belief, best fit places it as before.
     assert placed(plan([job("unknown")], [big], [fleet("g5.xlarge")], CATALOG, LIMITS, now=NOW)) == {"unknown": "big"}
+
+
+@pytest.mark.parametrize("runs_h, placed_there", [
+    ([168.0] * 30, False),                 # jobs run for a week: it would keep the $5.87/h machine up alone
+    ([0.05] * 27 + [100.0] * 3, False),    # one job in ten runs 100 hours: still 13 times a box of its own
+    ([0.05] * 30, True),                   # jobs end within minutes: the room is paid for anyway
+])
+def test_a_job_without_a_belief_is_judged_by_what_the_environment_s_jobs_ran(runs_h, placed_there):
+    """Seven GPUs of an 8-GPU machine run jobs ending within 10 minutes. Without a belief of its own, a job is
+    expected to run past that as the environment's finished jobs did (runtimes.RuntimePrior)."""
+    big = machine("big", free_gpus=1, busy_h=1 / 6)
+    prior = RuntimePrior.of(h * HOUR for h in runs_h)
+    result = plan([job("unknown")], [big], [fleet("g5.xlarge")], CATALOG, LIMITS, now=NOW, runtime_prior=prior)
+    if placed_there:
+        assert placed(result) == {"unknown": "big"} and result.scale_outs == ()
+    else:
+        assert placed(result) == {} and [(s.fleet, s.add_instances) for s in result.scale_outs] == [("g5.xlarge", 1)]
+    # A machine whose jobs run for weeks more: what the job may run past them is little whatever the prior.
+    long_busy = machine("long", free_gpus=1, busy_h=500)
+    assert placed(plan([job("unknown")], [long_busy], [fleet("g5.xlarge")], CATALOG, LIMITS, now=NOW,
+                       runtime_prior=prior)) == {"unknown": "long"}
+
+
+def test_room_cheaper_than_a_box_of_its_own_is_taken_whatever_the_prior():
+    """A T4 and a quarter of a g4dn.12xlarge ($0.33/h) for a job whose own box is a g4dn.4xlarge ($0.45/h): a
+    bargain even if it keeps the machine up, and requeued jobs refill such hosts (dear room's view)."""
+    host = machine("host", "g4dn.12xlarge", free_gpus=1, busy_h=1 / 6)
+    week_long = RuntimePrior.of([168 * HOUR] * 30)
+    big = job("unknown", vcpus=12, memory_mib=24_000)
+    assert placed(plan([big], [host], [fleet("g4dn.4xlarge")], CATALOG, LIMITS, now=NOW,
+                       runtime_prior=week_long)) == {"unknown": "host"}
 
 
 @pytest.mark.parametrize("instance_type, free_gpus, placed_there", [

@@ -13,8 +13,16 @@ to buying an instance for the job alone, lowers the fitness; past DECLINE_FACTOR
 the machine is declined, and the job goes on to the later stages. A job that ends before the machine's
 other jobs costs nothing extra: it fills room already paid for.
 
-Where the job's runtime or the machine's end is unknown, the job may outlast the machine's other jobs
-and keep it up. It then takes room on a machine only where its share of the machine's price (the
+A job without a runtime belief is judged the same way with the environment's prior (runtimes.py,
+`RuntimePrior`) where its share of the machine's price (below) costs more than a box of its own: its
+extension is how long jobs are expected to run past the machine's other jobs' end, and buying for it
+alone costs the prior's mean runtime. Where the share costs no more, the room is taken as dear room's
+rule takes it, expecting it to be shared: judged by the prior there too, jobs without a belief left the
+g4dn.12xlarge that requeued jobs refill under spot interruptions for boxes of their own, +1.05% per
+completed GPU-hour (docs/scheduler-benchmark.md, "What other jobs took").
+
+Where the job's runtime (and any prior) or the machine's end is unknown, the job may outlast the
+machine's other jobs and keep it up. It then takes room on a machine only where its share of the machine's price (the
 largest share of the GPUs, vCPUs or memory it takes, times the price) is at most DECLINE_FACTOR times
 the cheapest instance it could have alone: the room on an 8-H100 instance bought for a training job is
 not for a one-GPU job a T4 runs for a tenth of the price. Without this rule such an instance outlived
@@ -39,6 +47,7 @@ from .constraints import (
     capacity_of, constraint_key, demand_of, fits, gpu_room, gpu_share, take_gpu, weighted_share,
 )
 from .model import JobRequest, Machine, Resources
+from .runtimes import RuntimePrior
 
 REBALANCE_PENALTY = 0.5  # below any healthy machine: used only when nothing else fits
 SWEEP_SPREAD_PENALTY = 0.1  # less than one GPU step on a 4-GPU machine (0.15): packing wins there
@@ -60,17 +69,26 @@ class Timing:
     whether any job of the plan has a runtime belief (if none has, machines' ends are not tracked: only
     dear room is asked), and the machines the release stage could give back once empty (`givable`: the
     kept-machine rule judges only those; one a group's minimum or `mlfleet:keep-alive` holds is paid for
-    anyway)."""
+    anyway), and the environment's runtime prior for jobs without a belief (None: such jobs are judged by
+    dear room alone)."""
     now: float
     alone_hourly: Callable[[JobRequest], float | None]
     boot_s: float
     runtimes: bool = True
     givable: frozenset[str] = frozenset()
+    prior: RuntimePrior | None = None
 
-    def alone_usd(self, job: JobRequest) -> float | None:
-        """What the job would cost on an instance bought for it alone, for its runtime and a boot ($)."""
+    def alone_usd(self, job: JobRequest, runtime_s: float) -> float | None:
+        """What the job would cost on an instance bought for it alone, for `runtime_s` and a boot ($)."""
         price = self.alone_hourly(job)
-        return None if price is None or job.runtime is None else price * (job.runtime.seconds + self.boot_s) / HOUR
+        return None if price is None else price * (runtime_s + self.boot_s) / HOUR
+
+
+def share_hourly(job: JobRequest, capacity: Resources, gpu_memory: int, price_per_hour: float) -> float:
+    """The job's share of a machine's price: the largest part of its GPUs (a shared GPU's memory), vCPUs or
+    memory the job takes, times the price."""
+    taken = (gpu_share(job, gpu_memory), job.vcpus, job.memory_mib)
+    return price_per_hour * max(amount / cap if cap else 1.0 for amount, cap in zip(taken, capacity))
 
 
 def time_bucket(busy_until: float | None, now: float) -> int | None:
@@ -267,14 +285,27 @@ class Packer:
 
     def _extension_penalty(self, job: JobRequest, bin_: Bin) -> float | None:
         """The fitness lost by keeping the machine up for the job; None when the machine is declined."""
-        if self._timing is None or job.runtime is None or bin_.busy_until is None:
+        timing = self._timing
+        if timing is None or bin_.busy_until is None:
             return 0.0
-        extension = max(0.0, self._timing.now + job.runtime.seconds - bin_.busy_until)
+        if job.runtime is not None:
+            runtime_s = job.runtime.seconds
+            extension = max(0.0, timing.now + runtime_s - bin_.busy_until)
+        elif timing.prior is not None:
+            # Room whose share costs no more than a box of its own is a bargain even if the job outlasts
+            # the others (dear room's view: the room will be shared); dearer room is judged by the prior.
+            alone = timing.alone_hourly(job)
+            if not alone or share_hourly(job, bin_.capacity, bin_.gpu_memory, bin_.machine.price_per_hour) <= alone:
+                return 0.0
+            runtime_s = timing.prior.mean_s
+            extension = timing.prior.excess_s(bin_.busy_until - timing.now)
+        else:
+            return 0.0
         if extension <= 0:
             return 0.0
-        alternative = self._timing.alone_usd(job)
+        alternative = timing.alone_usd(job, runtime_s)
         if not alternative:  # nothing to buy instead: never declined, the share of its runtime it extends
-            return EXTENSION_WEIGHT * min(1.0, extension / max(1.0, job.runtime.seconds))
+            return EXTENSION_WEIGHT * min(1.0, extension / max(1.0, runtime_s))
         ratio = extension * bin_.machine.price_per_hour / HOUR / alternative
         return None if ratio > DECLINE_FACTOR else EXTENSION_WEIGHT * ratio
 
@@ -285,11 +316,8 @@ class Packer:
         if self._timing is None or (job.runtime is not None and group.timed):
             return False
         alone = self._timing.alone_hourly(job)
-        if not alone:
-            return False
-        taken = (gpu_share(job, group.gpu_memory), job.vcpus, job.memory_mib)
-        share = max(amount / capacity if capacity else 1.0 for amount, capacity in zip(taken, group.capacity))
-        return share * group.price_per_hour > DECLINE_FACTOR * alone
+        return bool(alone) and share_hourly(job, group.capacity, group.gpu_memory, group.price_per_hour) > \
+            DECLINE_FACTOR * alone
 
     def _kept_and_dear(self, job: JobRequest, bin_: Bin) -> bool:
         """Is the machine empty, one the release stage could give back, kept by the release delay (up for more

@@ -30,6 +30,7 @@ from .model import ADMISSION_CLOSED, Fleet, JobRequest, Limits, Machine, Plan, S
 from .moves import RunningJob, propose_moves
 from .packer import Timing
 from .purchase import purchase
+from .runtimes import RuntimePrior
 from .release import ReleasePolicy, givable, propose_releases
 from .shares import Shares, offer_jobs
 
@@ -43,7 +44,7 @@ def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequen
          boot_s: float = DEFAULT_BOOT_S, shares: Shares | None = None,
          headroom: Sequence[JobRequest] = (), cover_cpu_seconds: float | None = None,
          headroom_on: bool = False, running: Sequence[RunningJob] = (),
-         moving: Sequence[JobRequest] = ()) -> Plan:
+         moving: Sequence[JobRequest] = (), runtime_prior: RuntimePrior | None = None) -> Plan:
     """`release`: propose empty machines to give back (None: propose none). `interruption_rate(region,
     type)`: spot interruptions per instance-hour, for the lifecycle stage (None: leave lifecycles alone).
     `shares`: teams, quotas and priorities (shares.py); None offers every job, as for one team without a quota.
@@ -56,7 +57,9 @@ def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequen
     `running`: the jobs running on `machines`, for the move stage; it runs only with a release policy and
     without headroom (the kept-machine rule and the release stage are what keep jobs off an emptied
     machine and give it back). `moving`: jobs whose move is under way (their tasks stopping; `move_to` the
-    instance they go to): the room they go to is held for them."""
+    instance they go to): the room they go to is held for them. `runtime_prior`: what the environment's
+    finished jobs took (runtimes.RuntimePrior), for the jobs without a runtime belief: live placement
+    weighs how long they may keep a machine up (packer.py); None: they are judged by dear room alone."""
     def releases(placed_on) -> tuple:
         return propose_releases(machines, fleets, catalog, now, release, placed_on) if release else ()
 
@@ -86,9 +89,10 @@ def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequen
     # With headroom configured, machines are kept on purpose for the jobs to come (dollars for waits): the
     # kept-machine rule judges none. Judged, the jobs declined them and the waits came back (p95 166-197 s
     # against 60 s at 480 minutes; docs/scheduler-benchmark.md, "Kept empty machines").
-    timing = Timing(now, _cheapest_alone(options, patterns), boot_s, runtimes=any(j.runtime for j in ordered),
+    timing = Timing(now, _cheapest_alone(options, patterns), boot_s,
+                    runtimes=runtime_prior is not None or any(j.runtime for j in ordered),
                     givable=givable(open_machines, fleets, catalog) if release is not None and not headroom_on
-                    else frozenset())
+                    else frozenset(), prior=runtime_prior)
     # Placeholders come after every real job in each stage: they take only the room real jobs leave.
     spare = {j.job_id for j in headroom}
     placements, unplaced, room = place_live([*ordered, *headroom], open_machines, catalog, patterns, timing, moving)

@@ -10,14 +10,24 @@ Nothing hands the planner a job's true duration. It has two sources, each with i
 Both are log-normal beliefs about log seconds and are combined by their precisions. Plain records in,
 a `RuntimeEstimate` (median seconds, sigma of log seconds) out; the Lambda builds the records from the
 ledger, the benchmark from its simulation.
+
+A job with neither has no belief of its own. For it there is the environment's `RuntimePrior`: what the
+PRIOR_RUNS most recently submitted jobs that finished took, whatever their submission. It says when a
+running job without a belief is expected to end (the median of the finished runs longer than it has run
+so far), so that a machine's end is known even where some of its jobs have no belief, and how long a
+job without a belief is expected to outlast a machine's other jobs (packer.py). Without it, a machine
+holding such a job had no known end, and a one-GPU job of unknown runtime took room on a g6.48xlarge
+($5.51/h) whose other jobs were ending, then kept it up alone for 566 hours (seed 8 of the shared trace:
+docs/scheduler-benchmark.md, "What other jobs took").
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .model import RuntimeEstimate
 
@@ -30,6 +40,11 @@ SIBLING_MIN_LOG_SIGMA = 0.1
 # "Siblings' estimates").
 SIBLING_HINT_LOG_SIGMA = math.hypot(HINT_LOG_SIGMA, SIBLING_LOG_SIGMA)
 MIN_SECONDS = 1.0
+# The environment's prior: the finished runs of the PRIOR_RUNS most recently submitted jobs that succeeded
+# (one ledger query a run, lambdas/scheduler/beliefs.py), trusted once there are PRIOR_MIN_RUNS of them
+# (a new stack's first jobs say little about the next ones).
+PRIOR_RUNS = 500
+PRIOR_MIN_RUNS = 20
 _NORMAL = statistics.NormalDist()
 
 
@@ -107,3 +122,52 @@ def expected_end(started_at: float, belief: RuntimeEstimate, now: float) -> floa
         return now + elapsed
     quantile = min(1 - 1e-12, 1 - survival / 2)
     return started_at + max(elapsed, math.exp(mu + sigma * _NORMAL.inv_cdf(quantile)))
+
+
+def job_end(started_at: float, belief: RuntimeEstimate | None, prior: RuntimePrior | None, now: float) -> float | None:
+    """When a running job is expected to end: by its belief, else by the environment's prior; None with
+    neither."""
+    if belief is not None:
+        return expected_end(started_at, belief, now)
+    return None if prior is None else prior.expected_end(started_at, now)
+
+
+@dataclass(frozen=True)
+class RuntimePrior:
+    """What finished jobs of any submission took (`of` builds it; seconds sorted), for jobs and machines
+    with no belief of their own. The finished runs are a sample of what jobs take, less the longest of
+    those still running: it errs short."""
+    seconds: tuple[float, ...]
+    _tail_sums: tuple[float, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        tails = [0.0] * (len(self.seconds) + 1)
+        for i in range(len(self.seconds) - 1, -1, -1):
+            tails[i] = tails[i + 1] + self.seconds[i]
+        object.__setattr__(self, "_tail_sums", tuple(tails))
+
+    @classmethod
+    def of(cls, runs: Iterable[float], min_runs: int = PRIOR_MIN_RUNS) -> RuntimePrior | None:
+        """The prior of these run lengths (seconds), or None below `min_runs` of them."""
+        seconds = sorted(float(s) for s in runs if s > 0)
+        return cls(tuple(seconds)) if len(seconds) >= max(1, min_runs) else None
+
+    @property
+    def mean_s(self) -> float:
+        return self._tail_sums[0] / len(self.seconds)
+
+    def excess_s(self, remaining_s: float) -> float:
+        """How long a job of unknown runtime starting now is expected to run past `remaining_s` from now:
+        the mean of max(0, run - remaining_s) over the runs."""
+        remaining_s = max(0.0, remaining_s)
+        longer = bisect.bisect_right(self.seconds, remaining_s)
+        return (self._tail_sums[longer] - (len(self.seconds) - longer) * remaining_s) / len(self.seconds)
+
+    def expected_end(self, started_at: float, now: float) -> float:
+        """When a job without a belief, running since `started_at`, is expected to end: the median of the
+        runs longer than it has run; past them all, as long again as it has run."""
+        elapsed = max(0.0, now - started_at)
+        longer = bisect.bisect_right(self.seconds, elapsed)
+        if longer >= len(self.seconds):
+            return now + elapsed
+        return started_at + self.seconds[(longer + len(self.seconds)) // 2]
