@@ -54,6 +54,18 @@ def register_new_instances(known: set[str]) -> None:
                 {"instanceId": member["InstanceId"], "region": HOME, "availabilityZone": f"{HOME}a"}))
 
 
+def spy_on_plan(monkeypatch, argument: str) -> list:
+    """What each call of the planner got as `argument` (the plan itself runs unchanged)."""
+    seen, real = [], handler.plan
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs[argument])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(handler, "plan", spy)
+    return seen
+
+
 def test_capacity_is_bought_once_while_it_boots_and_used_when_it_joins(home):
     instances = build_fleet(size=1)  # one g5.12xlarge: 4 GPUs
     open_admission()
@@ -119,14 +131,7 @@ def test_a_run_bounds_the_purchase_cover_by_the_lambda_time_left(home, monkeypat
     open_admission()
     queue_jobs(home, 6)
     monkeypatch.setenv("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "1024")
-    seen = []
-    real = handler.plan
-
-    def spy(*args, **kwargs):
-        seen.append(kwargs["cover_cpu_seconds"])
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(handler, "plan", spy)
+    seen = spy_on_plan(monkeypatch, "cover_cpu_seconds")
     first = run(settings(home), lambda: 100_000, now=NOW)
     assert len(first["started"]) == 4 and desired() == 2  # the plan is made and acted on as before
     assert seen == [pytest.approx((100 - ACT_RESERVE_MS / 1000) * 1024 / 1769 / 2)]
@@ -170,14 +175,7 @@ def test_a_run_plans_with_the_runtimes_of_the_newest_finished_jobs(home, monkeyp
                           now=start, runs=1)
         ledger.transition(job_id, L.SUCCEEDED, expect_states=[L.RUNNING], expect_attempt=1, reason="exit code 0",
                           now=start + 60 * (n + 1))
-    seen = []
-    real = handler.plan
-
-    def spy(*args, **kwargs):
-        seen.append(kwargs["runtime_prior"])
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(handler, "plan", spy)
+    seen = spy_on_plan(monkeypatch, "runtime_prior")
     summary = run(settings(home), lambda: 100_000, now=NOW)
     assert seen == [RuntimePrior(tuple(60.0 * (n + 1) for n in range(PRIOR_MIN_RUNS)))]
     assert summary["runtime_prior_runs"] == PRIOR_MIN_RUNS and summary["errors"] == []

@@ -66,8 +66,8 @@ SETTLE_S = 120.0
 class Timing:
     """What duration-aware packing needs: the time, the hourly price of the cheapest instance the job could
     have alone (None: no fleet below its cap holds it), the boot such an instance would take first, and
-    whether any job of the plan has a runtime belief (if none has, machines' ends are not tracked: only
-    dear room is asked), and the machines the release stage could give back once empty (`givable`: the
+    whether machines' ends are tracked (a job of the plan has a runtime belief, or there is a prior; if
+    neither, only dear room is asked), and the machines the release stage could give back once empty (`givable`: the
     kept-machine rule judges only those; one a group's minimum or `mlfleet:keep-alive` holds is paid for
     anyway), and the environment's runtime prior for jobs without a belief (None: such jobs are judged by
     dear room alone)."""

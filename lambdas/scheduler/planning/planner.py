@@ -30,8 +30,8 @@ from .model import ADMISSION_CLOSED, Fleet, JobRequest, Limits, Machine, Plan, S
 from .moves import RunningJob, propose_moves
 from .packer import Timing
 from .purchase import purchase
-from .runtimes import RuntimePrior
 from .release import ReleasePolicy, givable, propose_releases
+from .runtimes import RuntimePrior
 from .shares import Shares, offer_jobs
 
 # Scale-out to a machine ECS can place on, when the caller does not say (the benchmark's default too).

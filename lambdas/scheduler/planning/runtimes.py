@@ -17,7 +17,7 @@ running job without a belief is expected to end (the median of the finished runs
 so far), so that a machine's end is known even where some of its jobs have no belief, and how long a
 job without a belief is expected to outlast a machine's other jobs (packer.py). Without it, a machine
 holding such a job had no known end, and a one-GPU job of unknown runtime took room on a g6.48xlarge
-($5.51/h) whose other jobs were ending, then kept it up alone for 566 hours (seed 8 of the shared trace:
+($5.51/h) whose other jobs were ending, then kept it up for 566 hours (seed 8 of the shared trace:
 docs/scheduler-benchmark.md, "What other jobs took").
 """
 
