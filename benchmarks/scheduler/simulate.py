@@ -195,6 +195,16 @@ def completion_chance(duration_s: float, checkpoint_s: float | None, rate_per_ho
     return chance[0]
 
 
+@dataclass(frozen=True)
+class Finished:
+    """A completed job, as the ledger shows it to the scheduler: its submission, when it was submitted
+    (`submitted_at`), its whole work, and its last run (`run_seconds`: a resumed job's is only the rest)."""
+    submission_id: str
+    submitted_at: float
+    work_s: float
+    last_run_s: float
+
+
 @dataclass
 class JobState:
     job: TraceJob
@@ -243,9 +253,7 @@ class Simulation:
         self.waiting: dict[str, JobState] = {}  # arrival order
         self.boxes: list[Box] = []
         self.alive: dict[int, Box] = {}  # boxes not terminated, in launch order
-        self.finished: list[tuple[str, float]] = []  # (submission, seconds of work) of completed jobs
-        # (submitted at, seconds of its last run) of completed jobs: the ledger's `submitted_at` and `run_seconds`
-        self.finished_runs: list[tuple[float, float]] = []
+        self.finished: list[Finished] = []  # completed jobs, in the order they completed
         self.now = 0.0
         self._events: list = []
         self._seq = itertools.count()
@@ -325,8 +333,8 @@ class Simulation:
         self._stop(state)
         state.state = "completed"
         state.progress = state.job.duration_s
-        self.finished.append((state.job.submission_id, state.job.duration_s))
-        self.finished_runs.append((state.job.submit_s, self.now - state.started))
+        self.finished.append(Finished(state.job.submission_id, state.job.submit_s, state.job.duration_s,
+                                      self.now - state.started))
         self.strategy.after_job(self, box)
         if self.waiting:
             self.request_run()

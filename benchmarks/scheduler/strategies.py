@@ -220,11 +220,11 @@ class MlfleetStrategy(_Reaped):
             if due <= now:  # its task has stopped: the job-events function requeues it, attempt not counted
                 del self.under_way[job_id]
                 sim.requeue(sim.jobs[job_id], "moved into room on another machine")
-        for submission, seconds in sim.finished[self._finished_seen:]:
-            self.siblings.setdefault(submission, []).append(seconds)
-        if self.runtimes and len(sim.finished) > self._finished_seen:
-            for run in sim.finished_runs[self._finished_seen:]:
-                bisect.insort(self._runs_by_submit, run)
+        new = sim.finished[self._finished_seen:]
+        for done in new:
+            self.siblings.setdefault(done.submission_id, []).append(done.work_s)
+            bisect.insort(self._runs_by_submit, (done.submitted_at, done.last_run_s))
+        if self.runtimes and new:
             self.prior = RuntimePrior.of(seconds for _, seconds in self._runs_by_submit[-PRIOR_RUNS:])
         self._finished_seen = len(sim.finished)
         usable, coming = sim.usable_boxes(), sim.coming_boxes()

@@ -482,9 +482,13 @@ class Ledger:
         if since is not None:
             condition += " AND submitted_at >= :since"
             values[":since"] = _serializer.serialize(_to_dynamo(float(since)))
+        # ScanIndexForward false walks the index's sort key (submitted_at) descending; Limit bounds the items
+        # a page evaluates, so a limited read costs what it returns, not a 1 MB page (botocore's DynamoDB
+        # model, Query: ScanIndexForward, Limit).
+        paging = {"PaginationConfig": {"PageSize": limit}} if limit is not None else {}
         for record in self._query(IndexName=BY_STATE, KeyConditionExpression=condition,
                                   ExpressionAttributeNames={"#state": "state"},
-                                  ExpressionAttributeValues=values, ScanIndexForward=not newest_first):
+                                  ExpressionAttributeValues=values, ScanIndexForward=not newest_first, **paging):
             records.append(record)
             if limit is not None and len(records) >= limit:
                 break

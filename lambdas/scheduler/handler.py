@@ -433,11 +433,12 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
                       action="machines' busy-until unknown this run"):
             running = {r.job_id: r for r in ledger.by_state(L.RUNNING)}
     beliefs = runtime_beliefs(ledger, [*pending, *running.values()], summary["errors"])
-    prior = runtime_prior(ledger, summary["errors"])
     in_view = list(machines.values())
     boot_s = releases.boot_seconds(in_view) or releases.UNMEASURED_BOOT_S
     no_sharing = fleets_without_gpu_sharing(in_view, catalog)
     requests = plannable(pending, regions(fleets), beliefs, quarantine, now.timestamp(), summary)
+    # Only live placement uses it (machines' ends and jobs without a belief): read when there is a job to place.
+    prior = runtime_prior(ledger, summary["errors"]) if requests or spare else None
     # A fleet whose breaker is open may not grow: its cap is what it already has.
     plan_fleets = [Fleet(region=fv.config.region, fleet=fv.config.fleet, asg_name=fv.config.asg_name,
                          instance_types=fv.config.instance_types, current_instances=fv.current_instances,

@@ -50,9 +50,14 @@ def test_the_prior_is_what_the_newest_succeeded_jobs_ran(ledger, monkeypatch):
         run_to_success(ledger, job_id, started=100_000.0, seconds=60.0 * (n + 1))
     submit(ledger, "sub-20261124191103-0c0c0c", 5, submitted_at=95_000.0)  # queued: no run
     assert [r.job_id for r in ledger.by_state(L.SUCCEEDED, limit=3, newest_first=True)] == new[::-1][:3]
+    queries = []
+    ledger.dynamodb.meta.events.register("provide-client-params.dynamodb.Query",
+                                         lambda params, **_: queries.append(params))
     errors: list[dict] = []
     prior = beliefs.runtime_prior(ledger, errors)
     assert errors == [] and prior == RuntimePrior(tuple(60.0 * (n + 1) for n in range(PRIOR_MIN_RUNS)))
+    # One query, newest first, each page no larger than what is kept (botocore validates the parameters).
+    assert [(q["ScanIndexForward"], q["Limit"]) for q in queries] == [(False, PRIOR_MIN_RUNS)]
 
 
 def test_too_few_finished_jobs_or_an_unreadable_ledger_give_no_prior(ledger, home):

@@ -166,7 +166,7 @@ def test_a_run_plans_with_the_runtimes_of_the_newest_finished_jobs(home, monkeyp
     build_fleet(size=1)
     open_admission()
     ledger = L.Ledger(boto3.client("dynamodb", HOME), home["table"])
-    finished = queue_jobs(home, PRIOR_MIN_RUNS)
+    *finished, _queued = queue_jobs(home, PRIOR_MIN_RUNS + 1)  # one left queued: a job to place
     start = NOW.timestamp() - 7_200
     for n, job_id in enumerate(finished):
         ledger.transition(job_id, L.STARTING, expect_states=[L.QUEUED], expect_attempt=0, reason="placed",
@@ -179,3 +179,13 @@ def test_a_run_plans_with_the_runtimes_of_the_newest_finished_jobs(home, monkeyp
     summary = run(settings(home), lambda: 100_000, now=NOW)
     assert seen == [RuntimePrior(tuple(60.0 * (n + 1) for n in range(PRIOR_MIN_RUNS)))]
     assert summary["runtime_prior_runs"] == PRIOR_MIN_RUNS and summary["errors"] == []
+
+
+def test_a_run_with_nothing_to_place_reads_no_runtime_prior(home, monkeypatch):
+    build_fleet(size=1)
+    open_admission()
+    calls = []
+    monkeypatch.setattr(handler, "runtime_prior", lambda *args: calls.append(args))
+    seen = spy_on_plan(monkeypatch, "runtime_prior")
+    summary = run(settings(home), lambda: 100_000, now=NOW)
+    assert calls == [] and seen in ([], [None]) and summary["runtime_prior_runs"] == 0
