@@ -4,6 +4,7 @@ together share a machine; a long job does not pin a big machine that short jobs 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -11,6 +12,9 @@ from hypothesis import strategies as st
 
 from lambdas.common.catalog import load_catalog
 from lambdas.scheduler.planning import Fleet, JobRequest, Limits, Machine, ReleasePolicy, RuntimeEstimate, plan
+from lambdas.scheduler.planning.constraints import Patterns
+from lambdas.scheduler.planning.fleets import purchase_options
+from lambdas.scheduler.planning.purchase import host_hourly
 from lambdas.scheduler.planning.runtimes import RuntimePrior
 
 CATALOG = load_catalog()
@@ -224,6 +228,50 @@ def test_a_host_is_valued_full_of_at_most_four_jobs_like_its_own():
     five = plan([job(f"week-{n}", runtime_h=168, **shape) for n in range(5)], [], fleets, CATALOG, LIMITS, now=NOW)
     assert [(s.fleet, s.add_instances) for s in five.scale_outs] == [("g4dn.metal", 1)]
 
+
+
+def test_a_long_job_is_weighed_against_the_host_it_would_be_bought_not_a_box_of_its_own():
+    """A job believed to run 3,600 hours and a g4dn.12xlarge host with room whose jobs end in 300: keeping
+    the host up 3,300 hours longer costs more than twice the job's own g4dn.4xlarge, which the rule used to
+    weigh, so it declined the room, and the purchase bought the job a second g4dn.12xlarge host, whose whole
+    price then ran for all of its runtime (seed 6 of the shared trace: one ran 937 hours with one job)."""
+    fleets = [fleet("g4dn.4xlarge"), fleet("g4dn.12xlarge", 1), fleet("g5.48xlarge", 1)]
+    shape = dict(vcpus=12, memory_mib=16 * 1024)
+    price = {t: CATALOG.get(t).spot_price("us-east-1") for t in ("g4dn.4xlarge", "g4dn.12xlarge", "g5.48xlarge")}
+    assert price["g4dn.12xlarge"] * (3600 - 300) > 2 * price["g4dn.4xlarge"] * 3600  # declined by its own box
+    host = machine("host", "g4dn.12xlarge", free_gpus=3, busy_h=300)
+    assert placed(plan([job("long", runtime_h=3600, **shape)], [host], fleets, CATALOG, LIMITS, now=NOW)) == \
+        {"long": "host"}
+    # Room dearer than the host it would be bought is still declined: it gets that host instead.
+    dear = machine("dear", "g5.48xlarge", free_gpus=7, busy_h=300)
+    result = plan([job("long", runtime_h=3600, **shape)], [dear], fleets, CATALOG, LIMITS, now=NOW)
+    assert placed(result) == {} and [(s.fleet, s.add_instances) for s in result.scale_outs] == \
+        [("g4dn.12xlarge", 1)]
+    # A job the purchase buys no host for (40 hours) is still weighed against a box of its own.
+    soon = machine("soon", "g4dn.12xlarge", free_gpus=3, busy_h=1)
+    result = plan([job("days", runtime_h=40, **shape)], [soon], fleets, CATALOG, LIMITS, now=NOW)
+    assert placed(result) == {} and [(s.fleet, s.add_instances) for s in result.scale_outs] == \
+        [("g4dn.4xlarge", 1)]
+
+
+HOST_TYPES = ["g4dn.xlarge", "g4dn.2xlarge", "g4dn.4xlarge", "g4dn.8xlarge", "g4dn.12xlarge", "g4dn.metal",
+              "g5.12xlarge", "g5.48xlarge", "p3.8xlarge"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(gpus=st.integers(1, 8), vcpus=st.integers(1, 96), memory_gib=st.integers(1, 400),
+       types=st.lists(st.sampled_from(HOST_TYPES), min_size=1, max_size=5, unique=True))
+def test_the_host_the_live_stage_weighs_is_the_one_the_purchase_buys(gpus, vcpus, memory_gib, types):
+    long = job("long", runtime_h=200, gpus=gpus, vcpus=vcpus, memory_mib=memory_gib * 1024)
+    fleets = [fleet(t) for t in types]
+    options = purchase_options(fleets, CATALOG, {})
+    weighed = host_hourly(long, options, Patterns())
+    bought = plan([long], [], fleets, CATALOG, LIMITS, now=NOW).scale_outs
+    if bought:  # scale-outs give their price to four decimals
+        assert len(bought) == 1 and bought[0].add_instances == 1 and weighed == pytest.approx(bought[0].hourly_usd, abs=5e-5)
+    else:
+        assert weighed is None
+    assert host_hourly(replace(long, runtime=RuntimeEstimate(40 * HOUR, 0.3)), options, Patterns()) is None
 
 BOOT_S = 180.0
 

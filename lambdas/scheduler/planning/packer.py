@@ -9,9 +9,13 @@ limits what one reclaimed pool takes down). Ties go to the cheaper GPU-hour, the
 With runtimes (`Timing`): jobs that will end together share a machine. A job that would keep a machine
 up past the end of its current jobs costs that machine's price for the extension (for an empty machine,
 for the job's whole runtime: the machine would be released otherwise). The extension's cost, relative
-to buying an instance for the job alone, lowers the fitness; past DECLINE_FACTOR times that purchase
-the machine is declined, and the job goes on to the later stages. A job that ends before the machine's
-other jobs costs nothing extra: it fills room already paid for.
+to what the purchase stage would buy for the job instead, lowers the fitness; past DECLINE_FACTOR times
+that purchase the machine is declined, and the job goes on to the later stages. A job that ends before
+the machine's other jobs costs nothing extra: it fills room already paid for. What the purchase would buy
+is an instance of the job's own, or, for a job it buys hosts for (purchase.py, HOST_CLASS), the whole
+host: compared with a box of its own, a week-long job declined a g4dn.12xlarge host that had room and
+was bought a second g4dn.12xlarge, which ran 937 hours with it alone (seed 6 of the shared trace:
+docs/scheduler-benchmark.md, "Long jobs into hosts' room").
 
 A job without a runtime belief is judged the same way with the environment's prior (runtimes.py,
 `RuntimePrior`) where its share of the machine's price (below) costs more than a box of its own: its
@@ -70,18 +74,27 @@ class Timing:
     neither, only dear room is asked), and the machines the release stage could give back once empty (`givable`: the
     kept-machine rule judges only those; one a group's minimum or `mlfleet:keep-alive` holds is paid for
     anyway), and the environment's runtime prior for jobs without a belief (None: such jobs are judged by
-    dear room alone)."""
+    dear room alone), and the hourly price of the host the purchase would buy for a job it buys hosts for
+    (`host_hourly`, None for other jobs)."""
     now: float
     alone_hourly: Callable[[JobRequest], float | None]
     boot_s: float
     runtimes: bool = True
     givable: frozenset[str] = frozenset()
     prior: RuntimePrior | None = None
+    host_hourly: Callable[[JobRequest], float | None] = lambda job: None
 
     def alone_usd(self, job: JobRequest, runtime_s: float) -> float | None:
         """What the job would cost on an instance bought for it alone, for `runtime_s` and a boot ($)."""
         price = self.alone_hourly(job)
         return None if price is None else price * (runtime_s + self.boot_s) / HOUR
+
+    def bought_usd(self, job: JobRequest, runtime_s: float) -> float | None:
+        """What the purchase stage would buy for the job instead, for `runtime_s` and a boot ($): the whole
+        host it buys for a long job (its other room is a bet on jobs to come, as the room of the machine the
+        job would extend is), else an instance of its own."""
+        host = self.host_hourly(job)
+        return self.alone_usd(job, runtime_s) if host is None else host * (runtime_s + self.boot_s) / HOUR
 
 
 def share_hourly(job: JobRequest, capacity: Resources, gpu_memory: int, price_per_hour: float) -> float:
@@ -303,7 +316,7 @@ class Packer:
             return 0.0
         if extension <= 0:
             return 0.0
-        alternative = timing.alone_usd(job, runtime_s)
+        alternative = timing.bought_usd(job, runtime_s)
         if not alternative:  # nothing to buy instead: never declined, the share of its runtime it extends
             return EXTENSION_WEIGHT * min(1.0, extension / max(1.0, runtime_s))
         ratio = extension * bin_.machine.price_per_hour / HOUR / alternative

@@ -29,7 +29,7 @@ from .live import place_live
 from .model import ADMISSION_CLOSED, Fleet, JobRequest, Limits, Machine, Plan, ScaleOut, held_by_a_cap
 from .moves import RunningJob, propose_moves
 from .packer import Timing
-from .purchase import purchase
+from .purchase import HOST_CLASS, host_hourly, purchase, runtime_class
 from .release import ReleasePolicy, givable, propose_releases
 from .runtimes import RuntimePrior
 from .shares import Shares, offer_jobs
@@ -92,7 +92,7 @@ def plan(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: Sequen
     timing = Timing(now, _cheapest_alone(options, patterns), boot_s,
                     runtimes=runtime_prior is not None or any(j.runtime for j in ordered),
                     givable=givable(open_machines, fleets, catalog) if release is not None and not headroom_on
-                    else frozenset(), prior=runtime_prior)
+                    else frozenset(), prior=runtime_prior, host_hourly=_host_hourly(options, patterns, fallbacks))
     # Placeholders come after every real job in each stage: they take only the room real jobs leave.
     spare = {j.job_id for j in headroom}
     placements, unplaced, room = place_live([*ordered, *headroom], open_machines, catalog, patterns, timing, moving)
@@ -142,6 +142,24 @@ class _Lazy:
         if not self._done:
             self._value, self._done = self._compute(), True
         return self._value
+
+
+def _host_hourly(options: Callable[[], Sequence[Option]], patterns: Patterns,
+                 no_hosts: Mapping[str, JobRequest]) -> Callable[[JobRequest], float | None]:
+    """$/h of the host the purchase would buy for a job it buys hosts for, among the fleets whose caps allow
+    one more; None for other jobs (and for those the lifecycle stage sent on-demand: they get no hosts).
+    Memoized per constraints and size."""
+    hosts: dict[tuple, float | None] = {}
+    open_options = _Lazy(lambda: [o for o in options() if o.room > 0])
+
+    def price(job: JobRequest) -> float | None:
+        if job.job_id in no_hosts or runtime_class(job) < HOST_CLASS:
+            return None
+        key = (constraint_key(job), demand_of(job), job.gpu_memory_mib)
+        if key not in hosts:
+            hosts[key] = host_hourly(job, open_options(), patterns)
+        return hosts[key]
+    return price
 
 
 def _cheapest_alone(options: Callable[[], Sequence[Option]],

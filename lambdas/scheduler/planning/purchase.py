@@ -148,6 +148,23 @@ def _worth(prices: Sequence[float], amounts: Sequence[float]) -> float:
     return sum(p * n for p, n in zip(prices, amounts)) + 1e-9 * (amounts[0] + amounts[1] / 8 + amounts[2] / 65536)
 
 
+def _host_rank(option: Option, need: Resources, jobs: int) -> tuple:
+    """How hosts are chosen, best first: the jobs like the first a box holds per dollar, counting at most
+    HOST_MAX_JOBS of them (those still to come are a bet) or the `jobs` the purchase has, if more (no bet)."""
+    copies = min(_copies(have, n) for have, n in zip(option.capacity, need) if n)
+    return (-min(copies, max(HOST_MAX_JOBS, jobs)) / max(option.price, 1e-9), option.price, option.fleet.region,
+            option.fleet.fleet)
+
+
+def host_hourly(job: JobRequest, options: Sequence[Option], patterns: Patterns) -> float | None:
+    """$/h of the host the purchase would buy for this job alone, if it buys hosts for it (a runtime belief
+    of HOST_CLASS or longer); None otherwise, or where no fleet holds it."""
+    if runtime_class(job) < HOST_CLASS:
+        return None
+    able = [o for o in options if o.holds(job) and may_run(job, o, patterns)]
+    return min(able, key=lambda o: _host_rank(o, demand_of(job), 1)).price if able else None
+
+
 def _copies(have: float, need: float) -> int:
     """How many `need` fit in `have`, exactly (a float quotient may round up past the capacity)."""
     count = int(have // need)
@@ -350,12 +367,9 @@ class _Purchase:
         best = None
         if self.host:  # valued full of jobs like this one: later long jobs fill it on the live stage
             for i in sorted(kind.options):
-                option = self.options[i]
                 if not self.affordable(i):
                     continue
-                copies = min(_copies(have, need) for have, need in zip(option.capacity, kind.need) if need)
-                value = kind.value * min(copies, max(HOST_MAX_JOBS, kind.left))  # the jobs here are no bet
-                key = (-value / max(option.price, 1e-9), option.price, option.fleet.region, option.fleet.fleet)
+                key = _host_rank(self.options[i], kind.need, kind.left)
                 if best is None or key < best[0]:
                     best = (key, i, {id(kind): 1})
             return (best[1], best[2]) if best else None
