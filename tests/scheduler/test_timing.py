@@ -229,12 +229,12 @@ def test_a_host_is_valued_full_of_at_most_four_jobs_like_its_own():
     assert [(s.fleet, s.add_instances) for s in five.scale_outs] == [("g4dn.metal", 1)]
 
 
-
 def test_a_long_job_is_weighed_against_the_host_it_would_be_bought_not_a_box_of_its_own():
     """A job believed to run 3,600 hours and a g4dn.12xlarge host with room whose jobs end in 300: keeping
     the host up 3,300 hours longer costs more than twice the job's own g4dn.4xlarge, which the rule used to
     weigh, so it declined the room, and the purchase bought the job a second g4dn.12xlarge host, whose whole
-    price then ran for all of its runtime (seed 6 of the shared trace: one ran 937 hours with one job)."""
+    price then ran for all of its runtime (seed 6 of the shared trace, where the first host then ran 937
+    hours with its one job)."""
     fleets = [fleet("g4dn.4xlarge"), fleet("g4dn.12xlarge", 1), fleet("g5.48xlarge", 1)]
     shape = dict(vcpus=12, memory_mib=16 * 1024)
     price = {t: CATALOG.get(t).spot_price("us-east-1") for t in ("g4dn.4xlarge", "g4dn.12xlarge", "g5.48xlarge")}
@@ -268,10 +268,12 @@ def test_the_host_the_live_stage_weighs_is_the_one_the_purchase_buys(gpus, vcpus
     weighed = host_hourly(long, options, Patterns())
     bought = plan([long], [], fleets, CATALOG, LIMITS, now=NOW).scale_outs
     if bought:  # scale-outs give their price to four decimals
-        assert len(bought) == 1 and bought[0].add_instances == 1 and weighed == pytest.approx(bought[0].hourly_usd, abs=5e-5)
+        assert len(bought) == 1 and bought[0].add_instances == 1
+        assert weighed == pytest.approx(bought[0].hourly_usd, abs=5e-5)
     else:
         assert weighed is None
     assert host_hourly(replace(long, runtime=RuntimeEstimate(40 * HOUR, 0.3)), options, Patterns()) is None
+
 
 BOOT_S = 180.0
 

@@ -13,9 +13,9 @@ to what the purchase stage would buy for the job instead, lowers the fitness; pa
 that purchase the machine is declined, and the job goes on to the later stages. A job that ends before
 the machine's other jobs costs nothing extra: it fills room already paid for. What the purchase would buy
 is an instance of the job's own, or, for a job it buys hosts for (purchase.py, HOST_CLASS), the whole
-host: compared with a box of its own, a week-long job declined a g4dn.12xlarge host that had room and
-was bought a second g4dn.12xlarge, which ran 937 hours with it alone (seed 6 of the shared trace:
-docs/scheduler-benchmark.md, "Long jobs into hosts' room").
+host: compared with a box of its own, a months-long job declined a g4dn.12xlarge host that had room and
+was bought a second g4dn.12xlarge, while the first ran 937 hours with its one job (seed 6 of the shared
+trace: docs/scheduler-benchmark.md, "Long jobs into hosts' room").
 
 A job without a runtime belief is judged the same way with the environment's prior (runtimes.py,
 `RuntimePrior`) where its share of the machine's price (below) costs more than a box of its own: its
