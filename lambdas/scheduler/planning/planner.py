@@ -147,32 +147,29 @@ class _Lazy:
 def _host_hourly(options: Callable[[], Sequence[Option]], patterns: Patterns,
                  no_hosts: Mapping[str, JobRequest]) -> Callable[[JobRequest], float | None]:
     """$/h of the host the purchase would buy for a job it buys hosts for, among the fleets whose caps allow
-    one more; None for other jobs (and for those the lifecycle stage sent on-demand: they get no hosts).
-    Memoized per constraints and size."""
-    hosts: dict[tuple, float | None] = {}
-    open_options = _Lazy(lambda: [o for o in options() if o.room > 0])
-
-    def price(job: JobRequest) -> float | None:
-        if job.job_id in no_hosts or runtime_class(job) < HOST_CLASS:
-            return None
-        key = (constraint_key(job), demand_of(job), job.gpu_memory_mib)
-        if key not in hosts:
-            hosts[key] = host_hourly(job, open_options(), patterns)
-        return hosts[key]
-    return price
+    one more; None for other jobs (and for those the lifecycle stage sent on-demand: they get no hosts)."""
+    host = _per_size(options, lambda job, open_options: host_hourly(job, open_options, patterns))
+    return lambda job: None if job.job_id in no_hosts or runtime_class(job) < HOST_CLASS else host(job)
 
 
 def _cheapest_alone(options: Callable[[], Sequence[Option]],
                     patterns: Patterns) -> Callable[[JobRequest], float | None]:
     """$/h of the cheapest fleet that may run a job on an instance of its own and whose cap allows one more
     (None when none can: then no live machine is declined for being dearer than buying, since nothing
-    can be bought and the job would only wait). Memoized per constraints and size."""
-    cheapest: dict[tuple, float | None] = {}
+    can be bought and the job would only wait)."""
+    return _per_size(options, lambda job, open_options: cheapest_alone(job, open_options, patterns))
+
+
+def _per_size(options: Callable[[], Sequence[Option]],
+              price_of: Callable[[JobRequest, Sequence[Option]], float | None]) -> Callable[[JobRequest], float | None]:
+    """`price_of(job, the options whose caps allow one more instance)`, memoized per constraints and size:
+    all that a fleet's price for a job depends on."""
+    prices: dict[tuple, float | None] = {}
     open_options = _Lazy(lambda: [o for o in options() if o.room > 0])
 
     def price(job: JobRequest) -> float | None:
         key = (constraint_key(job), demand_of(job), job.gpu_memory_mib)
-        if key not in cheapest:
-            cheapest[key] = cheapest_alone(job, open_options(), patterns)
-        return cheapest[key]
+        if key not in prices:
+            prices[key] = price_of(job, open_options())
+        return prices[key]
     return price
