@@ -258,11 +258,14 @@ HOST_TYPES = ["g4dn.xlarge", "g4dn.2xlarge", "g4dn.4xlarge", "g4dn.8xlarge", "g4
               "g5.12xlarge", "g5.48xlarge", "p3.8xlarge"]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(gpus=st.integers(1, 8), vcpus=st.integers(1, 96), memory_gib=st.integers(1, 400),
-       types=st.lists(st.sampled_from(HOST_TYPES), min_size=1, max_size=5, unique=True))
-def test_the_host_the_live_stage_weighs_is_the_one_the_purchase_buys(gpus, vcpus, memory_gib, types):
-    long = job("long", runtime_h=200, gpus=gpus, vcpus=vcpus, memory_mib=memory_gib * 1024)
+       types=st.lists(st.sampled_from(HOST_TYPES), min_size=1, max_size=5, unique=True),
+       shared_mib=st.one_of(st.none(), st.integers(500, 23_000)))
+def test_the_host_the_live_stage_weighs_is_the_one_the_purchase_buys(gpus, vcpus, memory_gib, types, shared_mib):
+    """For jobs of whole GPUs and for jobs sharing one (`shared_mib` of its memory)."""
+    size = dict(gpus=gpus) if shared_mib is None else dict(gpus=0, gpu_memory_mib=shared_mib)
+    long = job("long", runtime_h=200, vcpus=vcpus, memory_mib=memory_gib * 1024, **size)
     fleets = [fleet(t) for t in types]
     options = purchase_options(fleets, CATALOG, {})
     weighed = host_hourly(long, options, Patterns())

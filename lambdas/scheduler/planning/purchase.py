@@ -162,7 +162,9 @@ def host_hourly(job: JobRequest, options: Sequence[Option], patterns: Patterns) 
     if runtime_class(job) < HOST_CLASS:
         return None
     able = [o for o in options if o.holds(job) and may_run(job, o, patterns)]
-    return min(able, key=lambda o: _host_rank(o, demand_of(job), 1)).price if able else None
+    # A job sharing a GPU is bought for as a one-GPU bundle (bundle_shared): alone, a whole GPU.
+    need = (1, job.vcpus, job.memory_mib) if job.shares_gpu else demand_of(job)
+    return min(able, key=lambda o: _host_rank(o, need, 1)).price if able else None
 
 
 def _copies(have: float, need: float) -> int:
