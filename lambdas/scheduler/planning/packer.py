@@ -84,17 +84,13 @@ class Timing:
     prior: RuntimePrior | None = None
     host_hourly: Callable[[JobRequest], float | None] = lambda job: None
 
-    def alone_usd(self, job: JobRequest, runtime_s: float) -> float | None:
-        """What the job would cost on an instance bought for it alone, for `runtime_s` and a boot ($)."""
-        price = self.alone_hourly(job)
-        return None if price is None else price * (runtime_s + self.boot_s) / HOUR
-
     def bought_usd(self, job: JobRequest, runtime_s: float) -> float | None:
         """What the purchase stage would buy for the job instead, for `runtime_s` and a boot ($): the whole
         host it buys for a long job (its other room is a bet on jobs to come, as the room of the machine the
-        job would extend is), else an instance of its own."""
+        job would extend is), else an instance of its own (None: nothing can be bought)."""
         host = self.host_hourly(job)
-        return self.alone_usd(job, runtime_s) if host is None else host * (runtime_s + self.boot_s) / HOUR
+        price = self.alone_hourly(job) if host is None else host
+        return None if price is None else price * (runtime_s + self.boot_s) / HOUR
 
 
 def share_hourly(job: JobRequest, capacity: Resources, gpu_memory: int, price_per_hour: float) -> float:
