@@ -148,6 +148,7 @@ def _host_hourly(options: Callable[[], Sequence[Option]], patterns: Patterns,
                  no_hosts: Mapping[str, JobRequest]) -> Callable[[JobRequest], float | None]:
     """$/h of the host the purchase would buy for a job it buys hosts for, among the fleets whose caps allow
     one more; None for other jobs (and for those the lifecycle stage sent on-demand: they get no hosts)."""
+    # The memo is per size, not per runtime: only jobs the purchase buys hosts for may reach it.
     host = _per_size(options, lambda job, open_options: host_hourly(job, open_options, patterns))
     return lambda job: None if job.job_id in no_hosts or runtime_class(job) < HOST_CLASS else host(job)
 

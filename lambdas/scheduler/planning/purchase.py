@@ -161,10 +161,10 @@ def host_hourly(job: JobRequest, options: Sequence[Option], patterns: Patterns) 
     of HOST_CLASS or longer); None otherwise, or where no fleet holds it."""
     if runtime_class(job) < HOST_CLASS:
         return None
-    able = [o for o in options if o.holds(job) and may_run(job, o, patterns)]
-    # A job sharing a GPU is bought for as a one-GPU bundle (bundle_shared): alone, a whole GPU.
-    need = (1, job.vcpus, job.memory_mib) if job.shares_gpu else demand_of(job)
-    return min(able, key=lambda o: _host_rank(o, need, 1)).price if able else None
+    # What the purchase buys for: a job sharing a GPU as its one-GPU bundle, any other job as it is.
+    bought = bundle_shared([job], options, patterns)[0][0]
+    able = [o for o in options if o.holds(bought) and may_run(bought, o, patterns)]
+    return min(able, key=lambda o: _host_rank(o, demand_of(bought), 1)).price if able else None
 
 
 def _copies(have: float, need: float) -> int:
