@@ -20,6 +20,7 @@ an mlfleet job needs at least one GPU. An openb pod is its own submission (the l
 from __future__ import annotations
 
 import csv
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -122,6 +123,8 @@ def _number(values: dict, column: str, line: int, kind=float, minimum=0.0):
         value = kind(float(raw)) if kind is int and float(raw).is_integer() else kind(raw)
     except (TypeError, ValueError):
         raise TraceError(f"line {line}, column {column}: {raw!r} is not a number") from None
+    if not math.isfinite(value):  # float() reads 'nan' and 'inf'; NaN compares false with every bound
+        raise TraceError(f"line {line}, column {column}: {raw!r} is not a finite number")
     if value < minimum:
         raise TraceError(f"line {line}, column {column}: {raw!r} is below {minimum}")
     return value

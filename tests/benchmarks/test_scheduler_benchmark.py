@@ -59,6 +59,9 @@ def test_plain_format_with_instance_type_column(tmp_path):
     ("submit_s,duration_s,gpus,vcpus,memory_mib\n0,60,one,4,8192\n", "line 2, column gpus: 'one' is not a number"),
     ("submit_s,duration_s,gpus,vcpus,memory_mib\n0,60,1,4,8192\n0,-5,1,4,8192\n", "line 3, column duration_s"),
     ("submit_s,duration_s,gpus,vcpus,memory_mib\n0,60,0,4,8192\n", "line 2, column gpus: '0' is below 1"),
+    ("submit_s,duration_s,gpus,vcpus,memory_mib\n0,nan,1,4,8192\n", "line 2, column duration_s: 'nan' is not a finite number"),
+    ("submit_s,duration_s,gpus,vcpus,memory_mib\n0,60,1,inf,8192\n", "line 2, column vcpus: 'inf' is not a finite number"),
+    ("submit_s,duration_s,gpus,vcpus,memory_mib\n-Infinity,60,1,4,8192\n", "line 2, column submit_s: '-Infinity' is not a finite"),
     ("submit_s,duration_s,gpus,vcpus,memory_mib,instance_type\n0,60,1,4,8192,g5.*\n0,60,1,4,8192,[g5\n",
      "line 3, column instance_type: '[g5' is not a regular expression"),
 ])
