@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from lambdas.scheduler.planning.model import RuntimeEstimate
 from lambdas.scheduler.planning.runtimes import (
     HINT_LOG_SIGMA, PRIOR_MIN_RUNS, SIBLING_HINT_LOG_SIGMA, SIBLING_LOG_SIGMA, FinishedRun, RuntimePrior, estimate,
-    estimates, expected_end, job_end,
+    estimates, expected_end, expected_excess_s, job_end,
 )
 
 
@@ -64,6 +64,45 @@ def test_expected_end_is_never_in_the_past_and_grows_with_elapsed_time(median, s
     later = expected_end(0.0, belief, elapsed + more)
     assert first >= elapsed and later >= elapsed + more
     assert later >= first - 1e-6 * max(1.0, first)
+
+
+def _excess_by_quadrature(median: float, sigma: float, horizon: float, steps: int = 40_000) -> float:
+    """E[max(0, T - horizon)], T = median * exp(sigma * Z), integrated over Z in [-10, 10] (midpoints)."""
+    width = 20.0 / steps
+    total = 0.0
+    for i in range(steps):
+        z = -10.0 + (i + 0.5) * width
+        total += max(0.0, median * math.exp(sigma * z) - horizon) * math.exp(-z * z / 2) * width
+    return total / math.sqrt(2 * math.pi)
+
+
+@pytest.mark.parametrize("median, sigma, horizon", [
+    (3600, 1.0, 3 * 3600),    # a job believed to end two hours before the machine's others
+    (3600, 0.3, 3 * 3600),    # the same, believed within a third: barely past
+    (3600, 1.0, 1800),        # its median past the horizon
+    (36_000, 2.0, 3600),
+    (60, 0.1, 30),
+])
+def test_the_expected_excess_is_the_log_normal_s_partial_expectation(median, sigma, horizon):
+    found = expected_excess_s(RuntimeEstimate(median, sigma), horizon)
+    assert found == pytest.approx(_excess_by_quadrature(median, sigma, horizon), rel=1e-3, abs=1e-6 * median)
+
+
+def test_the_expected_excess_beyond_a_past_horizon_is_the_mean_and_the_time_since():
+    belief = RuntimeEstimate(3600, 1.0)
+    mean = 3600 * math.exp(0.5)
+    assert expected_excess_s(belief, 0) == pytest.approx(mean)
+    assert expected_excess_s(belief, -600) == pytest.approx(mean + 600)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(1, 1e6), st.floats(0.01, 3), st.floats(1, 1e7), st.floats(0, 1e7))
+def test_the_expected_excess_shrinks_with_the_horizon_and_is_at_least_the_median_s(median, sigma, horizon, more):
+    belief = RuntimeEstimate(median, sigma)
+    first, later = expected_excess_s(belief, horizon), expected_excess_s(belief, horizon + more)
+    assert 0 <= later <= first + 1e-9 * max(1.0, first)
+    # Jensen: E[max(0, T - h)] >= max(0, E[T] - h) >= max(0, median - h), the log-normal's mean above its median.
+    assert first >= max(0.0, median - horizon) * (1 - 1e-9)
 
 
 def test_a_job_without_an_estimate_takes_the_median_of_its_siblings_estimates():

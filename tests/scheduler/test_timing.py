@@ -129,6 +129,27 @@ def test_dear_room_is_still_taken_where_the_job_surely_ends_first_or_nothing_els
     assert placed(plan([long_job], [p5], [fleet("g4dn.xlarge")], CATALOG, LIMITS, now=NOW)) == {}
 
 
+@pytest.mark.parametrize("sigma, placed_there", [
+    (0.3, True),    # surely done before the machine's other jobs: the room is paid for anyway
+    (1.0, False),   # "about an hour" may be three: 21 minutes expected past them, at $23.45/h
+])
+def test_dear_room_is_declined_where_the_belief_s_spread_makes_keeping_it_up_likely(sigma, placed_there):
+    """Median one hour, the p5.48xlarge's own jobs end in three. With the spread of a user's hint, the
+    extension expected (runtimes.expected_excess_s) costs many times the g4dn.xlarge it could have alone;
+    judged by its median alone, the job took that room and could keep a p5 up for hours (synthetic trace,
+    docs/scheduler-benchmark.md, "Why the synthetic trace stays above 0.93 ×")."""
+    p5 = machine("p5", "p5.48xlarge", free_gpus=4, busy_h=3)
+    request = replace(job("one-hour"), runtime=RuntimeEstimate(HOUR, sigma))
+    result = plan([request], [p5], [fleet("g4dn.xlarge")], CATALOG, LIMITS, now=NOW)
+    if placed_there:
+        assert placed(result) == {"one-hour": "p5"} and result.scale_outs == ()
+    else:
+        assert placed(result) == {} and [(s.fleet, s.add_instances) for s in result.scale_outs] == \
+            [("g4dn.xlarge", 1)]
+    # Where nothing can be bought instead, the room is taken whatever the spread.
+    assert placed(plan([request], [p5], [], CATALOG, LIMITS, now=NOW)) == {"one-hour": "p5"}
+
+
 def test_jobs_that_end_together_share_a_machine():
     # Two 8-GPU machines: "soon" is fuller but its jobs end in an hour; "late" runs for ten more hours.
     soon = machine("soon", free_gpus=2, busy_h=1)

@@ -11,7 +11,12 @@ up past the end of its current jobs costs that machine's price for the extension
 for the job's whole runtime: the machine would be released otherwise). The extension's cost, relative
 to what the purchase stage would buy for the job instead, lowers the fitness; past DECLINE_FACTOR times
 that purchase the machine is declined, and the job goes on to the later stages. A job that ends before
-the machine's other jobs costs nothing extra: it fills room already paid for. What the purchase would buy
+the machine's other jobs costs nothing extra: it fills room already paid for. But a belief is a spread,
+not a date: the machine is declined too where the extension the belief makes likely
+(runtimes.expected_excess_s) costs past DECLINE_FACTOR times the purchase. Judged by their medians alone,
+jobs that could run anywhere took the room of p5.48xlarge bought for jobs that could not, and kept them up
+after those ended ($797 of p5.48xlarge time on seed 3 of the synthetic trace: docs/scheduler-benchmark.md,
+"Why the synthetic trace stays above 0.93 ×"). What the purchase would buy
 is an instance of the job's own, or, for a job it buys hosts for (purchase.py, HOST_CLASS), the whole
 host: compared with a box of its own, a months-long job declined a g4dn.12xlarge host that had room and
 was bought a second g4dn.12xlarge, while the first ran 937 hours with its one job (seed 6 of the shared
@@ -51,7 +56,7 @@ from .constraints import (
     capacity_of, constraint_key, demand_of, fits, gpu_room, gpu_share, take_gpu, weighted_share,
 )
 from .model import JobRequest, Machine, Resources
-from .runtimes import RuntimePrior
+from .runtimes import RuntimePrior, expected_excess_s
 
 REBALANCE_PENALTY = 0.5  # below any healthy machine: used only when nothing else fits
 SWEEP_SPREAD_PENALTY = 0.1  # less than one GPU step on a 4-GPU machine (0.15): packing wins there
@@ -297,9 +302,11 @@ class Packer:
         timing = self._timing
         if timing is None or bin_.busy_until is None:
             return 0.0
+        expected = None  # with a belief: the extension its spread makes likely, not its median's
         if job.runtime is not None:
             runtime_s = job.runtime.seconds
             extension = max(0.0, timing.now + runtime_s - bin_.busy_until)
+            expected = expected_excess_s(job.runtime, bin_.busy_until - timing.now)
         elif timing.prior is not None:
             # Room whose share costs no more than a box of its own is a bargain even if the job outlasts
             # the others (dear room's view: the room will be shared); dearer room is judged by the prior.
@@ -310,13 +317,16 @@ class Packer:
             extension = timing.prior.excess_s(bin_.busy_until - timing.now)
         else:
             return 0.0
-        if extension <= 0:
+        if extension <= 0 and not expected:
             return 0.0
         alternative = timing.bought_usd(job, runtime_s)
         if not alternative:  # nothing to buy instead: never declined, the share of its runtime it extends
             return EXTENSION_WEIGHT * min(1.0, extension / max(1.0, runtime_s))
-        ratio = extension * bin_.machine.price_per_hour / HOUR / alternative
-        return None if ratio > DECLINE_FACTOR else EXTENSION_WEIGHT * ratio
+        # Declined where even the expected extension costs past DECLINE_FACTOR purchases: a job believed
+        # to end first may not, and on a dear machine the chance is dear. The fitness stays the median's.
+        if max(extension, expected or 0.0) * bin_.machine.price_per_hour / HOUR / alternative > DECLINE_FACTOR:
+            return None
+        return EXTENSION_WEIGHT * extension * bin_.machine.price_per_hour / HOUR / alternative
 
     def _dear_room(self, job: JobRequest, group: Group) -> bool:
         """Does the job's share of a machine of the group cost more than DECLINE_FACTOR times an instance of

@@ -124,6 +124,19 @@ def expected_end(started_at: float, belief: RuntimeEstimate, now: float) -> floa
     return started_at + max(elapsed, math.exp(mu + sigma * _NORMAL.inv_cdf(quantile)))
 
 
+def expected_excess_s(belief: RuntimeEstimate, horizon_s: float) -> float:
+    """How long a job is expected to run past `horizon_s` from its start, E[max(0, T - horizon)], for T
+    log-normal with the belief's median and sigma: the log-normal's partial expectation,
+    E[T; T > h] = exp(mu + sigma^2 / 2) * Phi(d1) with d1 = (mu + sigma^2 - ln h) / sigma, less h * P(T > h).
+    Where the median says a job ends first, its spread still says by how much it may not."""
+    mu, sigma = math.log(max(MIN_SECONDS, belief.seconds)), max(belief.log_sigma, 1e-3)
+    mean = math.exp(mu + sigma * sigma / 2)
+    if horizon_s <= 0:
+        return mean - horizon_s
+    d1 = (mu + sigma * sigma - math.log(horizon_s)) / sigma
+    return max(0.0, mean * _NORMAL.cdf(d1) - horizon_s * _NORMAL.cdf(d1 - sigma))
+
+
 def job_end(started_at: float, belief: RuntimeEstimate | None, prior: RuntimePrior | None, now: float) -> float | None:
     """When a running job is expected to end: by its belief, else by the environment's prior; None with
     neither."""
