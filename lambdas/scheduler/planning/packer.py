@@ -322,11 +322,14 @@ class Packer:
         alternative = timing.bought_usd(job, runtime_s)
         if not alternative:  # nothing to buy instead: never declined, the share of its runtime it extends
             return EXTENSION_WEIGHT * min(1.0, extension / max(1.0, runtime_s))
+        purchases_per_second = bin_.machine.price_per_hour / HOUR / alternative
         # Declined where even the expected extension costs past DECLINE_FACTOR purchases: a job believed
         # to end first may not, and on a dear machine the chance is dear. The fitness stays the median's.
-        if max(extension, expected or 0.0) * bin_.machine.price_per_hour / HOUR / alternative > DECLINE_FACTOR:
+        # The purchase is priced at the median, as before: for a wide belief the expectation weighs up to
+        # exp(sigma^2 / 2) more than it, which leans to buying (docs/scheduler-benchmark.md, "A belief is a spread").
+        if max(extension, expected or 0.0) * purchases_per_second > DECLINE_FACTOR:
             return None
-        return EXTENSION_WEIGHT * extension * bin_.machine.price_per_hour / HOUR / alternative
+        return EXTENSION_WEIGHT * extension * purchases_per_second
 
     def _dear_room(self, job: JobRequest, group: Group) -> bool:
         """Does the job's share of a machine of the group cost more than DECLINE_FACTOR times an instance of
