@@ -302,11 +302,12 @@ class Packer:
         timing = self._timing
         if timing is None or bin_.busy_until is None:
             return 0.0
-        expected = None  # with a belief: the extension its spread makes likely, not its median's
         if job.runtime is not None:
             runtime_s = job.runtime.seconds
             extension = max(0.0, timing.now + runtime_s - bin_.busy_until)
-            expected = expected_excess_s(job.runtime, bin_.busy_until - timing.now)
+            # What declines the machine: the extension the belief's spread makes expected, never below the
+            # median's (Jensen; the max only guards rounding).
+            judged = max(extension, expected_excess_s(job.runtime, bin_.busy_until - timing.now))
         elif timing.prior is not None:
             # Room whose share costs no more than a box of its own is a bargain even if the job outlasts
             # the others (dear room's view: the room will be shared); dearer room is judged by the prior.
@@ -314,10 +315,10 @@ class Packer:
             if not alone or share_hourly(job, bin_.capacity, bin_.gpu_memory, bin_.machine.price_per_hour) <= alone:
                 return 0.0
             runtime_s = timing.prior.mean_s
-            extension = timing.prior.excess_s(bin_.busy_until - timing.now)
+            extension = judged = timing.prior.excess_s(bin_.busy_until - timing.now)
         else:
             return 0.0
-        if extension <= 0 and not expected:
+        if judged <= 0:
             return 0.0
         alternative = timing.bought_usd(job, runtime_s)
         if not alternative:  # nothing to buy instead: never declined, the share of its runtime it extends
@@ -327,7 +328,7 @@ class Packer:
         # to end first may not, and on a dear machine the chance is dear. The fitness stays the median's.
         # The purchase is priced at the median, as before: for a wide belief the expectation weighs up to
         # exp(sigma^2 / 2) more than it, which leans to buying (docs/scheduler-benchmark.md, "A belief is a spread").
-        if max(extension, expected or 0.0) * purchases_per_second > DECLINE_FACTOR:
+        if judged * purchases_per_second > DECLINE_FACTOR:
             return None
         return EXTENSION_WEIGHT * extension * purchases_per_second
 

@@ -107,6 +107,11 @@ def estimates(hints: Mapping[str, float | None], submission_of: Mapping[str, str
     return found
 
 
+def _log_normal(belief: RuntimeEstimate) -> tuple[float, float]:
+    """The belief as the mean and sigma of log seconds (sigma kept off zero: a point belief divides by it)."""
+    return math.log(max(MIN_SECONDS, belief.seconds)), max(belief.log_sigma, 1e-3)
+
+
 def expected_end(started_at: float, belief: RuntimeEstimate, now: float) -> float:
     """When a running job is expected to end: the median of its runtime given it has run until `now`.
 
@@ -114,7 +119,7 @@ def expected_end(started_at: float, belief: RuntimeEstimate, now: float) -> floa
     is exp(mu + sigma * z) with z the normal quantile of 1 - S(elapsed) / 2.
     """
     elapsed = max(0.0, now - started_at)
-    mu, sigma = math.log(max(MIN_SECONDS, belief.seconds)), max(belief.log_sigma, 1e-3)
+    mu, sigma = _log_normal(belief)
     if elapsed <= 0:
         return started_at + belief.seconds
     survival = 1 - _NORMAL.cdf((math.log(max(MIN_SECONDS, elapsed)) - mu) / sigma)
@@ -129,7 +134,7 @@ def expected_excess_s(belief: RuntimeEstimate, horizon_s: float) -> float:
     log-normal with the belief's median and sigma: the log-normal's partial expectation,
     E[T; T > h] = exp(mu + sigma^2 / 2) * Phi(d1) with d1 = (mu + sigma^2 - ln h) / sigma, less h * P(T > h).
     Where the median says a job ends first, its spread still says by how much it may not."""
-    mu, sigma = math.log(max(MIN_SECONDS, belief.seconds)), max(belief.log_sigma, 1e-3)
+    mu, sigma = _log_normal(belief)
     mean = math.exp(mu + sigma * sigma / 2)
     if horizon_s <= 0:
         return mean - horizon_s
