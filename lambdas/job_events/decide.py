@@ -10,8 +10,11 @@ Events (forwarded from every fleet region to the home region's default bus):
     `mlfleet:rebalance-at=<time>` and the planner avoids it; the tag is removed again (undone) when no
     interruption followed within REBALANCE_TIMEOUT_MINUTES (the scheduled "Scheduled Event" check).
   - "ECS Task State Change": keeps the ledger true. What a stopped task means (the retry rules):
-      * the spot market took the machine (stopCode SpotInterruption or TerminationNotice), or the host
-        failed (stoppedReason "Host EC2 (instance ...) stopped/terminated."): requeued while attempts
+      * the spot market took the machine (stopCode SpotInterruption or TerminationNotice), the host
+        failed (stoppedReason "Host EC2 (instance ...) stopped/terminated."), or this function stopped
+        the task at the machine's spot notice (stopCode UserInitiated, stoppedReason NOTICE_STOP_REASON
+        and the instance: the notice stops every job task it finds in ECS, also one whose job it could
+        not requeue, its write failed or the ledger's index did not list it yet): requeued while attempts
         remain, whatever the exit code (a job that exits 0 on SIGTERM has not necessarily finished).
         If the job saved a checkpoint during that run (an object under its checkpoint location newer
         than the run's start), it gets its attempts back (`runs` 0): it made progress, and the machine,
@@ -64,6 +67,9 @@ USER_INITIATED = "UserInitiated"  # a StopTask call (botocore's ecs model, TaskS
 # ECS's stoppedReason when the instance under a task stopped or was terminated ("Host EC2 (instance
 # i-0abc) terminated."): the host failed, not the job.
 HOST_FAILURE_PREFIX = "Host EC2 (instance"
+# The reason this function gives StopTask at a spot notice, before the instance id (handler.py); ECS
+# reports it as the task's stoppedReason, with stopCode UserInitiated.
+NOTICE_STOP_REASON = "spot interruption of "
 
 
 # EC2 instance ids: i- and 8 (older) or 17 hexadecimal digits.
@@ -227,9 +233,16 @@ def is_move(event: TaskStateChange) -> bool:
     return event.stop_code == USER_INITIATED and event.stopped_reason.startswith(MOVED_REASON)
 
 
+def is_notice_stop(event: TaskStateChange) -> bool:
+    """This function stopped the task at its machine's spot notice (StopTask with NOTICE_STOP_REASON)."""
+    return event.stop_code == USER_INITIATED and event.stopped_reason.startswith(NOTICE_STOP_REASON)
+
+
 def machine_ended(event: TaskStateChange) -> bool:
-    """The task stopped because its machine went (the spot market, a host failure), not because of the job."""
-    return event.last_status == "STOPPED" and (event.stop_code in SPOT_STOP_CODES or is_host_failure(event))
+    """The task stopped because its machine went (the spot market, a host failure, the spot notice), not
+    because of the job."""
+    return event.last_status == "STOPPED" and (event.stop_code in SPOT_STOP_CODES or is_host_failure(event)
+                                               or is_notice_stop(event))
 
 
 def saved_during_run(record: JobRecord, checkpoint_saved_at: float | None) -> bool:
@@ -285,6 +298,8 @@ def decide_task_change(event: TaskStateChange, record: JobRecord | None, catalog
     if is_host_failure(event):
         return _after_run(record, f"host failure: {event.stopped_reason}", changes,
                           checkpoint_saved_at=checkpoint_saved_at)
+    if is_notice_stop(event):  # the notice stopped the task but could not requeue the job: done here
+        return _after_run(record, event.stopped_reason, changes, checkpoint_saved_at=checkpoint_saved_at)
     if is_move(event):
         return Decision(record.job_id, f"{event.stopped_reason}: requeued, attempt not counted", to_state=QUEUED,
                         expect_state=record.state, expect_attempt=record.attempt,
@@ -312,7 +327,7 @@ def decide_interruption(instance_id: str, records: Sequence[JobRecord], *, now: 
         if record.state not in (STARTING, RUNNING) or record.placement is None or record.placement.instance_id != instance_id:
             continue
         cost = run_cost(record, now, catalog) if now is not None and catalog is not None else None
-        decision = _after_run(record, f"spot interruption of {instance_id}", {"cost": cost} if cost else {},
+        decision = _after_run(record, f"{NOTICE_STOP_REASON}{instance_id}", {"cost": cost} if cost else {},
                               checkpoint_saved_at=(checkpoints_saved_at or {}).get(record.job_id))
         task = record.placement.task_arn
         decisions.append(Decision(**{**vars(decision), "stop_task": task}))

@@ -279,7 +279,7 @@ def interrupt(event: D.InstanceEvent, ledger: L.Ledger, settings: Settings, now:
             results.append(apply(decision, ledger, settings, placement.region, placement.cluster, now))
     for cluster, found in registrations.items():
         with per_item("stop-tasks-failed", failures, instance_id=event.instance_id, cluster=cluster):
-            stopped = _stop_job_tasks(ecs, cluster, found, f"spot interruption of {event.instance_id}")
+            stopped = _stop_job_tasks(ecs, cluster, found, f"{D.NOTICE_STOP_REASON}{event.instance_id}")
             if stopped:
                 log_decision("stop-tasks", instance_id=event.instance_id, cluster=cluster, tasks=stopped)
     # The jobs it ran, as read before this delivery requeued them (a delivery again finds none: declined).

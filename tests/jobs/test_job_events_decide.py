@@ -59,6 +59,11 @@ HOST_GONE = "Host EC2 (instance i-1) terminated."
     (task_event(exit_code=143, reason=HOST_GONE), record(), L.QUEUED, 1, False, None),
     (task_event(exit_code=None, reason=HOST_GONE), record(runs=3), L.FAILED, None, True, None),
     (task_event(exit_code=None, reason="CannotPullContainerError"), record(), L.QUEUED, 1, False, None),
+    # Stopped by job-events at the spot notice (which could not requeue the job): the machine ended the run.
+    (task_event(exit_code=143, stop_code="UserInitiated", reason="spot interruption of i-1"), record(), L.QUEUED, 1,
+     False, None),
+    (task_event(exit_code=0, stop_code="UserInitiated", reason="spot interruption of i-1"), record(runs=3), L.FAILED,
+     None, True, None),
     (task_event(exit_code=0), record(state=L.STARTING, runs=0), L.SUCCEEDED, None, False, None),
     (task_event(exit_code=1), record(state=L.STARTING, runs=0, max_attempts=1), L.FAILED, None, True, None),
     (task_event(attempt=1, exit_code=1), record(state=L.RUNNING, attempt=2), None, None, False, None),
@@ -83,7 +88,7 @@ def test_task_state_change(event, rec, to_state, message, dead, stop):
         assert decision.changes["exit_code"] == exit_code  # the record keeps the exit code of the run
     if dead:
         retryable = (exit_code in rec.spec.retry_on_exit_codes or exit_code is None or parsed.stop_code in
-                     D.SPOT_STOP_CODES or D.is_host_failure(parsed))
+                     D.SPOT_STOP_CODES or D.is_host_failure(parsed) or D.is_notice_stop(parsed))
         assert ("attempts exhausted" if retryable else "not retried") in decision.reason
         if not retryable:
             assert decision.reason.startswith(f"exit code {exit_code}") and decision.changes["runs"] == rec.runs + (

@@ -90,8 +90,9 @@ def test_an_undecodable_record_on_an_interrupted_instance_is_quarantined_and_the
     assert ecs.describe_tasks(cluster=CLUSTER, tasks=[task])["tasks"][0]["desiredStatus"] == "STOPPED"
 
 
-def _running_job(home, started_at: float) -> tuple[L.Ledger, str, str, str]:
-    """A job RUNNING on the fleet's one machine since `started_at` (its RUNNING reason), and its task."""
+def _running_job(home, started_at: float, runs: int = 2) -> tuple[L.Ledger, str, str, str]:
+    """A job RUNNING on the fleet's one machine since `started_at` (its RUNNING reason), with `runs` of its
+    2 attempts used, and its task."""
     (instance_id, arn), = build_fleet(size=1).items()
     spec = parse_spec({"image": "ghcr.io/team/train:1", "command": ["python", "train.py"], "gpus": 1, "vcpus": 1,
                        "memory_mib": 1024, "checkpoint_interval_minutes": 30}, fleet_regions=(HOME,),
@@ -102,7 +103,7 @@ def _running_job(home, started_at: float) -> tuple[L.Ledger, str, str, str]:
     record = L.new_record(job, started_at - 60)
     ledger = L.Ledger(aws_client("dynamodb", HOME), home["table"])
     assert ledger.put_new(L.JobRecord(**{
-        **vars(record), "state": L.RUNNING, "attempt": 1, "runs": 2, "placement": L.Placement(
+        **vars(record), "state": L.RUNNING, "attempt": 1, "runs": runs, "placement": L.Placement(
             HOME, "gpu1", CLUSTER, arn, instance_id, "g5.12xlarge", task),
         "reasons": ({"state": L.RUNNING, "at": started_at, "reason": "task running"},)}))
     return ledger, job.job_id, task, instance_id
@@ -172,3 +173,35 @@ def test_a_listing_of_an_unexpected_shape_counts_the_attempt_and_the_interruptio
     result = job_events.handle(event, settings(home, account_id=ACCOUNT))
     assert result["errors"] == 0
     assert (ledger.get(job_id).state, ledger.get(job_id).runs) == (L.FAILED, 2)
+
+
+@pytest.mark.parametrize("exit_code", [143, 0], ids=["sigterm", "exit-0-after-saving"])
+def test_the_stop_of_a_task_at_a_spot_notice_requeues_its_job_when_the_notice_could_not(home, faults, exit_code):
+    """The race: the notice stops every job task on the instance (found from ECS), also the task of a job
+    it could not requeue (its ledger write throttled; or a job the ledger's index did not list yet). ECS
+    then reports that task STOPPED (stop code UserInitiated, the notice's reason) while the ledger still
+    holds the run. It was judged by its exit code: 143 from SIGTERM FAILED and dead-lettered the job
+    (not in retry_on_exit_codes), 0 marked it SUCCEEDED unfinished. The machine ended that run: the job
+    goes back to the queue, once, and the notice's delivery again changes nothing."""
+    ledger, job_id, task, instance_id = _running_job(home, started_at=1.0, runs=1)
+    notice = {"detail-type": "EC2 Spot Instance Interruption Warning", "region": HOME, "time": NOW_ISO,
+              "detail": {"instance-id": instance_id, "instance-action": "terminate"}}
+    with faults.active(("dynamodb", "PutItem"), "throttle"), pytest.raises(job_events.RetryLater):
+        job_events.handle(notice, settings(home))
+    ecs = aws_client("ecs", HOME)
+    (stopped,) = ecs.describe_tasks(cluster=CLUSTER, tasks=[task])["tasks"]
+    assert (stopped["desiredStatus"], ledger.get(job_id).state) == ("STOPPED", L.RUNNING)
+
+    stop = _spot_stop(job_id, task)
+    stop["detail"].update(stopCode="UserInitiated", stoppedReason=stopped["stoppedReason"],
+                          containers=[{"name": "job", "exitCode": exit_code}])
+    job_events.handle(stop, settings(home))
+    job_events.handle(notice, settings(home))  # Lambda's retry of the notice
+
+    record = ledger.get(job_id)
+    assert (record.state, record.attempt, record.runs) == (L.QUEUED, 1, 1), record.last_reason
+    assert record.last_reason.startswith(f"spot interruption of {instance_id}")
+    sqs = aws_client("sqs", HOME)
+    sent = sqs.receive_message(QueueUrl=home["queue"], MaxNumberOfMessages=10)["Messages"]
+    assert [json.loads(m["Body"]) for m in sent] == [{"job_id": job_id, "attempt": 1}]
+    assert "Messages" not in sqs.receive_message(QueueUrl=home["dlq"], MaxNumberOfMessages=10)
