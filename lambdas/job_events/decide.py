@@ -74,6 +74,8 @@ NOTICE_STOP_REASON = "spot interruption of "
 
 # EC2 instance ids: i- and 8 (older) or 17 hexadecimal digits.
 _INSTANCE_ID = re.compile(r"i-[0-9a-f]{8}(?:[0-9a-f]{9})?")
+# An attempt number as the scheduler writes it (str.isdigit() also takes "²", which int() refuses).
+_ATTEMPT = re.compile(r"[0-9]{1,9}")
 
 
 class EventError(ValueError):
@@ -143,7 +145,7 @@ def _attempt(detail: Mapping) -> int | None:
         for variable in _objects(override.get("environment")):
             if variable.get("name") == "MLFLEET_ATTEMPT":
                 value = variable.get("value")
-                if not isinstance(value, str) or not value.isdigit():
+                if not isinstance(value, str) or not _ATTEMPT.fullmatch(value):
                     raise EventError(f"detail.overrides MLFLEET_ATTEMPT={str(value)[:40]!r}: not an integer")
                 return int(value)
     return None
@@ -173,7 +175,8 @@ def parse_event(event: Mapping) -> InstanceEvent | TaskStateChange | RebalanceCh
     started_by = _text(detail, "startedBy")
     exit_codes = [c["exitCode"] for c in _objects(detail.get("containers"))
                   if isinstance(c.get("exitCode"), int) and not isinstance(c.get("exitCode"), bool)]
-    stopped = detail.get("stoppedAt") or event.get("time")
+    stopped_key, stopped = (("detail.stoppedAt", detail["stoppedAt"]) if detail.get("stoppedAt")
+                            else ("event.time", event.get("time")))
     return TaskStateChange(
         region=region, cluster_arn=_require(detail, "clusterArn", "detail"), task_arn=_require(detail, "taskArn", "detail"),
         container_instance_arn=_text(detail, "containerInstanceArn"),
@@ -182,7 +185,7 @@ def parse_event(event: Mapping) -> InstanceEvent | TaskStateChange | RebalanceCh
         stop_code=_text(detail, "stopCode"), stopped_reason=_text(detail, "stoppedReason"),
         # The first nonzero exit code if any container failed (a job task has one container).
         exit_code=next((c for c in exit_codes if c != 0), 0) if exit_codes else None,
-        stopped_at=_time(stopped, "detail.stoppedAt").timestamp() if stopped else None,
+        stopped_at=_time(stopped, stopped_key).timestamp() if stopped else None,
     )
 
 

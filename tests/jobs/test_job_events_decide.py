@@ -172,6 +172,14 @@ def test_an_interruption_warning_spares_the_attempt_of_jobs_that_saved_in_their_
     ({"detail-type": "EC2 Spot Instance Interruption Warning", "region": "us-east-1", "time": "2026-01-01T00:00:00Z",
       "detail": {"instance-id": "i-\x1f"}}, "not an EC2 instance id"),
     ("a string", "is not an object"),
+    # Characters str.isdigit() accepts and int() does not, and more digits than int() converts: the
+    # parser raised ValueError naming neither the key nor the event.
+    (task_event(attempt="\u00b2"), "MLFLEET_ATTEMPT='\u00b2': not an integer"),
+    (task_event(attempt="\u0663"), "MLFLEET_ATTEMPT='\u0663': not an integer"),
+    (task_event(attempt="9" * 5000), "MLFLEET_ATTEMPT='99999"),
+    # Without stoppedAt the event's own time is read: the error names that key.
+    ({"detail-type": "ECS Task State Change", "region": "us-east-1", "time": 5,
+      "detail": {k: v for k, v in task_event()["detail"].items() if k != "stoppedAt"}}, "event.time='5'"),
 ])
 def test_malformed_events_are_refused_with_the_key(event, fragment):
     with pytest.raises(D.EventError, match=fragment.replace("(", r"\(").replace(".", r"\.")):
