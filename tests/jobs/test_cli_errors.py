@@ -73,6 +73,26 @@ def test_a_spec_file_python_cannot_build_is_one_message_naming_the_file(tmp_path
     assert error.startswith(f"mlfleet: {tmp_path / name}") and message in error.replace(str(tmp_path) + "/", "")
 
 
+@pytest.mark.parametrize(("name", "text", "message"), [
+    # Regressions: the last value was kept and the first dropped without a word (`gpus: 1` ... `gpus: 2`).
+    ("twice.yaml", "image: ghcr.io/team/train:3\ngpus: 1\nvcpus: 1\nmemory_mib: 1024\ngpus: 2\n",
+     "twice.yaml:5:1: not valid YAML: found key 'gpus' twice (first on line 2): keep one (while constructing a mapping)"),
+    ("env.yaml", "environment:\n  A: x\n  A: y\n",
+     "env.yaml:3:3: not valid YAML: found key 'A' twice (first on line 2): keep one (while constructing a mapping)"),
+    ("twice.json", '{"image": "ghcr.io/team/train:3", "gpus": 1,\n "environment": {"A": "x", "A": "y"}}',
+     "twice.json: key 'A' given twice in one mapping: keep one"),
+])
+def test_a_key_given_twice_in_a_spec_file_is_refused_not_overwritten(tmp_path, name, text, message):
+    error = one_error_for_spec_file(tmp_path, name, text, "--stack", "dev")
+    assert error.startswith("mlfleet: ") and message in error.replace(str(tmp_path) + "/", "")
+
+
+def test_a_yaml_merge_key_still_lets_a_mapping_override_what_it_merges(tmp_path):
+    path = tmp_path / "merge.yaml"
+    path.write_text("base: &base {vcpus: 1, memory_mib: 1024}\nspec:\n  <<: *base\n  vcpus: 2\n")
+    assert submission.read_spec_file(str(path))["spec"] == {"vcpus": 2, "memory_mib": 1024}
+
+
 @pytest.mark.parametrize(("key", "flag", "value", "shown"), [("environment", "--env", "[A=1]", "['A=1']"),
                                                            ("secrets", "--secret", "7", "7")])
 def test_a_file_mapping_of_the_wrong_shape_under_a_flag_is_named(tmp_path, key, flag, value, shown):

@@ -74,7 +74,9 @@ def read_spec_file(path: str) -> dict:
         document = _yaml(path, text)
     else:
         try:
-            document = json.loads(text)
+            document = json.loads(text, object_pairs_hook=_unique_pairs)
+        except _KeyTwice as error:
+            raise CliError(f"{path}: key {error.key!r} given twice in one mapping: keep one") from None
         except json.JSONDecodeError as error:
             raise CliError(f"{path}:{error.lineno}:{error.colno}: not valid JSON: {error.msg} (a spec file "
                            "ending in .yaml or .yml is read as YAML)") from None
@@ -90,11 +92,47 @@ def read_spec_file(path: str) -> dict:
     return document
 
 
+class _KeyTwice(Exception):
+    def __init__(self, key):
+        self.key = key
+
+
+def _unique_pairs(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object, refused when it names a key twice (json.loads keeps the last value without a word)."""
+    document = {}
+    for key, value in pairs:
+        if key in document:
+            raise _KeyTwice(key)
+        document[key] = value
+    return document
+
+
 def _yaml(path: str, text: str):
     import yaml
 
+    class UniqueKeyLoader(yaml.SafeLoader):
+        """safe_load, refusing a key given twice in one mapping (PyYAML keeps the last value without a word; YAML
+        says keys are unique). Keys a merge (`<<: *base`) brings in may still be overridden."""
+
+        def construct_mapping(self, node, deep=False):
+            if isinstance(node, yaml.MappingNode):
+                seen = {}
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    key = self.construct_object(key_node, deep=deep)
+                    try:
+                        first = seen.setdefault(key, key_node.start_mark)
+                    except TypeError:
+                        continue  # an unhashable key: SafeLoader names it
+                    if first is not key_node.start_mark:
+                        raise yaml.constructor.ConstructorError(
+                            "while constructing a mapping", node.start_mark,
+                            f"found key {key!r} twice (first on line {first.line + 1}): keep one", key_node.start_mark)
+            return super().construct_mapping(node, deep)
+
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=UniqueKeyLoader)
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
