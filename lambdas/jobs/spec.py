@@ -791,6 +791,10 @@ def expand(spec: JobSpec, *, sweep: Mapping[str, Sequence[str]] | None = None, b
         if repeated:
             problems.append(f"sweep parameter {name}: {', '.join(map(repr, repeated))} given twice (it would "
                             "queue the same job twice)")
+    if batches is not None:
+        for key, names in (("environment", spec.environment), ("secrets", spec.secrets)):
+            problems.extend(f"{key} key {name!r}: set by --batches to each range's start and end, cannot be given "
+                            "with --batches" for name in (BATCH_START_ENV, BATCH_END_ENV) if name in names)
     used = placeholders([*spec.command, *spec.environment.values()])
     for name in sweep:
         if name not in used:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from dataclasses import replace
 from datetime import datetime, timezone
 
 import pytest
@@ -141,6 +142,17 @@ def test_batches_give_twenty_jobs_with_offsets():
     assert len(jobs) == 20
     assert jobs[0].command[2:] == ("0", "--end", "500") and jobs[-1].command[2:] == ("9500", "--end", "10000")
     assert (jobs[3].environment[BATCH_START_ENV], jobs[3].environment[BATCH_END_ENV]) == ("1500", "2000")
+
+
+def test_a_batch_variable_the_spec_sets_itself_is_refused_with_batches_not_overwritten():
+    """Regression: the spec's own MLFLEET_BATCH_START was replaced by each range's without a word."""
+    spec = parse(command=["infer"], environment={BATCH_START_ENV: "7"})
+    with pytest.raises(SpecError, match=re.escape(f"environment key '{BATCH_START_ENV}': set by --batches to each "
+                                                  "range's start and end, cannot be given with --batches")):
+        expand(spec, batches="0:10:5")
+    with pytest.raises(SpecError, match=re.escape(f"secrets key '{BATCH_END_ENV}': set by --batches")):
+        expand(replace(parse(command=["infer"]), secrets={BATCH_END_ENV: "/mlfleet/dev/x"}), batches="0:10:5")
+    assert expand(spec) == [spec]  # without batches the name is the spec's own
 
 
 @pytest.mark.parametrize("text", ["0:10", "a:b:c", "0:100:0", "0:100:-5", "100:100:10", "50:10:5", ""])
