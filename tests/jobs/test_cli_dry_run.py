@@ -70,6 +70,19 @@ def test_a_spec_file_sweep_with_a_flag_over_it(tmp_path):
     assert "retried on exit codes 137; team vision" in out[2]
 
 
+@pytest.mark.parametrize(("file", "flags", "each"), [
+    # Regression: --gpus over a file's share of one GPU was refused ("not both"), though flags override the file.
+    ("gpu_memory_mib: 4096\ngpu_compute_percent: 50\n", ["--gpus", "1"], "  each job: 1 GPU, 4 vCPUs, 14,000 MiB;"),
+    ("gpus: 1\n", ["--gpu-memory", "4GiB"], "  each job: 4,096 MiB of a shared GPU, 4 vCPUs, 14,000 MiB;"),
+    ("gpu_memory_mib: 4096\n", ["--gpus", "0"], "  each job: 4,096 MiB of a shared GPU, 4 vCPUs, 14,000 MiB;"),
+])
+def test_a_gpu_flag_overrides_the_files_whole_gpus_or_share_of_one(tmp_path, file, flags, each):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"image: {IMAGE}\nvcpus: 4\nmemory_mib: 14000\ncommand: [serve]\n{file}")
+    code, out, err = dry_run("dev", "-f", str(spec), *flags)
+    assert (code, err) == (0, []) and out[2].startswith(each)
+
+
 @pytest.mark.parametrize(("argv", "fragment"), [
     (["--sweep", "seed=1,2,3", "--", "python", "train.py"], "sweep parameter seed: no {seed} in the command"),
     (["--sweep", "lr=0.1,0.1", "--", "train", "{lr}"], "sweep parameter lr: '0.1' given twice"),

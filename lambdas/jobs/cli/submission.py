@@ -162,6 +162,10 @@ def spec_document(args, environment: Mapping[str, str] = os.environ) -> dict:
         document["gpu_memory_mib"] = parse_memory(args.gpu_memory, "gpu-memory")
         if args.gpus is None:
             document.pop("gpus", None)  # the file's whole GPUs give way to the flag's share of one
+    elif args.gpus:
+        document.pop("gpu_memory_mib", None)  # and the file's share of one GPU to the flag's whole GPUs,
+        if args.gpu_compute_percent is None:
+            document.pop("gpu_compute_percent", None)  # with the share's compute limit
     if args.expected_runtime is not None:
         document["expected_runtime_s"] = parse_duration(args.expected_runtime)
     if args.regions:
