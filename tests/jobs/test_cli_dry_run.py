@@ -148,6 +148,10 @@ def test_a_dry_run_that_cannot_reach_aws_points_at_the_stack_file():
     (["list", "--state", "done"], "--state DONE: not a job state (QUEUED, STARTING"),
     (["list", "--submission", "sub-20261123093000-3fa2c1-00001"], "is not a submission id"),
     (["cost", "--since", "yesterday"], "--since 'yesterday': expected a period such as 7d"),
+    # Regressions: each raised a traceback (OverflowError, ValueError).
+    (["cost", "--since", "999999d"], "--since '999999d': a period that starts before the year 1"),
+    (["cost", "--since", "99999999999w"], "--since '99999999999w': a period that starts before the year 1"),
+    (["cost", "--since", "1" * 5000 + "d"], "a period that starts before the year 1"),
 ])
 def test_a_typo_is_refused_before_any_aws_call(argv, message):
     err: list[str] = []

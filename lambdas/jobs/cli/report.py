@@ -20,7 +20,11 @@ def since(text: str, now: datetime) -> datetime:
     """`7d`, `24h`, `90m`, `2w` before `now`, or a date or time (`2026-11-01`, `2026-11-01T09:00`, UTC)."""
     match = _PERIOD.fullmatch(text.strip())
     if match:
-        return now - timedelta(**{_UNITS[match[2]]: int(match[1])})
+        try:
+            return now - timedelta(**{_UNITS[match[2]]: int(match[1])})
+        except (OverflowError, ValueError):  # past timedelta's or datetime's range, or more digits than int() reads
+            raise CliError(f"--since {text[:40]!r}: a period that starts before the year 1; give a shorter one or a "
+                           "date such as 2026-11-01") from None
     try:
         stamp = datetime.fromisoformat(text.strip())
     except ValueError:
