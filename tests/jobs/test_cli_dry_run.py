@@ -152,6 +152,10 @@ def test_a_dry_run_that_cannot_reach_aws_points_at_the_stack_file():
     (["cost", "--since", "999999d"], "--since '999999d': a period that starts before the year 1"),
     (["cost", "--since", "99999999999w"], "--since '99999999999w': a period that starts before the year 1"),
     (["cost", "--since", "1" * 5000 + "d"], "a period that starts before the year 1"),
+    # Each slept on it after the first look at the ledger: ValueError, OverflowError.
+    (["follow", "sub-20261123093000-3fa2c1", "--interval", "-1"], "--interval -1.0: seconds between looks, more than 0"),
+    (["follow", "sub-20261123093000-3fa2c1", "--interval", "nan"], "--interval nan: seconds between looks"),
+    (["follow", "sub-20261123093000-3fa2c1", "--interval", "inf"], "--interval inf: seconds between looks"),
 ])
 def test_a_typo_is_refused_before_any_aws_call(argv, message):
     err: list[str] = []

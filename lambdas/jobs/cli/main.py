@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -187,6 +188,9 @@ def _check_offline(args) -> None:
     if args.action in ("follow", "cancel") and not (is_job_id(args.target) or is_submission_id(args.target)):
         raise CliError(f"{args.target!r} is neither a job id (sub-YYYYmmddHHMMSS-xxxxxx-NNNNN) nor a submission id "
                        "(sub-YYYYmmddHHMMSS-xxxxxx): `mlfleet list --mine` shows yours")
+    if args.action == "follow" and not (math.isfinite(args.interval) and args.interval > 0):
+        # time.sleep refuses these only after the first look (ValueError, OverflowError).
+        raise CliError(f"--interval {args.interval}: seconds between looks, more than 0 (default 10)")
     if args.action == "list":
         unknown = [s for s in args.state or () if s not in L.STATES]
         if unknown:
