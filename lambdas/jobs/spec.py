@@ -797,7 +797,7 @@ def expand(spec: JobSpec, *, sweep: Mapping[str, Sequence[str]] | None = None, b
                             "with --batches" for name in (BATCH_START_ENV, BATCH_END_ENV) if name in names)
     used = placeholders([*spec.command, *spec.environment.values()])
     for name in sweep:
-        if name not in used:
+        if name not in used and _ENV_NAME.fullmatch(name):  # a name that is none was named above, once
             problems.append(f"sweep parameter {name}: no {{{name}}} in the command or environment, so its "
                             f"{len(sweep[name])} values would queue identical jobs; put {{{name}}} where the value "
                             "belongs, or drop the parameter")

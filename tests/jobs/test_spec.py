@@ -144,6 +144,15 @@ def test_batches_give_twenty_jobs_with_offsets():
     assert (jobs[3].environment[BATCH_START_ENV], jobs[3].environment[BATCH_END_ENV]) == ("1500", "2000")
 
 
+@pytest.mark.parametrize("name", ["learning-rate", "1st", "", "lr rate"])
+def test_a_sweep_parameter_that_is_no_name_gets_one_problem(name):
+    """Regression: `--sweep learning-rate=...` with {learning-rate} in the command was also told, wrongly, that no
+    {learning-rate} was in the command."""
+    with pytest.raises(SpecError) as error:
+        expand(parse(command=["train", f"--lr={{{name}}}"]), sweep={name: ["0.1", "0.01"]})
+    assert error.value.problems == (f"sweep parameter {name!r}: must be a name like lr or batch_size",)
+
+
 def test_a_batch_variable_the_spec_sets_itself_is_refused_with_batches_not_overwritten():
     """Regression: the spec's own MLFLEET_BATCH_START was replaced by each range's without a word."""
     spec = parse(command=["infer"], environment={BATCH_START_ENV: "7"})
