@@ -773,10 +773,13 @@ def substitute(text: str, values: Mapping[str, str], where: str) -> str:
     return _PLACEHOLDER.sub(one, text)
 
 
-def expand(spec: JobSpec, *, sweep: Mapping[str, Sequence[str]] | None = None, batches: str | None = None) -> list[JobSpec]:
+def expand(spec: JobSpec, *, sweep: Mapping[str, Sequence[str]] | None = None, batches: str | None = None,
+           stack: str | None = None) -> list[JobSpec]:
     """The jobs of a submission: the cross product of sweep values (x batch ranges), substituted.
 
-    A plain spec (no sweep, no batches) is one job and its command is not rewritten.
+    A plain spec (no sweep, no batches) is one job and its command is not rewritten. A substituted environment
+    value that looks like a credential is refused as parse_spec refuses a plain one (`stack` names the
+    environment in the message).
     """
     sweep = dict(sweep or {})
     problems = []
@@ -812,7 +815,7 @@ def expand(spec: JobSpec, *, sweep: Mapping[str, Sequence[str]] | None = None, b
         count *= len(sweep[name])
     if count > MAX_JOBS_PER_SUBMISSION:
         raise SpecError([f"submission expands into {count} jobs, more than {MAX_JOBS_PER_SUBMISSION} per submission"])
-    jobs = []
+    jobs, credentials = [], []
     for combo in itertools.product(*(sweep[n] for n in names)):
         for batch in ranges:
             values = {name: str(value) for name, value in zip(names, combo)}
@@ -822,7 +825,12 @@ def expand(spec: JobSpec, *, sweep: Mapping[str, Sequence[str]] | None = None, b
                 environment.update({BATCH_START_ENV: str(batch[0]), BATCH_END_ENV: str(batch[1])})
             command = tuple(substitute(arg, values, f"command argument {arg!r}") for arg in spec.command)
             environment = {k: substitute(v, values, f"environment {k}={v!r}") for k, v in environment.items()}
+            credentials.extend(f"job {len(jobs)}: {problem}" for k, v in environment.items()
+                               if v != spec.environment.get(k) and (problem := credential_problem(k, v, stack)))
             jobs.append(replace(spec, command=command, environment=environment))
+    if credentials:
+        raise SpecError(credentials if len(credentials) <= 5 else
+                        [*credentials[:5], f"... and {len(credentials) - 5} more jobs of the submission"])
     return jobs
 
 

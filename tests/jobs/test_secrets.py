@@ -18,7 +18,7 @@ from lambdas.common.catalog import load_catalog
 from lambdas.jobs import cli
 from lambdas.jobs.cli import submission
 from lambdas.jobs.credentials import looks_like_credential, reference_kind
-from lambdas.jobs.spec import SpecError, parse_spec, spec_from_document
+from lambdas.jobs.spec import SpecError, expand, parse_spec, spec_from_document
 from lambdas.scheduler.handler import run
 
 GOOD = {"image": "ghcr.io/team/train:1.0", "command": ["python", "train.py"], "gpus": 1, "vcpus": 1, "memory_mib": 1024}
@@ -103,6 +103,18 @@ def test_credential_looking_environment_values_are_refused_with_how_to_reference
 def test_ordinary_settings_pass(name, value):
     assert looks_like_credential(name, value) is None
     assert parse(environment={name: value}).environment == {name: value}
+
+
+def test_a_credential_a_sweep_substitutes_into_the_environment_is_refused_too():
+    """Regression: `--env HUB={tok} --sweep tok=hf_...` put the token in plain environment values (the ledger, the
+    task's overrides, the dry run's listing): the spec's check saw only `{tok}`."""
+    token = "hf_" + "a" * 34
+    with pytest.raises(SpecError) as error:
+        expand(parse(command=["x"], environment={"HUB": "{tok}"}), sweep={"tok": ["plain", token]}, stack=ENV)
+    (problem,) = error.value.problems
+    assert problem.startswith("job 1: environment HUB=hf_a... (37 characters): its value looks like a Hugging Face")
+    assert token not in problem and "/mlfleet/dev/" in problem
+    assert len(expand(parse(command=["x"], environment={"LR": "{lr}"}), sweep={"lr": ["0.1", "0.01"]})) == 2
 
 
 def test_the_execution_role_reads_exactly_the_references_a_spec_may_name():

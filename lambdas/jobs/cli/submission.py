@@ -226,7 +226,7 @@ def prepare(service: JobService, document: Mapping, *, sweep: Mapping[str, Seque
                       pulls=service.regions, notify_channels=tuple(service.notification_topics),
                       environment=service.environment, teams=service.teams,
                       default_team=service.default_team)
-    jobs = assign_ids(new_submission_id(now), expand(spec, sweep=sweep, batches=batches))
+    jobs = assign_ids(new_submission_id(now), expand(spec, sweep=sweep, batches=batches, stack=service.environment))
     check_overrides(jobs)  # ECS's 8,192 characters: refused here, not five failed starts later
     return jobs
 
