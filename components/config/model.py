@@ -10,6 +10,7 @@ regions, ...) are model validators so that one error lists every problem at once
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import re
 import types
 import typing
@@ -49,6 +50,9 @@ AMI_ID = re.compile(r"^ami-[0-9a-f]{8}([0-9a-f]{9})?$")
 VPC_ID = re.compile(r"^vpc-[0-9a-f]{8}([0-9a-f]{9})?$")
 SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8}([0-9a-f]{9})?$")
 FLEET_NAME = re.compile(r"^[a-z][a-z0-9]{0,11}$")
+# A VPC's IPv4 block is /16 to /28 (Amazon VPC User Guide, "VPC CIDR blocks"); mlfleet splits it into eight
+# private subnets and eight public ones of an eighth of the last (plan_subnets), and a subnet is /28 at least.
+VPC_PREFIX_LENGTHS = (16, 22)
 # CloudWatch Logs accepts only these retention periods (PutRetentionPolicy).
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
 # AWS Budgets allows at most ten notifications per budget.
@@ -198,7 +202,7 @@ class StackConfig(_Model):
     networks: dict[Region, ExistingNetwork] = Field(
         default_factory=dict,
         description="Existing VPCs: `{region: {vpcId, subnetIds}}`. mlfleet adds no route, NAT or endpoint to them.")
-    vpc_cidr: Annotated[str, StringConstraints(pattern=r"^\d{1,3}(\.\d{1,3}){3}/(1[6-9]|2[0-2])$")] = Field(
+    vpc_cidr: str = Field(
         default="10.80.0.0/16",
         description="CIDR of the VPC created in regions without an entry in `networks` (/16 to /22).")
     availability_zone_count: int = Field(
@@ -370,6 +374,26 @@ class StackConfig(_Model):
         if duplicates:
             raise ValueError(f"lists {', '.join(duplicates)} more than once")
         return regions
+
+    @field_validator("vpc_cidr")
+    @classmethod
+    def _vpc_cidr(cls, cidr: str) -> str:
+        """An IPv4 block mlfleet can split (components/network/network.py plan_subnets), written as EC2 keeps it."""
+        try:
+            network = ipaddress.IPv4Network(cidr, strict=False)
+        except ValueError:
+            network = None
+        if network is None or "/" not in cidr:
+            raise ValueError(f"{cidr!r} is not an IPv4 CIDR block like 10.80.0.0/16")
+        if not VPC_PREFIX_LENGTHS[0] <= network.prefixlen <= VPC_PREFIX_LENGTHS[1]:
+            raise ValueError(f"{cidr!r} is a /{network.prefixlen}; mlfleet's VPCs are /{VPC_PREFIX_LENGTHS[0]} to "
+                             f"/{VPC_PREFIX_LENGTHS[1]}")
+        if str(network) != cidr:
+            # EC2 "modif[ies] the specified CIDR block to its canonical form" (botocore ec2 CreateVpc, CidrBlock),
+            # so the written form would differ from the VPC's on every preview.
+            why = "has host bits set" if str(network.network_address) != cidr.split("/")[0] else "is not in CIDR notation"
+            raise ValueError(f"{cidr!r} {why} (EC2 would keep {network}); write {network}")
+        return cidr
 
     @field_validator("job_image")
     @classmethod
