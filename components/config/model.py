@@ -105,6 +105,13 @@ def _gpu_instance_type(name: str) -> str:
     return name
 
 
+def _distinct(regions: tuple[str, ...]) -> tuple[str, ...]:
+    duplicates = sorted({r for r in regions if regions.count(r) > 1})
+    if duplicates:
+        raise ValueError(f"lists {', '.join(duplicates)} more than once")
+    return regions
+
+
 Region = Annotated[str, AfterValidator(_known_region)]
 GpuInstanceType = Annotated[str, AfterValidator(_gpu_instance_type)]
 TagKey = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[\w .:/=+\-@]+$")]
@@ -146,6 +153,14 @@ class FleetConfig(_Model):
         if len(set(counts.values())) > 1:
             raise ValueError(f"mixes GPU counts {counts}; split them into one fleet per GPU count")
         return types
+
+    @field_validator("regions")
+    @classmethod
+    def _some_distinct_regions(cls, regions: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if regions is not None and not regions:
+            raise ValueError("an empty list runs the fleet nowhere (leave regions out to run it in every stack region, "
+                             "or remove the fleet)")
+        return regions if regions is None else _distinct(regions)
 
     @model_validator(mode="after")
     def _bounds(self) -> FleetConfig:
@@ -370,10 +385,7 @@ class StackConfig(_Model):
     @field_validator("regions")
     @classmethod
     def _distinct_regions(cls, regions: tuple[str, ...]) -> tuple[str, ...]:
-        duplicates = sorted({r for r in regions if regions.count(r) > 1})
-        if duplicates:
-            raise ValueError(f"lists {', '.join(duplicates)} more than once")
-        return regions
+        return _distinct(regions)
 
     @field_validator("vpc_cidr")
     @classmethod
@@ -480,6 +492,10 @@ class StackConfig(_Model):
                         f"mlfleet:fleets.{name}: the catalog has no price for {unpriced} in {region!r}; "
                         "refresh it with `python -m lambdas.common.catalog_refresh`"
                     )
+        for region in self.regions if not problems else ():  # a fleet problem above (a region outside the stack) says it already
+            if not self.fleets_in(region):
+                problems.append(f"mlfleet:regions: no fleet runs in {region!r} (each fleet's regions leaves it out), so "
+                                "it would get a network and a cluster for nothing; remove it, or add it to a fleet's regions")
         for section, mapping in (("networks", self.networks), ("amiIds", self.ami_ids)):
             for region in mapping:
                 if region not in stack_regions:

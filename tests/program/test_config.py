@@ -106,6 +106,14 @@ BAD_CASES = [
     pytest.param({"fleets": {"gpu1": {"maxInstances": 2, "regions": ["us-west-2"]}}},
                  ["mlfleet:fleets.gpu1.regions", "'us-west-2' is not in regions"], id="fleet-region-outside-stack"),
     pytest.param({"fleets": {}}, ["mlfleet:fleets", "at least 1"], id="no-fleet"),
+    # Regressions: `regions: []` ran the fleet in every region; a region listed twice counted the fleet twice
+    # (worst-case cost, team quotas); a stack region no fleet runs in got a network and cluster for nothing.
+    pytest.param({"fleets": {"gpu1": {"maxInstances": 2, "regions": []}}},
+                 ["mlfleet:fleets.gpu1.regions: an empty list runs the fleet nowhere"], id="fleet-with-empty-regions"),
+    pytest.param({"regions": ["us-east-1", "us-west-2"], "fleets": {"gpu1": {"maxInstances": 2, "regions": ["us-east-1", "us-east-1"]}}},
+                 ["mlfleet:fleets.gpu1.regions: lists us-east-1 more than once"], id="fleet-with-a-region-twice"),
+    pytest.param({"regions": ["us-east-1", "us-west-2"], "fleets": {"gpu1": {"maxInstances": 2, "regions": ["us-east-1"]}}},
+                 ["1 configuration error", "mlfleet:regions: no fleet runs in 'us-west-2'"], id="stack-region-without-a-fleet"),
     pytest.param({"fleets": {"GPU-1": {"maxInstances": 1}}}, ["mlfleet:fleets.GPU-1", "pattern"], id="bad-fleet-name"),
     # A name that does not show (empty, a newline) is quoted: the message names it, on one line.
     pytest.param({"fleets": {"": {"maxInstances": 1}}}, ["mlfleet:fleets['']", "pattern"], id="empty-fleet-name"),
