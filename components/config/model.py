@@ -127,6 +127,15 @@ class _Model(BaseModel):
         str_strip_whitespace=True,
     )
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        """YAML's true/false is not 1/0 (pydantic's lax mode takes it). Top-level keys arrive as text ("true"),
+        which an int refuses anyway; this catches the numbers inside objects (fleets, teams)."""
+        if isinstance(value, bool) and inner_type(cls.model_fields[info.field_name].annotation) in (int, float):
+            raise ValueError(f"{str(value).lower()} is a boolean, not a number")
+        return value
+
 
 class FleetConfig(_Model):
     """One GPU spot fleet (an Auto Scaling group) per region it runs in.
