@@ -437,6 +437,17 @@ class StackConfig(_Model):
             )
         return image
 
+    @field_validator("alert_emails")
+    @classmethod
+    def _distinct_emails(cls, emails: tuple[str, ...]) -> tuple[str, ...]:
+        """Each address is one SNS subscription per topic, named after it (components/alerts/topic.py): the same
+        address twice is a duplicate resource; in another case, the same mailbox subscribed twice."""
+        folded = [email.casefold() for email in emails]
+        duplicates = sorted({emails[folded.index(f)] for f in folded if folded.count(f) > 1})
+        if duplicates:
+            raise ValueError(f"lists {', '.join(duplicates)} more than once")
+        return emails
+
     @field_validator("monthly_budget_usd")
     @classmethod
     def _positive_budget(cls, budget: int | None) -> int | None:

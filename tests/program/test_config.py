@@ -121,6 +121,11 @@ BAD_CASES = [
                  id="fleet-name-with-a-newline"),
     pytest.param({"alertEmails": []}, ["mlfleet:alertEmails", "at least 1"], id="no-email"),
     pytest.param({"alertEmails": ["not-an-address"]}, ["mlfleet:alertEmails[0]", "not-an-address"], id="bad-email"),
+    # Regression: accepted, then two subscriptions of one topic got the same name (a duplicate URN at `pulumi up`).
+    pytest.param({"alertEmails": ["ml@example.com", "ops@example.com", "ml@example.com"]},
+                 ["1 configuration error", "mlfleet:alertEmails: lists ml@example.com more than once"], id="same-email-twice"),
+    pytest.param({"alertEmails": ["ml@example.com", "ML@Example.com"]},
+                 ["mlfleet:alertEmails: lists ml@example.com more than once"], id="same-email-in-another-case"),
     pytest.param({"monthlyBudgetUsd": "0"}, ["mlfleet:monthlyBudgetUsd: 0 is not a budget",
                                              "left unset so that the budget is derived from the fleets' worst-case"],
                  id="zero-budget"),
