@@ -50,6 +50,10 @@ AMI_ID = re.compile(r"^ami-[0-9a-f]{8}([0-9a-f]{9})?$")
 VPC_ID = re.compile(r"^vpc-[0-9a-f]{8}([0-9a-f]{9})?$")
 SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8}([0-9a-f]{9})?$")
 FLEET_NAME = re.compile(r"^[a-z][a-z0-9]{0,11}$")
+# AWS Chatbot's CreateSlackChannelConfiguration (botocore chatbot service-2.json): SlackTeamId
+# [0-9A-Z]{1,255}, SlackChannelId [A-Za-z0-9]+ of 1-255 characters.
+SLACK_WORKSPACE_ID = re.compile(r"^[0-9A-Z]{1,255}$")
+SLACK_CHANNEL_ID = re.compile(r"^[A-Za-z0-9]{1,255}$")
 # A VPC's IPv4 block is /16 to /28 (Amazon VPC User Guide, "VPC CIDR blocks"); mlfleet splits it into eight
 # private subnets and eight public ones of an eighth of the last (plan_subnets), and a subnet is /28 at least.
 VPC_PREFIX_LENGTHS = (16, 22)
@@ -436,6 +440,17 @@ class StackConfig(_Model):
                 f"use {' or '.join(fixes)}, or set mlfleet:natGateway: true"
             )
         return image
+
+    @field_validator("slack_workspace_id", "slack_channel_id")
+    @classmethod
+    def _slack_ids(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """Ids, not names: Slack shows them in a channel's details, the Chatbot console in the workspace's."""
+        workspace = info.field_name == "slack_workspace_id"
+        if value is not None and not (SLACK_WORKSPACE_ID if workspace else SLACK_CHANNEL_ID).match(value):
+            example = "T0123456789: digits and upper-case letters" if workspace else "C0123456789: letters and digits"
+            raise ValueError(f"{value!r} is not a Slack {'workspace' if workspace else 'channel'} id (like {example}, "
+                             "as AWS Chatbot takes it)")
+        return value
 
     @field_validator("alert_emails")
     @classmethod

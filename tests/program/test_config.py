@@ -157,6 +157,12 @@ BAD_CASES = [
                  ["mlfleet:networks: 'eu-west-1' is not in regions"], id="network-for-unlisted-region"),
     pytest.param({"amiIds": {"us-east-1": "ami-xyz"}}, ["mlfleet:amiIds.us-east-1", "'ami-xyz'"], id="bad-ami-id"),
     pytest.param({"slackChannelId": "C01"}, ["slackWorkspaceId and mlfleet:slackChannelId must be set together"], id="half-slack"),
+    # Regressions: accepted, and refused by AWS Chatbot at `pulumi up` (or, empty, no Slack without a word).
+    pytest.param({"slackWorkspaceId": "ml-team", "slackChannelId": "#ml-alerts"},
+                 ["2 configuration error", "mlfleet:slackWorkspaceId: 'ml-team' is not a Slack workspace id",
+                  "mlfleet:slackChannelId: '#ml-alerts' is not a Slack channel id"], id="slack-names-instead-of-ids"),
+    pytest.param({"slackWorkspaceId": "", "slackChannelId": "C0123456789"},
+                 ["1 configuration error", "mlfleet:slackWorkspaceId: '' is not a Slack workspace id"], id="empty-slack-workspace"),
     pytest.param({"reaperScheduleMinutes": "5"}, ["mlfleet:reaperScheduleMinutes", "greater than or equal to 10"], id="reaper-too-often"),
     pytest.param({"costAllocationTags": {"aws:team": "x"}}, ["mlfleet:costAllocationTags", "reserved prefix"], id="reserved-tag"),
     pytest.param({"releaseAfterEmptyMinutes": "-1"}, ["mlfleet:releaseAfterEmptyMinutes", "greater than or equal to 0 (got '-1')"],
