@@ -565,7 +565,7 @@ class StackConfig(_Model):
             problems.append(f"mlfleet:fleets: {types} instance types over the fleet-region pairs, at most "
                             f"{MAX_FLEET_REGION_INSTANCE_TYPES} ({why})")
         if problems:
-            raise ValueError("\n  - ".join(problems))
+            raise Problems(problems)
         return self
 
     @model_validator(mode="after")

@@ -274,6 +274,20 @@ def test_the_count_is_the_number_of_problems_listed_even_when_one_validator_find
     assert all(line.startswith("  - mlfleet:") for line in lines), lines
 
 
+def test_the_count_covers_both_limits_of_the_job_functions():
+    # Regression: too many fleet-region pairs and instance types were counted as one error and listed as two.
+    values = with_values(regions=["us-east-1", "us-east-2", "us-west-2"],
+                         fleets={name: {"maxInstances": 1} for name in ("a", "b", "c")})
+    with pytest.raises(ConfigError) as error:
+        parse_stack_config(values, "dev")
+    header, *lines = str(error.value).splitlines()
+    assert header == "stack 'dev' has 2 configuration error(s):", str(error.value)
+    assert lines == ["  - mlfleet:fleets: 9 fleet-region pairs, at most 8 (the job functions get every fleet in a 4 KB "
+                     "Lambda environment)",
+                     "  - mlfleet:fleets: 45 instance types over the fleet-region pairs, at most 40 (the job functions "
+                     "get every fleet in a 4 KB Lambda environment)"]
+
+
 def test_the_default_attempts_may_be_anything_a_job_may_ask_for():
     assert parse_stack_config(with_values(jobMaxAttempts=str(MAX_ATTEMPTS_LIMIT)), "dev").job_max_attempts == MAX_ATTEMPTS_LIMIT
 
