@@ -50,6 +50,8 @@ _PLAIN = re.compile(r"[A-Za-z0-9_.:/-]+")
 
 
 def _format_location(loc: tuple[Any, ...]) -> str:
+    if loc[-1:] == ("[key]",):  # pydantic's marker for a mapping's key (rather than its value): the key is named
+        loc = loc[:-1]
     head, *rest = loc or ("(stack)",)
     key = _DERIVED_KEYS.get(str(head), f"{PROJECT}:{head}")
     for part in rest:

@@ -274,6 +274,17 @@ def test_the_count_is_the_number_of_problems_listed_even_when_one_validator_find
     assert all(line.startswith("  - mlfleet:") for line in lines), lines
 
 
+def test_a_bad_mapping_key_is_named_once_without_pydantics_key_marker():
+    # Regression: pydantic's '[key]' location part was shown as `mlfleet:amiIds.us-east1['[key]']`.
+    values = with_values(amiIds={"us-east1": "ami-12345678"}, fleets={"GPU1": {"maxInstances": 1}})
+    with pytest.raises(ConfigError) as error:
+        parse_stack_config(values, "dev")
+    assert str(error.value).splitlines()[1:] == [
+        "  - mlfleet:fleets.GPU1: String should match pattern '^[a-z][a-z0-9]{0,11}$' (got 'GPU1')",
+        "  - mlfleet:amiIds.us-east1: 'us-east1' is not an AWS region mlfleet knows",
+    ]
+
+
 def test_the_count_covers_both_limits_of_the_job_functions():
     # Regression: too many fleet-region pairs and instance types were counted as one error and listed as two.
     values = with_values(regions=["us-east-1", "us-east-2", "us-west-2"],
