@@ -132,19 +132,29 @@ def parse_stack_config(values: Mapping[str, Any], stack: str) -> StackConfig:
     home = values.get("aws:region")
     if home is not None:
         document["homeRegion"] = home
+    lines = []
     for key, raw in values.items():
         namespace, _, name = key.partition(":")
         if namespace != PROJECT:
+            # Nothing else reads a key of ours elsewhere: a misspelt namespace (mlfeet:, MLFleet:) or one of our
+            # keys under another (aws:natGateway) would be ignored without a word.
+            if _misplaced(namespace, name):
+                lines.append(f"{key}: unknown key (did you mean {PROJECT}:{name}?)")
             continue
         name = name.removeprefix("config:")  # the pre-3.0 key form "mlfleet:config:regions"
         document[name] = _decode(raw)
     try:
-        return StackConfig.model_validate(document)
+        config = StackConfig.model_validate(document)
     except ValidationError as error:
-        lines = _format_errors(error)
-        raise ConfigError(
-            f"stack {stack!r} has {len(lines)} configuration error(s):\n  - " + "\n  - ".join(lines)
-        ) from None
+        lines += _format_errors(error)
+    if lines:
+        raise ConfigError(f"stack {stack!r} has {len(lines)} configuration error(s):\n  - " + "\n  - ".join(lines))
+    return config
+
+
+def _misplaced(namespace: str, name: str) -> bool:
+    """`namespace:name` is meant as an mlfleet key: the namespace is ours misspelt, or the name is one of our keys."""
+    return bool(difflib.get_close_matches(namespace.casefold(), [PROJECT], n=1, cutoff=0.8)) or name in stack_keys()
 
 
 def load_stack_config() -> StackConfig:

@@ -285,6 +285,24 @@ def test_a_bad_mapping_key_is_named_once_without_pydantics_key_marker():
     ]
 
 
+def test_an_mlfleet_key_in_a_misspelt_or_other_namespace_is_an_error():
+    # Regression: the loader read only the `mlfleet:` namespace and skipped these, so NAT stayed off without a word.
+    values = with_values(**{"mlfeet:natGateway": "true", "MLFleet:reaperDryRun": "true", "aws:idleWindowMinutes": "60"})
+    with pytest.raises(ConfigError) as error:
+        parse_stack_config(values, "dev")
+    assert str(error.value).splitlines() == [
+        "stack 'dev' has 3 configuration error(s):",
+        "  - mlfeet:natGateway: unknown key (did you mean mlfleet:natGateway?)",
+        "  - MLFleet:reaperDryRun: unknown key (did you mean mlfleet:reaperDryRun?)",
+        "  - aws:idleWindowMinutes: unknown key (did you mean mlfleet:idleWindowMinutes?)",
+    ]
+    # Listed with the model's own problems, in one message.
+    with pytest.raises(ConfigError, match=r"has 2 configuration error\(s\)"):
+        parse_stack_config(with_values(**{"mlfleets:natGateway": "true"}, maxHourlyUsd="0"), "dev")
+    # Other keys of other namespaces are Pulumi's and the providers'.
+    assert parse_stack_config(with_values(**{"pulumi:tags": "{}", "aws:region": "us-west-2"}), "dev")
+
+
 def test_the_count_covers_both_limits_of_the_job_functions():
     # Regression: too many fleet-region pairs and instance types were counted as one error and listed as two.
     values = with_values(regions=["us-east-1", "us-east-2", "us-west-2"],
