@@ -104,18 +104,21 @@ stacks/Pulumi.dev.yaml:4:23: not valid YAML: expected ',' or ']', but got ':' (w
 FOOTER = """
 Limits the model enforces beyond types: fleet `minInstances <= maxInstances` and
 `onDemandBaseCapacity <= maxInstances`; a fleet's instance types must be GPU types in the instance
-catalog (`lambdas/common/data/instance_catalog.json`) with a price in each of its regions;
+catalog (`lambdas/common/data/instance_catalog.json`) with a price in each of its regions; a fleet's
+`regions`, when given, not empty and without repeats, and every stack region runs at least one fleet;
 `budgetAlertPercents` strictly increasing, between 1 and 1000, including 100 (the alert that stops job
-admission), and at most ten Budgets notifications with the forecast one; at most ten `alertEmails`;
-`logRetentionDays` one of CloudWatch Logs' periods; `reaperScheduleMinutes` 10 to 15;
+admission), and at most ten Budgets notifications with the forecast one; at most ten `alertEmails`, each
+once; `logRetentionDays` one of CloudWatch Logs' periods; `reaperScheduleMinutes` 10 to 15;
 `jobMaxAttempts` at most what a job spec may ask for (`MAX_ATTEMPTS_LIMIT` in `lambdas/jobs/spec.py`);
-`slackWorkspaceId` and `slackChannelId` together; `networks` and `amiIds` only for regions the stack
-lists; without `natGateway`, `jobImage` from ECR Public or the region's own ECR (what a region without
-internet egress can pull, docs/network.md).
+`vpcCidr` an IPv4 block of /16 to /22 without host bits; `slackWorkspaceId` and `slackChannelId`
+together, as the ids AWS Chatbot takes; `networks` and `amiIds` only for regions the stack lists;
+without `natGateway`, `jobImage` from ECR Public or the region's own ECR (what a region without internet
+egress can pull, docs/network.md). A number inside `fleets` or `teams` is a number, never `true`/`false`.
 
 Keys of other namespaces: `aws:region` is required; `pulumi:disable-default-providers: ["aws"]` is set
 in every committed stack so that no resource can silently use an unconfigured provider (mlfleet
-declares one explicit provider per region).
+declares one explicit provider per region). An mlfleet key under a misspelt namespace (`mlfeet:`) or
+another one (`aws:natGateway`) is an unknown key, not ignored.
 """
 
 
