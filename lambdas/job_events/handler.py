@@ -16,7 +16,9 @@ of an interrupted instance, the regions of the rebalance check) each is tried; w
 handler raises RetryLater after all were tried, so Lambda's asynchronous retry delivers the event again
 (two more times: https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html).
 Every change here is conditional or idempotent, and the tasks of an interrupted instance are found from
-ECS, not the ledger, so a replay finishes what failed and repeats nothing. The scheduled check is not
+ECS, not the ledger, so a replay finishes what failed and repeats nothing. A replay finds a failed job
+already FAILED, so the dead-letter message is not left to it: it is owed in the ledger before the write
+and a send that fails is made by the scheduler's sweep (lambdas/jobs/dead_letters.py). The scheduled check is not
 retried: the next one comes five minutes later. A job record that cannot be read is quarantined
 (lambdas/jobs/quarantine.py).
 """
@@ -37,7 +39,7 @@ from ..common.settings import from_env
 from ..common.tags import ENVIRONMENT
 from . import decide as D
 from . import replacements, submissions
-from ..jobs import checkpoints
+from ..jobs import checkpoints, dead_letters
 from ..jobs import ledger as L
 from ..jobs import queue
 from ..jobs.fleets import REBALANCE_TAG, parse_fleets
@@ -55,7 +57,7 @@ PERMISSIONS = (
     *L.WRITE_PERMISSIONS,
     *L.QUARANTINE_PERMISSIONS,
     *queue.SEND_PERMISSIONS,
-    *queue.DEAD_LETTER_PERMISSIONS,
+    *dead_letters.PERMISSIONS,
     needs("ecs:ListContainerInstances", resources=(CLUSTER_ARN,), why="find an interrupted instance's registration"),
     # IAM authorizes ListTasks on container-instance ARNs or "*" narrowed by ecs:cluster (lambdas/scheduler/state.py).
     needs("ecs:ListTasks", condition={"ArnLike": {"ecs:cluster": CLUSTER_ARN}},
@@ -206,6 +208,11 @@ def apply(decision: D.Decision, ledger: L.Ledger, settings: Settings, region: st
         applied = ledger.amend(decision.job_id, expect_state=decision.expect_state,
                                expect_attempt=decision.expect_attempt, now=now.timestamp(), **decision.changes).applied
     if decision.to_state is not None:
+        # The dead letter is owed before the write that incurs it, so a send that fails is made by the
+        # scheduler's sweep (lambdas/jobs/dead_letters.py), not lost.
+        outbox = dead_letters.DeadLetters.of(ledger, client("sqs"), settings.jobs_dlq_url)
+        debt = outbox.owe(decision.job_id, decision.to_state, decision.changes.get("runs", 0), now.timestamp()) \
+            if decision.dead_letter else None
         outcome = ledger.transition(decision.job_id, decision.to_state, expect_states=[decision.expect_state],
                                     expect_attempt=decision.expect_attempt, reason=decision.reason,
                                     now=now.timestamp(), **decision.changes)
@@ -216,9 +223,8 @@ def apply(decision: D.Decision, ledger: L.Ledger, settings: Settings, region: st
             if refused:
                 # The ledger says QUEUED, so the scheduler's by-state read still finds the job.
                 log_decision("queue-refused", job_id=decision.job_id)
-        if outcome.applied and decision.dead_letter:
-            queue.dead_letter(client("sqs"), settings.jobs_dlq_url, decision.job_id, decision.reason,
-                              outcome.record.runs)
+        if debt is not None:
+            outbox.settle(debt, outcome.applied, decision.reason)
     if decision.stop_task:
         client("ecs", region).stop_task(cluster=cluster, task=decision.stop_task, reason=decision.reason[:255])
     record = {"job_id": decision.job_id, "to_state": decision.to_state, "applied": applied, "reason": decision.reason,

@@ -4,7 +4,8 @@ told about once, and never blocks or slows the jobs around it.
 - The ledger item moves to QUARANTINED, every other attribute kept as it was, with the reason and who
   found it (Ledger.quarantine, a conditional write: a record someone mended meanwhile is left alone).
 - The job goes to the dead-letter queue with the reason, like every job that cannot run, so "a job is
-  never lost: queued, running, finished, or dead-lettered with a reason" holds for it too.
+  never lost: queued, running, finished, or dead-lettered with a reason" holds for it too; the message
+  is owed before the write and sent at least once (lambdas/jobs/dead_letters.py).
 - The scheduler tells the environment's alert topic about newly quarantined jobs once, in one message
   per run, and marks them told.
 - People look with `mlfleet -e <env> quarantine` and resubmit (docs/runbook.md, "Quarantined jobs").
@@ -19,7 +20,7 @@ from typing import Any
 from ..common.errors import per_item
 from ..common.logs import log_decision
 from . import ledger as L
-from . import queue
+from .dead_letters import DeadLetters
 
 # Jobs named in one alert; the rest are counted (the command line lists them all).
 ALERT_LISTS = 20
@@ -44,13 +45,14 @@ class Quarantine:
         if bad.quarantined:
             return True
         if bad.job_id not in self.done:
+            # Owed before the write: a send that fails is made by the scheduler's sweep (dead_letters.py).
+            outbox = DeadLetters.of(self.ledger, self.sqs, self.dlq_url)
+            debt = outbox.owe(bad.job_id, L.QUARANTINED, _attempts(dict(bad.item)), now)
             applied = self.ledger.quarantine(bad.item, bad.error, now, self.by)
             self.done[bad.job_id] = applied
             log_decision("quarantine", job_id=bad.job_id, reason=bad.error, applied=applied,
                          detail=None if applied else "the item changed since it was read: looked at again next time")
-            if applied:
-                queue.dead_letter(self.sqs, self.dlq_url, bad.job_id, f"quarantined: {bad.error}",
-                                  _attempts(dict(bad.item)))
+            outbox.settle(debt, applied, f"quarantined: {bad.error}")
         return self.done[bad.job_id]
 
     def sweep(self, now: float, failures: list[dict] | None = None) -> list[str]:

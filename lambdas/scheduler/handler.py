@@ -25,8 +25,10 @@ then placed by the next scheduled run, within a minute. A run:
      executor (lambdas/removal, docs/removal.md), which validates them again, drains, re-checks and
      terminates them with a decrement, under the placement lease this run holds; and stops the tasks of
      the checkpointing jobs the plan moves into room other machines pay for (moving.py);
-  8. quarantines the ledger items it could not read or write back, alerts once about new ones, and
-     deletes the messages the ledger now reflects. Malformed ones stay, for the redrive policy.
+  8. quarantines the ledger items it could not read or write back, sends the dead-letter messages still
+     owed (a send that failed, or a writer that died after its ledger write: lambdas/jobs/dead_letters.py),
+     alerts once about new quarantines, and deletes the messages the ledger now reflects. Malformed ones
+     stay, for the redrive policy.
 
 Every failure is per item, never per run (lambdas/common/errors.py): an error with one message, job,
 region, fleet or scale-out is logged with its reason and the run goes on with the rest; what failed is
@@ -62,7 +64,7 @@ from ..common.errors import describe, per_item
 from ..common.interruption_rates import load_interruption_rates
 from ..common.logs import log_decision
 from ..common.settings import SettingsError, from_env
-from ..jobs import checkpoints
+from ..jobs import checkpoints, dead_letters
 from ..jobs import ledger as L
 from ..jobs import queue
 from ..jobs.fleets import FleetConfig, parse_fleets, regions
@@ -91,7 +93,7 @@ PERMISSIONS = (
     *L.QUARANTINE_PERMISSIONS,
     *queue.CONSUME_PERMISSIONS,
     *queue.SEND_PERMISSIONS,
-    *queue.DEAD_LETTER_PERMISSIONS,
+    *dead_letters.PERMISSIONS,
     *state.PERMISSIONS,
     *actions.PERMISSIONS,
     *lease.PERMISSIONS,
@@ -199,7 +201,7 @@ def run(settings: Settings, remaining_ms: Callable[[], int], now: datetime | Non
     sqs = client("sqs")
     quarantine = Quarantine(ledger, sqs, settings.jobs_dlq_url, by="scheduler")
     summary: dict = {"duplicates": 0, "malformed": 0, "started": [], "start_failed": [], "waiting": 0,
-                     "scaled": [], "recovered": 0, "quarantined": [], "errors": []}
+                     "scaled": [], "recovered": 0, "quarantined": [], "dead_lettered": [], "errors": []}
 
     received = []
     with per_item("receive-failed", summary["errors"], queue=settings.jobs_queue_url):
@@ -225,6 +227,9 @@ def run(settings: Settings, remaining_ms: Callable[[], int], now: datetime | Non
                         now, summary, held, shares, headroom_allowed=starts_allowed)
 
     summary["quarantined"].extend(quarantine.sweep(stamp, summary["errors"]))
+    with per_item("dead-letter-sweep-failed", summary["errors"]):
+        summary["dead_lettered"] = dead_letters.DeadLetters.of(ledger, sqs, settings.jobs_dlq_url).sweep(
+            stamp, summary["errors"])
     with per_item("quarantine-alert-failed", summary["errors"]):
         alert_new(ledger, lambda subject, message: actions.publish_alert(
             client("sns", settings.alert_topic_arn.split(":")[3]), settings.alert_topic_arn, subject, message),

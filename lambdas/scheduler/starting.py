@@ -20,8 +20,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 from ..common.aws import client, single_attempt_client
 from ..common.errors import describe, error_code, is_transient, per_item
 from ..common.logs import log_decision
+from ..jobs import dead_letters
 from ..jobs import ledger as L
-from ..jobs import queue
 from ..jobs.fleets import FleetConfig
 from ..jobs.quarantine import Quarantine
 from . import actions, state
@@ -102,11 +102,13 @@ def task_attempt(task: dict) -> int | None:
 
 def fail_job(ledger: L.Ledger, settings: Settings, record: L.JobRecord, attempt: int, reason: str, now: float,
              **changes) -> L.Outcome:
-    """STARTING -> FAILED with the reason, and the job to the dead-letter queue."""
+    """STARTING -> FAILED with the reason, and the job to the dead-letter queue: the message is owed before
+    the write, so a send that fails is made by a later run's sweep (lambdas/jobs/dead_letters.py)."""
+    outbox = dead_letters.DeadLetters.of(ledger, client("sqs"), settings.jobs_dlq_url)
+    debt = outbox.owe(record.job_id, L.FAILED, attempt, now)
     outcome = ledger.transition(record.job_id, L.FAILED, expect_states=[L.STARTING], expect_attempt=attempt,
                                 reason=reason, now=now, current=record, **changes)
-    if outcome.applied:
-        queue.dead_letter(client("sqs"), settings.jobs_dlq_url, record.job_id, reason, attempt)
+    outbox.settle(debt, outcome.applied, reason)
     return outcome
 
 
