@@ -40,7 +40,8 @@ def deploy(cfg: StackConfig) -> dict:
     except ManifestError as error:
         raise ProgramError(f"{error}; fix or delete it (make ami ENV={cfg.environment} writes a new one)") from None
 
-    providers = regional_providers([cfg.home_region, *cfg.regions, BILLING_METRICS_REGION], cfg.base_tags())
+    providers = regional_providers([cfg.home_region, *cfg.regions, BILLING_METRICS_REGION], cfg.base_tags(),
+                                   cfg.aws_provider.provider_args())
     home = HomeRegion(
         f"{cfg.environment}-home",
         HomeRegionArgs(config=cfg, cost=cost, billing_provider=providers[BILLING_METRICS_REGION]),

@@ -119,6 +119,21 @@ Keys of other namespaces: `aws:region` is required; `pulumi:disable-default-prov
 in every committed stack so that no resource can silently use an unconfigured provider (mlfleet
 declares one explicit provider per region). An mlfleet key under a misspelt namespace (`mlfeet:`) or
 another one (`aws:natGateway`) is an unknown key, not ignored.
+
+Explicit providers read no stack config (pulumi/pulumi-aws#1307), so mlfleet passes these `aws:` keys to
+each of its providers itself: `aws:profile`, `aws:allowedAccountIds` or `aws:forbiddenAccountIds`
+(account ids as quoted strings), `aws:assumeRoles` (`[{roleArn, sessionName, externalId}]`),
+`aws:sharedConfigFiles` and `aws:sharedCredentialsFiles`. Any other `aws:` key would be read by no
+provider, and is an error rather than ignored. Static keys (`aws:accessKey`, `aws:secretKey`, `aws:token`)
+are refused: give credentials in the environment (`AWS_PROFILE`, SSO, a CI role through OIDC). Setting
+`aws:allowedAccountIds` to the environment's account makes a deploy with the wrong credentials stop
+before it changes anything:
+
+```yaml
+config:
+  aws:region: us-east-1
+  aws:allowedAccountIds: ["012345678901"]
+```
 """
 
 

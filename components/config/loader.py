@@ -46,6 +46,10 @@ def _decode(raw: Any) -> Any:
 
 # Where the two derived fields come from, for error messages.
 _DERIVED_KEYS = {"environment": "stack name", "homeRegion": "aws:region"}
+# The `aws:` keys mlfleet's per-region providers take (AwsProviderConfig); `aws:region` is the home region.
+AWS_PROVIDER_KEYS = ("profile", "allowedAccountIds", "forbiddenAccountIds", "assumeRoles", "sharedConfigFiles",
+                     "sharedCredentialsFiles")
+AWS_STATIC_CREDENTIALS = ("accessKey", "secretKey", "token")
 _PLAIN = re.compile(r"[A-Za-z0-9_.:/-]+")
 
 
@@ -53,7 +57,11 @@ def _format_location(loc: tuple[Any, ...]) -> str:
     if loc[-1:] == ("[key]",):  # pydantic's marker for a mapping's key (rather than its value): the key is named
         loc = loc[:-1]
     head, *rest = loc or ("(stack)",)
-    key = _DERIVED_KEYS.get(str(head), f"{PROJECT}:{head}")
+    if head == "awsProvider" and rest:  # an `aws:` key the providers take: named as the stack file has it
+        head, *rest = rest
+        key = f"aws:{head}"
+    else:
+        key = _DERIVED_KEYS.get(str(head), f"{PROJECT}:{head}")
     for part in rest:
         # A name that is not plain (empty, spaces, a newline) is quoted, so the error shows it.
         key += f"[{part}]" if isinstance(part, int) else f".{part}" if _PLAIN.fullmatch(str(part)) else f"[{part!r}]"
@@ -125,16 +133,24 @@ def _format_errors(error: ValidationError) -> list[str]:
 def parse_stack_config(values: Mapping[str, Any], stack: str) -> StackConfig:
     """Validate raw config (`{"mlfleet:regions": '["us-east-1"]', "aws:region": "us-east-1"}`).
 
-    Keys outside the `mlfleet:` namespace belong to providers and Pulumi itself and are left alone,
-    except `aws:region`, the home region.
+    Keys outside the `mlfleet:` namespace belong to providers and Pulumi itself and are left alone, except
+    `aws:region`, the home region, and the other `aws:` keys: the per-region providers take those of
+    AWS_PROVIDER_KEYS, and any other is an error, since no provider would read it (AwsProviderConfig).
     """
     document: dict[str, Any] = {"environment": stack}
     home = values.get("aws:region")
     if home is not None:
         document["homeRegion"] = home
     lines = []
+    provider: dict[str, Any] = {}
     for key, raw in values.items():
         namespace, _, name = key.partition(":")
+        if namespace == "aws" and name != "region":
+            if name in AWS_PROVIDER_KEYS:
+                provider[name] = _decode(raw)
+            else:
+                lines.append(_unread_aws_key(name))
+            continue
         if namespace != PROJECT:
             # Nothing else reads a key of ours elsewhere: a misspelt namespace (mlfeet:, MLFleet:) or one of our
             # keys under another (aws:natGateway) would be ignored without a word.
@@ -143,6 +159,8 @@ def parse_stack_config(values: Mapping[str, Any], stack: str) -> StackConfig:
             continue
         name = name.removeprefix("config:")  # the pre-3.0 key form "mlfleet:config:regions"
         document[name] = _decode(raw)
+    if provider:
+        document["awsProvider"] = provider
     try:
         config = StackConfig.model_validate(document)
     except ValidationError as error:
@@ -150,6 +168,21 @@ def parse_stack_config(values: Mapping[str, Any], stack: str) -> StackConfig:
     if lines:
         raise ConfigError(f"stack {stack!r} has {len(lines)} configuration error(s):\n  - " + "\n  - ".join(lines))
     return config
+
+
+def _unread_aws_key(name: str) -> str:
+    """Why `aws:<name>` is refused: Pulumi's explicit providers read no stack config (pulumi/pulumi-aws#1307)
+    and the stacks disable the default provider, so nothing would read it."""
+    if name in AWS_STATIC_CREDENTIALS:
+        return (f"aws:{name}: mlfleet's per-region providers do not read keys from stack config; give credentials "
+                "in the environment (AWS_PROFILE, SSO, a CI role through OIDC; with Pulumi ESC, as "
+                "environmentVariables), or set aws:profile or aws:assumeRoles")
+    if name in stack_keys():
+        return f"aws:{name}: unknown key (did you mean {PROJECT}:{name}?)"
+    close = difflib.get_close_matches(name, AWS_PROVIDER_KEYS, n=1)
+    hint = f"did you mean aws:{close[0]}? " if close else ""
+    return (f"aws:{name}: not read by mlfleet's per-region providers ({hint}they take aws:region and "
+            f"{', '.join('aws:' + k for k in AWS_PROVIDER_KEYS)}); remove it or set it in the environment")
 
 
 def _misplaced(namespace: str, name: str) -> bool:

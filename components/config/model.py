@@ -190,6 +190,90 @@ class FleetConfig(_Model):
         return load_catalog().get(self.instance_types[0]).gpus
 
 
+# An AWS account id, as the provider's allowedAccountIds and forbiddenAccountIds take it.
+ACCOUNT_ID = re.compile(r"^[0-9]{12}$")
+# An IAM role's ARN (any partition). STS AssumeRole takes any ARN of 20-2048 characters (botocore sts
+# service-2.json, arnType); a role's is `arn:<partition>:iam::<account>:role/<path and name>`.
+ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::[0-9]{12}:role/[\w+=,.@/-]{1,576}$")
+# STS AssumeRole (botocore sts service-2.json): roleSessionNameType 2-64 characters [\w+=,.@-]*,
+# externalIdType 2-1224 characters [\w+=,.@:/-]*.
+ROLE_SESSION_NAME = StringConstraints(min_length=2, max_length=64, pattern=r"^[\w+=,.@-]+$")
+EXTERNAL_ID = StringConstraints(min_length=2, max_length=1224, pattern=r"^[\w+=,.@:/-]+$")
+
+
+class AssumeRoleConfig(_Model):
+    """One role of `aws:assumeRoles`, as the provider's `assume_roles` takes it (pulumi_aws ProviderAssumeRoleArgs)."""
+
+    role_arn: str
+    session_name: Annotated[str, ROLE_SESSION_NAME] | None = None
+    external_id: Annotated[str, EXTERNAL_ID] | None = None
+
+    @field_validator("role_arn")
+    @classmethod
+    def _role_arn(cls, arn: str) -> str:
+        if not ROLE_ARN.match(arn):
+            raise ValueError(f"{arn!r} is not an IAM role ARN like arn:aws:iam::123456789012:role/deployer")
+        return arn
+
+
+def _account_ids(ids: tuple[str, ...]) -> tuple[str, ...]:
+    bad = [i for i in ids if not ACCOUNT_ID.match(i)]
+    if bad:
+        raise ValueError(f"{', '.join(map(repr, bad))}: an AWS account id is 12 digits, written as a string")
+    return ids
+
+
+class AwsProviderConfig(_Model):
+    """The stack's `aws:` keys that mlfleet's per-region providers take.
+
+    Pulumi's explicit providers read no stack config (pulumi/pulumi-aws#1307, #3259: by design, only the
+    default provider reads `aws:*`), and every committed stack disables the default provider. Without
+    this, `aws:profile` or `aws:allowedAccountIds` would be ignored without a word and the program would
+    deploy with whatever credentials the shell has, to whichever account they reach.
+    """
+
+    profile: Annotated[str, StringConstraints(min_length=1)] | None = None
+    allowed_account_ids: tuple[str, ...] = ()
+    forbidden_account_ids: tuple[str, ...] = ()
+    assume_roles: tuple[AssumeRoleConfig, ...] = ()
+    shared_config_files: tuple[Annotated[str, StringConstraints(min_length=1)], ...] = ()
+    shared_credentials_files: tuple[Annotated[str, StringConstraints(min_length=1)], ...] = ()
+
+    @field_validator("allowed_account_ids", "forbidden_account_ids", mode="before")
+    @classmethod
+    def _ids_as_text(cls, ids: Any) -> Any:
+        numbers = [i for i in ids if isinstance(i, int) and not isinstance(i, bool)] if isinstance(ids, list) else []
+        if numbers:  # YAML reads 012345678901 unquoted as a number, and drops its leading zero
+            raise ValueError(f"{', '.join(map(str, numbers))}: write each account id as a string in quotes, "
+                             "\"012345678901\" (a number loses a leading zero)")
+        return ids
+
+    _valid_account_ids = field_validator("allowed_account_ids", "forbidden_account_ids")(_account_ids)
+
+    @field_validator("forbidden_account_ids")
+    @classmethod
+    def _one_account_list(cls, ids: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        # The provider refuses both: the Terraform AWS provider that pulumi_aws bridges declares
+        # allowed_account_ids `ConflictsWith: forbidden_account_ids` (hashicorp/terraform-provider-aws,
+        # internal/provider/provider.go).
+        if ids and info.data.get("allowed_account_ids"):
+            raise ValueError("set together with aws:allowedAccountIds, which the provider refuses: keep one")
+        return ids
+
+    def provider_args(self) -> dict[str, Any]:
+        """The keyword arguments of `pulumi_aws.Provider` these settings give (only those set)."""
+        args: dict[str, Any] = {}
+        if self.profile:
+            args["profile"] = self.profile
+        for name in ("allowed_account_ids", "forbidden_account_ids", "shared_config_files", "shared_credentials_files"):
+            if getattr(self, name):
+                args[name] = list(getattr(self, name))
+        if self.assume_roles:
+            args["assume_roles"] = [{k: v for k, v in role.model_dump().items() if v is not None}
+                                    for role in self.assume_roles]
+        return args
+
+
 class ExistingNetwork(_Model):
     """A VPC the team already has. mlfleet adds no route, NAT or endpoint to it: egress is theirs."""
 
@@ -212,9 +296,10 @@ class StackConfig(_Model):
     them into Pulumi.yaml and docs/configuration.md.
     """
 
-    # Not stack keys: filled by the loader from the stack name and `aws:region`.
+    # Not stack keys: filled by the loader from the stack name, `aws:region` and the provider's `aws:` keys.
     environment: str
     home_region: Region
+    aws_provider: AwsProviderConfig = Field(default_factory=AwsProviderConfig)
 
     regions: tuple[Region, ...] = Field(
         min_length=1,
@@ -617,8 +702,8 @@ def inner_type(annotation: Any) -> Any:
             return annotation
 
 
-# Filled by the loader (stack name, `aws:region`), not set as `mlfleet:` keys.
-DERIVED_FIELDS = ("environment", "home_region")
+# Filled by the loader (stack name, `aws:region`, the other `aws:` keys), not set as `mlfleet:` keys.
+DERIVED_FIELDS = ("environment", "home_region", "aws_provider")
 
 
 def stack_keys() -> tuple[str, ...]:
