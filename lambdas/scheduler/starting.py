@@ -96,7 +96,8 @@ def task_attempt(task: dict) -> int | None:
         for variable in override.get("environment", []):
             if variable.get("name") == "MLFLEET_ATTEMPT":
                 value = str(variable.get("value", ""))
-                return int(value) if value.isdigit() else None
+                # isdigit() also takes "²" and "٣", which int() refuses or reads as another number.
+                return int(value) if value.isascii() and value.isdigit() else None
     return None
 
 

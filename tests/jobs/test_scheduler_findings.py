@@ -389,3 +389,11 @@ def test_a_plan_that_fails_unforeseen_leaves_the_rest_of_the_run(world, monkeypa
         "ApproximateNumberOfMessages": "0", "ApproximateNumberOfMessagesNotVisible": "0"}
     monkeypatch.setattr(scheduler, "plan", real)
     assert run(home, 1)["started"] == [queued]
+
+
+@pytest.mark.parametrize("value, expected", [("3", 3), ("0", 0), ("²", None), ("٣", None), ("", None), ("-1", None)])
+def test_a_task_s_attempt_is_read_only_from_ascii_digits(value, expected):
+    """A task's MLFLEET_ATTEMPT that str.isdigit() takes but int() refuses ("²") or reads otherwise ("٣")
+    is no attempt, not a ValueError that stops the run's look at the task."""
+    task = {"overrides": {"containerOverrides": [{"environment": [{"name": "MLFLEET_ATTEMPT", "value": value}]}]}}
+    assert starting.task_attempt(task) == expected
