@@ -8,7 +8,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.alerts import SlackChannel, SlackChannelArgs
-from components.billing import estimate, monthly_budget, over_budget_warning
+from components.billing import estimate, monthly_budget, over_budget_warning, unreachable_fleets_warning
 from components.config import StackConfig
 from components.config.regions import BILLING_METRICS_REGION
 from components.home import HomeRegion, HomeRegionArgs
@@ -31,9 +31,9 @@ class ProgramError(pulumi.RunError):
 def deploy(cfg: StackConfig) -> dict:
     """Declare every resource of the stack and export what users need. Returns the outputs."""
     cost = estimate(cfg)
-    warning = over_budget_warning(cfg, cost)
-    if warning:
-        pulumi.log.warn(warning)
+    for warning in (over_budget_warning(cfg, cost), unreachable_fleets_warning(cost)):
+        if warning:
+            pulumi.log.warn(warning)
 
     try:
         built = load_manifest(PACKER_MANIFEST, cfg.environment)

@@ -1,5 +1,5 @@
 from .billing import ADMISSION_STOP_PERCENT, BillingAlerts, BillingAlertsArgs, budget_tag_filter, quarter_thresholds
-from .cost import HOURS_PER_MONTH, CostEstimate, FleetCost, estimate, monthly_budget, over_budget_warning
+from .cost import HOURS_PER_MONTH, CostEstimate, FleetCost, estimate, monthly_budget, over_budget_warning, unreachable_fleets_warning
 
 __all__ = [
     "ADMISSION_STOP_PERCENT",
@@ -12,5 +12,6 @@ __all__ = [
     "estimate",
     "monthly_budget",
     "over_budget_warning",
+    "unreachable_fleets_warning",
     "quarter_thresholds",
 ]

@@ -23,6 +23,9 @@ class FleetCost:
     max_instances: int
     on_demand_hourly: float
     spot_hourly: float
+    # The fleet's cheapest instance type there, one instance on spot at the catalog's price: $/h, type.
+    cheapest_spot_hourly: float = 0.0
+    cheapest_type: str = ""
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,8 @@ def estimate(cfg: StackConfig, catalog: Catalog | None = None) -> CostEstimate:
                 max_instances=fleet.max_instances,
                 on_demand_hourly=round(fleet.max_instances * max(t.on_demand_price(region) for t in types), 4),
                 spot_hourly=round(fleet.max_instances * max(t.spot_price(region) for t in types), 4),
+                cheapest_spot_hourly=min(t.spot_price(region) for t in types),
+                cheapest_type=min(types, key=lambda t: t.spot_price(region)).name,
             ))
     return CostEstimate(fleets=tuple(rows), scheduler_cap_hourly=float(cfg.max_hourly_usd))
 
@@ -79,6 +84,21 @@ def estimate(cfg: StackConfig, catalog: Catalog | None = None) -> CostEstimate:
 def monthly_budget(cfg: StackConfig, cost: CostEstimate) -> float:
     """The configured budget, or the worst case the caps allow when none is configured."""
     return float(cfg.monthly_budget_usd) if cfg.monthly_budget_usd else cost.worst_case_monthly
+
+
+def unreachable_fleets_warning(cost: CostEstimate) -> str | None:
+    """Fleets whose cheapest instance costs more an hour than the scheduler's cap: it never buys for them.
+
+    A warning, not an error: the scheduler prices by the live spot price when it is plausible
+    (lambdas/common/spot_prices.py), which may fall below the catalog's, and on-demand costs more."""
+    cap = cost.scheduler_cap_hourly
+    over = [f for f in cost.fleets if f.cheapest_spot_hourly > cap]
+    if not over:
+        return None
+    named = "; ".join(f"{f.fleet} in {f.region} ({f.cheapest_type} at ${f.cheapest_spot_hourly:,.2f}/h on spot)"
+                      for f in over)
+    return (f"mlfleet:maxHourlyUsd ${cap:,.0f}/h is below the cheapest instance of {named}: the scheduler will not "
+            "buy for these fleets, and their jobs wait; raise the cap or drop the fleets")
 
 
 def over_budget_warning(cfg: StackConfig, cost: CostEstimate) -> str | None:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from components.billing import estimate, over_budget_warning
+from components.billing import estimate, over_budget_warning, unreachable_fleets_warning
 from components.config import ConfigError, parse_stack_config
 from components.functions import policy_document
 from lambdas.budget_guard.handler import PERMISSIONS as GUARD_PERMISSIONS
@@ -178,3 +178,16 @@ def test_the_removed_key_is_one_error_that_says_what_to_run_instead(value):
     message = str(raised.value)
     assert "1 configuration error" in message
     assert "mlfleet:activateCostAllocationTag is no longer a stack key" in message and "make cost-tag" in message
+
+
+def test_preview_warns_about_fleets_the_scheduler_s_cap_never_buys_for():
+    """A cap below a fleet's cheapest instance leaves its jobs waiting forever without a word; the catalog's
+    spot prices (lambdas/common/data/instance_catalog.json) say it before anything is deployed."""
+    fleets = {"gpu1": {"maxInstances": 4, "instanceTypes": ["g6.xlarge", "g5.xlarge", "g4dn.xlarge"]},
+              "big": {"maxInstances": 1, "instanceTypes": ["p5.48xlarge"]}}
+    cfg = parse_stack_config(config(None, fleets=fleets), "dev")  # the cap is $20/h
+    warning = unreachable_fleets_warning(estimate(cfg))
+    assert warning.startswith("mlfleet:maxHourlyUsd $20/h is below the cheapest instance of big in us-east-1 (p5.48xlarge at $")
+    assert "gpu1" not in warning
+    assert any("below the cheapest instance of big" in w for w in render_config(config(None, fleets=fleets), "dev").warnings)
+    assert unreachable_fleets_warning(estimate(parse_stack_config(config(None), "dev"))) is None
