@@ -329,9 +329,11 @@ def _observe(ecs, cluster: str, drained: Sequence[_Target], groups: Mapping[str,
 
 def _reactivate(ec2, ecs, cluster: str, t: _Target, reason: str, outcome: Outcome) -> None:
     """ACTIVE again (when this protocol drained it), then the tag removed. A failure leaves the tag:
-    the machine is still never placed onto, and the next run resumes it."""
+    the machine is still never placed onto, and the next run resumes it. A drain this call made is undone
+    whatever the status read since says: ECS reads are eventually consistent, and one that still said
+    ACTIVE would leave the machine DRAINING with its tag gone, never placed onto and never released."""
     try:
-        if t.arn is not None and t.status == decide.DRAINING and (t.drained_here or t.resumed):
+        if t.arn is not None and (t.drained_here or (t.resumed and t.status == decide.DRAINING)):
             response = ecs.update_container_instances_state(cluster=cluster, containerInstances=[t.arn], status="ACTIVE")
             if response.get("failures"):
                 raise RuntimeError(f"UpdateContainerInstancesState ACTIVE failed: {response['failures']}")

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from removal.world import (ASG, FAULTS, FLEET_REGION, HOME, aws, build, decisions, group_state, inject,
-                           on_call, place_job_in_ledger, record_calls, run, start_task_on, status_of, tags_of)
+                           on_call, place_job_in_ledger, record_calls, run, stale_read, start_task_on, status_of, tags_of)
 
 from lambdas.removal import decide
 
@@ -54,6 +54,26 @@ def test_race_a_task_placed_between_the_read_and_the_drain_is_never_killed(fleet
     assert outcome.terminated == [] and "gained work: 1 ECS task" in outcome.reactivated[machine]
     assert machine in group_state()[1] and group_state()[0] == 3
     assert settled(world, machine)
+
+
+def test_race_a_re_check_that_still_reads_active_after_the_drain_re_activates_the_machine_it_drained(fleet_aws):
+    """ECS reads are eventually consistent ("The Amazon ECS API follows an eventual consistency model",
+    botocore's ECS model, RunTask): right after the drain, the re-check may still read the container
+    instance ACTIVE. The machine gained work and is kept; the drain this run made must still be undone,
+    or it stays DRAINING with its tag gone: never placed onto, never released. moto's reads never lag:
+    the stale answer is injected."""
+    world = build(size=3)
+    machine = world.ids[0]
+    start_task_on(world, machine)  # the method read it idle; the task came before the drain
+
+    def still_active(answer):
+        for ci in answer["containerInstances"]:
+            ci["status"] = "ACTIVE"
+
+    stale_read("ecs", "DescribeContainerInstances", still_active, skip=1)  # the re-check's read
+    outcome = run(world, machine)
+    assert "gained work" in outcome.reactivated[machine]
+    assert status_of(world, machine) == "ACTIVE" and settled(world, machine)
 
 
 def test_race_a_job_claimed_in_the_ledger_before_its_task_starts_keeps_the_machine(fleet_aws):

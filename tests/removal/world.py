@@ -205,6 +205,20 @@ def on_call(service: str, operation: str, action: Callable[[dict], None], *, reg
     _register(service, region, "before-parameter-build", operation, before)
 
 
+def stale_read(service: str, operation: str, change: Callable[[dict], None], *, region: str = FLEET_REGION,
+               skip: int = 0) -> None:
+    """Let the function's call of `operation` after the first `skip` see `change(answer)` instead of moto's
+    answer: a read that lags a write, as AWS's eventually consistent reads may (moto's never do)."""
+    seen = [0]
+
+    def after(parsed, **_):
+        seen[0] += 1
+        if seen[0] == skip + 1:
+            change(parsed)
+
+    _register(service, region, "after-call", operation, after)
+
+
 def decisions(caplog) -> list[dict]:
     """The structured log lines written so far (lambdas/common/logs.py), as pytest's caplog holds them."""
     return [json.loads(r.getMessage()) for r in caplog.records if r.name == "mlfleet"]
