@@ -8,7 +8,7 @@
 - `to_resume`: the removals a previous run left half-done (the Lambda was cut short) that this run
   finishes: its own method's, and, for the safety net, any other whose mark is older than a bound.
 - `recheck`: after the drain, under the placement lease, terminate only a machine read again as
-  DRAINING with no task and no job placed on it. Gained work, or anything unread, means busy.
+  DRAINING with no task, no job placed on it and no keep-alive. Gained work, or anything unread, means busy.
 - `may_terminate`: right before the terminate, the group read again must stay at or above its
   minimum after the decrement.
 
@@ -213,7 +213,8 @@ class Observed:
     ecs_tasks: int | None  # runningTasksCount + pendingTasksCount
     listed_tasks: int | None  # ListTasks (desiredStatus RUNNING: pending and running) on it
     ledger_jobs: tuple[str, ...] | None  # jobs STARTING or RUNNING that the ledger places on it
-    keep_alive: str | None = None  # the instance's `mlfleet:keep-alive` tag, if any
+    keep_alive: str | None = None  # the instance's `mlfleet:keep-alive` tag, read again after the drain
+    tags_read: bool = True  # False: its tags could not be read again
 
 
 @dataclass(frozen=True)
@@ -226,7 +227,7 @@ def recheck(observed: Observed, now: datetime) -> Verdict:
     """Terminate only what is known to be drained and empty; gained work or unknown means busy."""
     unread = [name for name, value in (("container instance", observed.ecs_status), ("task count", observed.ecs_tasks),
                                        ("task list", observed.listed_tasks), ("ledger", observed.ledger_jobs))
-              if value is None]
+              if value is None] + ([] if observed.tags_read else ["tags"])
     if unread:
         return Verdict(REACTIVATE, f"could not read its {', '.join(unread)}: unknown means busy")
     tasks = max(observed.ecs_tasks, observed.listed_tasks)

@@ -7,9 +7,9 @@ One call of `remove` acts on one fleet region for one method (docs/removal.md, "
 2. tag each new one `mlfleet:removing=<method>@<time>` BEFORE draining it, so every machine this
    protocol drains carries the tag and a run cut short at any point is resumed by the next;
 3. set the container instances DRAINING, 10 per call (the API's limit);
-4. read each again: its container instance (status, running + pending tasks), ListTasks on it, and the
-   jobs the ledger places on it (STARTING or RUNNING); keep (re-activate) anything that gained work or
-   could not be read (decide.recheck);
+4. read each again: its container instance (status, running + pending tasks), ListTasks on it, its tags
+   (a keep-alive written since validation) and the jobs the ledger places on it (STARTING or RUNNING);
+   keep (re-activate) anything that gained work, is protected, or could not be read (decide.recheck);
 5. read the groups again and TerminateInstanceInAutoScalingGroup(ShouldDecrementDesiredCapacity=True)
    only where the group stays at or above its minimum (decide.may_terminate); a refusal re-activates.
 
@@ -42,6 +42,9 @@ from .decide import Candidate, Group, Member, Observed
 
 DRAIN_BATCH = 10  # UpdateContainerInstancesState takes at most 10 container instances a call
 DESCRIBE_BATCH = 100  # DescribeContainerInstances takes at most 100
+# Instance ids per DescribeInstances call (as lambdas/scheduler/state.py reads them); given as a filter,
+# so that an instance already gone is left out instead of failing the call (InvalidInstanceID.NotFound).
+FILTER_VALUES = 200
 # One AWS call, botocore's standard retries included, finishes well within this; with less lease left
 # the executor stops and the next run resumes.
 LEASE_MARGIN_SECONDS = 20
@@ -181,7 +184,7 @@ def remove(candidates: Sequence[Candidate], scope: Scope, *, registered: Mapping
 
     ec2, ecs = client("ec2", scope.region), client("ecs", scope.region)
     drained = _drain(ec2, ecs, scope, targets, now, outcome)
-    observed = _observe(ecs, scope.cluster, drained, groups, ledger)
+    observed = _observe(ec2, ecs, scope.cluster, drained, ledger)
     to_terminate: list[_Target] = []
     for t in drained:
         verdict = decide.recheck(observed[t.instance_id], now)
@@ -301,12 +304,29 @@ def placed_jobs(ledger: LedgerSource) -> dict[str, list[str]] | None:
     return found
 
 
-def _observe(ecs, cluster: str, drained: Sequence[_Target], groups: Mapping[str, Group],
-             ledger: LedgerSource) -> dict[str, Observed]:
+def _tags(ec2, instance_ids: Iterable[str]) -> dict[str, dict[str, str]] | None:
+    """Instance id -> its tags, read again; None when the read failed (unknown)."""
+    found: dict[str, dict[str, str]] = {}
+    ids = sorted(set(instance_ids))
+    try:
+        for batch in chunks(ids, FILTER_VALUES):
+            for reservation in paginate(ec2, "describe_instances", "Reservations",
+                                        Filters=[{"Name": "instance-id", "Values": batch}]):
+                for instance in reservation["Instances"]:
+                    found[instance["InstanceId"]] = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+    except AWS_ERRORS as error:
+        _error("read-tags", None, error, instance_ids=ids)
+        return None
+    return found
+
+
+def _observe(ec2, ecs, cluster: str, drained: Sequence[_Target], ledger: LedgerSource) -> dict[str, Observed]:
     if not drained:
         return {}
     described = _describe(ecs, cluster, (t.arn for t in drained))
     jobs = placed_jobs(ledger)
+    # Read again, as the tasks are: a keep-alive written since validation read the tags keeps the machine.
+    tags = _tags(ec2, (t.instance_id for t in drained))
     observed = {}
     for t in drained:
         ci = described.get(t.arn)
@@ -315,13 +335,14 @@ def _observe(ecs, cluster: str, drained: Sequence[_Target], groups: Mapping[str,
         except AWS_ERRORS as error:
             _error("list-tasks", t.instance_id, error)
             listed = None
-        member = groups.get(t.asg_name, Group(t.asg_name, 0, 0)).members.get(t.instance_id)
+        instance_tags = tags.get(t.instance_id) if tags is not None else None
         observed[t.instance_id] = Observed(
             ecs_status=ci.get("status") if ci else None,
             ecs_tasks=(ci.get("runningTasksCount", 0) + ci.get("pendingTasksCount", 0)) if ci else None,
             listed_tasks=listed,
             ledger_jobs=tuple(jobs.get(t.instance_id, ())) if jobs is not None else None,
-            keep_alive=member.tags.get(tag_keys.KEEP_ALIVE) if member else None)
+            keep_alive=instance_tags.get(tag_keys.KEEP_ALIVE) if instance_tags is not None else None,
+            tags_read=instance_tags is not None)
         if ci:
             t.status = ci.get("status")
     return observed

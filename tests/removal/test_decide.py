@@ -122,6 +122,7 @@ EMPTY = Observed(ecs_status="DRAINING", ecs_tasks=0, listed_tasks=0, ledger_jobs
     (Observed("DRAINING", 0, 0, None), decide.REACTIVATE, "ledger: unknown means busy"),
     (Observed("ACTIVE", 0, 0, ()), decide.REACTIVATE, "ACTIVE, not DRAINING"),
     (Observed("DRAINING", 0, 0, (), keep_alive="true"), decide.REACTIVATE, "protected since it was proposed"),
+    (Observed("DRAINING", 0, 0, (), tags_read=False), decide.REACTIVATE, "could not read its tags"),
 ])
 def test_recheck_terminates_only_a_drained_empty_machine(observed, action, reason):
     verdict = decide.recheck(observed, NOW)

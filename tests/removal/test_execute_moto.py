@@ -186,14 +186,16 @@ def test_a_dry_run_changes_nothing(fleet_aws):
     assert group_state()[0] == 3
 
 
-def test_a_keep_alive_written_while_proposed_keeps_the_machine(fleet_aws):
+def test_race_a_keep_alive_written_during_the_drain_keeps_the_machine(fleet_aws):
+    """A user protects the machine after validation read its tags (here, while it is being drained): the
+    re-check reads the instance's tags again, as it reads its tasks again, and keeps it."""
     world = build(size=3)
     machine = world.ids[0]
-    on_call("ec2", "CreateTags", lambda params: aws("ec2").create_tags(
+    on_call("ecs", "UpdateContainerInstancesState", lambda params: aws("ec2").create_tags(
         Resources=[machine], Tags=[{"Key": "mlfleet:keep-alive", "Value": "true"}]))
     outcome = run(world, machine)
-    # Read with the groups before the drain: this run already saw no keep-alive; the next run does.
-    assert outcome.terminated == [machine] or machine in outcome.reactivated
+    assert "protected since it was proposed" in outcome.reactivated[machine]
+    assert settled(world, machine) and machine in group_state()[1]
     assert run(world, world.ids[1]).terminated == [world.ids[1]]
 
 
@@ -202,8 +204,8 @@ def test_a_keep_alive_written_while_proposed_keeps_the_machine(fleet_aws):
 # terminated, and after the method's next run nothing is left DRAINING or tagged.
 CALLS = [
     ("autoscaling", "DescribeAutoScalingGroups", 0), ("autoscaling", "DescribeAutoScalingGroups", 1),
-    ("ec2", "DescribeInstances", 0), ("ec2", "CreateTags", 0), ("ecs", "DescribeContainerInstances", 0),
-    ("ecs", "DescribeContainerInstances", 1), ("ecs", "UpdateContainerInstancesState", 0),
+    ("ec2", "DescribeInstances", 0), ("ec2", "DescribeInstances", 1), ("ec2", "CreateTags", 0),
+    ("ecs", "DescribeContainerInstances", 0), ("ecs", "DescribeContainerInstances", 1), ("ecs", "UpdateContainerInstancesState", 0),
     ("ecs", "UpdateContainerInstancesState", 1), ("ecs", "ListTasks", 0), ("dynamodb", "Query", 0),
     ("autoscaling", "TerminateInstanceInAutoScalingGroup", 0), ("ec2", "DeleteTags", 0),
 ]
