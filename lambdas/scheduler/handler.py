@@ -525,7 +525,7 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
             if scale_one(settings, ledger, records, scale_out, fleet_views, stopped, spent, now, remaining_ms, summary):
                 spent += scale_out.hourly_usd
     with per_item("release-failed", summary["errors"], action="releases tried again next run"):
-        give_back(settings, views, the_plan.releases, held, now, summary)
+        give_back(settings, views, the_plan.releases, held, now, summary, remaining_ms)
     move_jobs(the_plan.moves, running, remaining_ms, ACT_RESERVE_MS, summary)
 
 
@@ -584,7 +584,7 @@ def scale_one(settings: Settings, ledger: L.Ledger, records: dict[str, L.JobReco
 
 
 def give_back(settings: Settings, views: list[state.RegionView], candidates, held: lease.Lease | None, now: datetime,
-              summary: dict) -> None:
+              summary: dict, remaining_ms: Callable[[], int]) -> None:
     """The plan's release candidates through the removal executor, under the lease this run holds, and
     the releases an earlier run left half-done (lambdas/scheduler/releases.py)."""
     if held is None:
@@ -592,13 +592,13 @@ def give_back(settings: Settings, views: list[state.RegionView], candidates, hel
             log_decision("release-skipped", reason="no placement lease held: a removal acts only under it",
                          candidates=[c.instance_id for c in candidates])
         return
-    # The lease was taken at the run's `now`; the executor judges the time left on it by the same clock.
-    started = time.monotonic()
+    # The lease runs to the Lambda's deadline (plus the clock margin): the time it has left is the run's
+    # remaining time now, at the end of the run, not what it had when the run took it.
+    deadline = held.expires_at - lease.CLOCK_SKEW_SECONDS
     outcome = releases.give_back(
         candidates, views, budget_percent=settings.disruption_budget_percent,
         ledger=LedgerSource(client("dynamodb").meta.region_name, settings.jobs_table),
-        lease_expires_at=held.expires_at - lease.CLOCK_SKEW_SECONDS, now=now,
-        clock=lambda: now.timestamp() + time.monotonic() - started)
+        lease_expires_at=deadline, now=now, clock=lambda: deadline - remaining_ms() / 1000)
     summary["released"] = sorted(outcome.terminated)
     summary["release_kept"] = dict(sorted(outcome.reactivated.items()))
 

@@ -20,6 +20,7 @@ from jobs.conftest import (
 )
 from removal.world import aws, record_calls
 
+from lambdas.common import lease
 from lambdas.common.catalog import load_catalog
 from lambdas.jobs import ledger as L
 from lambdas.jobs.fleets import parse_fleets
@@ -181,6 +182,29 @@ def test_the_handler_finishes_a_release_cut_short_under_its_lease_and_a_run_with
     assert handler({}, Context())["released"] == [cut_short]
     group = aws("autoscaling", HOME).describe_auto_scaling_groups(AutoScalingGroupNames=[ASG])["AutoScalingGroups"][0]
     assert group["DesiredCapacity"] == 2 and {i["InstanceId"] for i in group["Instances"]} == set(others)
+
+
+def test_race_a_run_that_spent_its_lease_before_its_releases_leaves_them_to_the_next_run(fleet_aws):
+    """The executor acts only with more than LEASE_MARGIN_SECONDS of the placement lease left. The releases
+    come at the end of the scheduler's run, so what is left is the lease's time at that point: here the run
+    took its lease 160 s ago for a 170-second run, and a release cut short earlier is left, drained and
+    tagged, to the next run instead of being carried on past the margin."""
+    home = home_world()
+    instances = build_fleet(size=3)
+    cut_short = next(iter(instances))
+    aws("ec2", HOME).create_tags(Resources=[cut_short], Tags=[{"Key": "mlfleet:removing",
+                                                                "Value": f"release@{NOW.isoformat(timespec='seconds')}"}])
+    aws("ecs", HOME).update_container_instances_state(cluster=CLUSTER, containerInstances=[instances[cut_short]],
+                                                      status="DRAINING")
+    started = time.time() - 160
+    taken = lease.acquire(boto3.client("dynamodb", HOME), home["table"], "scheduler:slow", now=started,
+                          run_seconds=170)
+    summary = run(scheduler_settings(home), lambda: 10_000, now=datetime.fromtimestamp(started, timezone.utc),
+                  held=taken.lease)
+    assert summary["released"] == []
+    assert "mlfleet:removing" in tags_of(cut_short)
+    group = aws("autoscaling", HOME).describe_auto_scaling_groups(AutoScalingGroupNames=[ASG])["AutoScalingGroups"][0]
+    assert group["DesiredCapacity"] == 3 and cut_short in {i["InstanceId"] for i in group["Instances"]}
 
 
 def test_an_error_in_one_region_s_removals_never_stops_the_run(fleet_aws, monkeypatch):
