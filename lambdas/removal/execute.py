@@ -45,8 +45,10 @@ DESCRIBE_BATCH = 100  # DescribeContainerInstances takes at most 100
 # Instance ids per DescribeInstances call (as lambdas/scheduler/state.py reads them); given as a filter,
 # so that an instance already gone is left out instead of failing the call (InvalidInstanceID.NotFound).
 FILTER_VALUES = 200
-# One AWS call, botocore's standard retries included, finishes well within this; with less lease left
-# the executor stops and the next run resumes.
+# A call usually finishes well within this; with less lease left the executor stops and the next run
+# resumes. One that retries long (botocore's standard mode: 10 attempts, a 30 s read timeout each,
+# lambdas/common/aws.py) can outlast it: the lease is then a first guard only, and the machine's
+# `mlfleet:removing` tag and DRAINING status still keep the scheduler from placing onto it.
 LEASE_MARGIN_SECONDS = 20
 AWS_ERRORS = (ClientError, BotoCoreError)
 
