@@ -275,3 +275,26 @@ def test_validation_of_gpu_sharing_fails_on_an_old_agent_or_a_disabled_daemon(tm
     result = subprocess.run(["bash", "-c", body], capture_output=True, text=True,
                             env={"PATH": f"{stubs}:/usr/bin:/bin"})
     assert (result.returncode == 0) is passes, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(("installed", "passes"), [
+    (["6.1.100-1.amzn2023.x86_64"], True),
+    # kernel is an installonly package (dnf.conf(5) installonlypkgs): an update installs a second kernel
+    # next to the running one, which stays installed, and the boot default moves to it, so the next boot
+    # leaves the NVIDIA modules prebuilt for the running kernel behind.
+    (["6.1.100-1.amzn2023.x86_64", "6.1.200-2.amzn2023.x86_64"], False),
+    (["6.1.200-2.amzn2023.x86_64"], False),
+])
+def test_os_updates_fail_when_a_kernel_update_slipped_through(tmp_path, installed, passes):
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    (stubs / "dnf").write_text("#!/bin/sh\nexit 0\n")
+    (stubs / "systemctl").write_text("#!/bin/sh\nexit 0\n")
+    (stubs / "uname").write_text("#!/bin/sh\necho 6.1.100-1.amzn2023.x86_64\n")
+    (stubs / "rpm").write_text("#!/bin/sh\nprintf '%s\\n' " + " ".join(installed) + "\n")
+    for stub in stubs.iterdir():
+        stub.chmod(0o755)
+    result = subprocess.run(["bash", str(SCRIPTS / "10-os-updates.sh")], capture_output=True, text=True,
+                            env={"PATH": f"{stubs}:/usr/bin:/bin"})
+    assert (result.returncode == 0) is passes, result.stdout + result.stderr
+
