@@ -12,6 +12,11 @@ agent_dir=/opt/aws/amazon-cloudwatch-agent
 rm -f "${agent_dir}/etc/amazon-cloudwatch-agent.toml" "${agent_dir}/etc/amazon-cloudwatch-agent.json"
 rm -rf "${agent_dir}/etc/amazon-cloudwatch-agent.d" "${agent_dir}/logs/"*
 rm -rf /var/lib/ecs/data/* /var/log/ecs/*
+# The build instance's GPUs (UUIDs, driver, MPS facts), which ecs-init saves at every start with
+# ECS_ENABLE_GPU_SUPPORT=true. It rewrites the file only when it finds /dev/nvidia* (amazon-ecs-agent,
+# ecs-init/gpu/nvidia_gpu_manager.go Setup returns on ErrNoGPUDeviceFound before SaveGPUState), and the
+# agent registers whatever the file holds whenever it exists (agent/gpu/nvidia_gpu_manager.go Initialize).
+rm -f /var/lib/ecs/gpu/nvidia-gpu-info.json
 
 dnf clean all
 rm -rf /var/cache/dnf/* "$FILES_DIR" /tmp/* /var/tmp/*
@@ -51,9 +56,13 @@ for log in /var/log/cloud-init.log /var/log/cloud-init-output.log /var/log/dnf*.
     exit 1
   fi
 done
+if [[ -e /var/lib/ecs/gpu/nvidia-gpu-info.json ]]; then
+  echo "the build instance's GPU inventory remains: /var/lib/ecs/gpu/nvidia-gpu-info.json" >&2
+  exit 1
+fi
 journal_files=(/var/log/journal/*)
 if ((${#journal_files[@]})); then
   echo "journal not removed: ${journal_files[*]}" >&2
   exit 1
 fi
-echo "clean: no SSH host keys, empty machine-id, empty logs"
+echo "clean: no SSH host keys, empty machine-id, empty logs, no GPU inventory"

@@ -298,3 +298,15 @@ def test_os_updates_fail_when_a_kernel_update_slipped_through(tmp_path, installe
                             env={"PATH": f"{stubs}:/usr/bin:/bin"})
     assert (result.returncode == 0) is passes, result.stdout + result.stderr
 
+
+def test_cleanup_removes_the_build_instances_gpu_inventory():
+    # ecs-init writes the GPUs it finds (their UUIDs, the driver, the MPS facts) to
+    # /var/lib/ecs/gpu/nvidia-gpu-info.json at every start with ECS_ENABLE_GPU_SUPPORT=true, and rewrites
+    # it only when it finds /dev/nvidia* (ecs-init/gpu/nvidia_gpu_manager.go Setup: ErrNoGPUDeviceFound
+    # returns before SaveGPUState); the agent registers whatever the file holds whenever it exists
+    # (agent/gpu/nvidia_gpu_manager.go Initialize). The build instance has GPUs, so the image must not
+    # keep its inventory.
+    cleanup = (SCRIPTS / "99-cleanup.sh").read_text()
+    removals = [line for line in cleanup.splitlines() if line.startswith("rm ")]
+    assert any("/var/lib/ecs/gpu/nvidia-gpu-info.json" in line for line in removals), removals
+    assert "/var/lib/ecs/data/*" in " ".join(removals)
