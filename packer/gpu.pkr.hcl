@@ -69,10 +69,12 @@ source "amazon-ebs" "al2023_gpu" {
 
   # SSH reaches the short-lived build instance only from the address running Packer, through a
   # temporary security group and key pair that Packer deletes at the end. Fleet instances never get a
-  # public IP; this build instance needs one (or subnet_id with NAT) to reach the package repositories.
+  # public IP; this build instance has one, in any subnet: the builder connects to it by its public address
+  # only (ssh_interface "public_ip": packer-plugin-amazon builder/common/ssh.go, SSHHost), and it reaches
+  # the package repositories through it.
   ssh_username                              = "ec2-user"
   ssh_interface                             = "public_ip"
-  associate_public_ip_address               = var.subnet_id == "" ? true : null
+  associate_public_ip_address               = true
   temporary_security_group_source_public_ip = true
   temporary_key_pair_type                   = "ed25519"
   ssh_clear_authorized_keys                 = true

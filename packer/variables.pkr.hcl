@@ -119,7 +119,7 @@ variable "region_kms_key_ids" {
 
 variable "subnet_id" {
   type        = string
-  description = "Subnet for the build instance. Empty: the default VPC. It needs internet egress for the Amazon Linux and NVIDIA package repositories and image pulls."
+  description = "Subnet for the build instance. Empty: the default VPC. A public subnet (a route to an internet gateway): the instance gets a public IP, which Packer's SSH and the package repositories need."
   default     = ""
   validation {
     condition     = var.subnet_id == "" || can(regex("^subnet-[0-9a-f]{8,17}$", var.subnet_id))

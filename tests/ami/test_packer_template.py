@@ -114,6 +114,14 @@ def test_ssh_reaches_the_build_instance_only_from_the_builder(source):
     assert source["ssh_clear_authorized_keys"] is True
 
 
+def test_the_build_instance_has_the_public_ip_its_ssh_interface_uses(source):
+    """With `ssh_interface = "public_ip"` the builder connects only to a public address and otherwise stops
+    with "couldn't determine address for instance" (packer-plugin-amazon builder/common/ssh.go, SSHHost).
+    So the instance gets one in any subnet given, not only in the default VPC's."""
+    assert source["ssh_interface"] == "public_ip"
+    assert source["associate_public_ip_address"] is True
+
+
 def test_tags_name_environment_versions_base_and_revision(source, locals_):
     # The Pulumi AMI component looks up owners=["self"], tag:mlfleet:environment=<env>,
     # tag:mlfleet:managed-by=packer; packer.ami_clean filters on the same two tags.
