@@ -36,6 +36,10 @@ CLUSTER_ARN = "arn:{partition}:ecs:*:{account}:cluster/mlfleet-{environment}"
 # RegisterTaskDefinition is authorized on the task-definition ARN (family:revision) it creates: the
 # scheduler registers revisions of the environment's job family only.
 JOB_FAMILY_REVISIONS = "arn:{partition}:ecs:*:{account}:task-definition/mlfleet-{environment}-gpu-job:*"
+# The environment's fleet groups (components/compute/fleet.py fleet_group_name): Auto Scaling authorizes
+# SetDesiredCapacity and its tag writes on the group's ARN (the IAM reference), so they are granted on
+# these, never "*", and tag-scoped as well.
+FLEET_GROUPS = "arn:{partition}:autoscaling:*:{account}:autoScalingGroup:*:autoScalingGroupName/mlfleet-{environment}-*"
 
 PERMISSIONS = (
     needs("ecs:StartTask", resources=(JOB_FAMILY_REVISIONS,),
@@ -57,10 +61,12 @@ PERMISSIONS = (
     needs("iam:PassRole", resources=("arn:{partition}:iam::{account}:role/mlfleet/{environment}/*",),
           condition={"StringEquals": {"iam:PassedToService": "ecs-tasks.amazonaws.com"}},
           why="register revisions that keep the family's task and execution roles"),
-    needs("autoscaling:SetDesiredCapacity", tag_scoped=True, why="scale out a fleet of this environment"),
-    needs("autoscaling:CreateOrUpdateTags", tag_scoped=True, tag_keys=(SCALING_PAUSED_TAG,), tag_values=ISO_8601_TIME,
-          why="mark the circuit breaker on the group (the scaling-paused-at tag only)"),
-    needs("autoscaling:DeleteTags", tag_scoped=True, tag_keys=(SCALING_PAUSED_TAG,), why="clear the mark"),
+    needs("autoscaling:SetDesiredCapacity", resources=(FLEET_GROUPS,), tag_scoped=True,
+          why="scale out a fleet of this environment"),
+    needs("autoscaling:CreateOrUpdateTags", resources=(FLEET_GROUPS,), tag_scoped=True, tag_keys=(SCALING_PAUSED_TAG,),
+          tag_values=ISO_8601_TIME, why="mark the circuit breaker on the group (the scaling-paused-at tag only)"),
+    needs("autoscaling:DeleteTags", resources=(FLEET_GROUPS,), tag_scoped=True, tag_keys=(SCALING_PAUSED_TAG,),
+          why="clear the mark"),
     needs("sns:Publish", resources=("arn:{partition}:sns:{region}:{account}:mlfleet-{environment}-alerts",),
           why="alert when the circuit breaker stops a fleet's scaling, or when jobs are quarantined"),
     PUBLISH_TO_ENCRYPTED_TOPICS,

@@ -23,6 +23,12 @@ A statement fails on:
 - a resource that none of the statement's actions can be authorized on (a dead or mistyped ARN);
 - a service condition key the action does not support (a key absent from the request makes the
   condition false: an Allow never applies, a Deny never protects). Global `aws:` keys are accepted;
+- in an identity policy, an Allow on "*" of an action the reference authorizes on a resource type (so
+  it could be granted on ARNs), unless a request condition key of the action's own service narrows it
+  (`ecs:ListTasks` on "*" with `ecs:cluster`: a listing of a whole cluster is not authorized on a
+  container-instance ARN). A tag condition alone does not count: "*" with `aws:ResourceTag` still covers
+  every resource of the account and region that carries (or is given) the tag, and least privilege names
+  the resources too (https://docs.aws.amazon.com/IAM/latest/UserGuide/best-practices.html#grant-least-privilege);
 - an unknown condition operator
   (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_elements_condition_operators.html);
 - in a resource policy, a service principal allowed without `aws:SourceAccount`, `aws:SourceArn` or
@@ -440,6 +446,18 @@ def lint_statement(statement: Mapping[str, Any], *, where: str, kind: str, index
                 fail("resource-type", f"{r} matches no resource type of {', '.join(sorted(set(actions)))}")
 
     conditions = statement.get("Condition") or {}
+    if kind == IDENTITY and statement.get("Effect") == "Allow" and "*" in resources:
+        for action in actions:
+            types = resource_types(action)
+            typed = sorted(t for t in types if t)
+            if not typed or excepted("resource", action, "*"):
+                continue
+            prefix = action.partition(":")[0].lower() + ":"
+            narrowing = [key for tests in conditions.values() for key in tests or {}
+                         if key.lower().startswith(prefix) and _key_supported(key, types.get("", {}).get("condition_keys", ()))]
+            if not narrowing:
+                fail("wildcard-resource", f"{action} is authorized on {', '.join(typed)} ARNs ("
+                     + ", ".join(arn_format(action, t) for t in typed) + "); granted on \"*\" it covers every one")
     for operator, tests in conditions.items():
         if not _operator_known(operator):
             fail("condition-operator", f"{operator} is not an IAM condition operator")

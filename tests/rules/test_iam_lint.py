@@ -154,6 +154,23 @@ def test_task_definitions_are_registered_in_the_job_family_only(renderings, stac
     assert pass_role["Resource"] == [f"arn:aws:iam::{ACCOUNT_ID}:role/mlfleet/{stack}/*"]
 
 
+@pytest.mark.parametrize("stack", RULE_STACKS)
+def test_fleet_groups_are_changed_by_their_arn_and_tag_only(renderings, stack_configs, stack):
+    """Every Auto Scaling write (the reference authorizes each on the autoScalingGroup ARN) names the
+    environment's groups and carries the environment's tag condition; SetDesiredCapacity and the circuit
+    breaker's tag writes were granted on "*" (scheduler, lambdas/scheduler/actions.py)."""
+    groups = f"arn:aws:autoscaling:*:{ACCOUNT_ID}:autoScalingGroup:*:autoScalingGroupName/mlfleet-{stack}-*"
+    documents = every_document(renderings[stack], stack_configs[stack])
+    seen = set()
+    for action in ("autoscaling:SetDesiredCapacity", "autoscaling:CreateOrUpdateTags", "autoscaling:DeleteTags",
+                   "autoscaling:TerminateInstanceInAutoScalingGroup", "autoscaling:DetachInstances"):
+        for document, statement in allows(documents, action):
+            seen.add(action)
+            assert statement["Resource"] == [groups], f"{document.where}: {action}"
+            assert statement["Condition"]["StringEquals"][f"aws:ResourceTag/{tags.ENVIRONMENT}"] == stack
+    assert "autoscaling:SetDesiredCapacity" in seen and "autoscaling:CreateOrUpdateTags" in seen
+
+
 def test_the_command_may_only_read_put_and_cancel_in_the_ledger():
     user = cli.policy("dev", "us-east-1", ACCOUNT_ID)["Statement"]
     dynamodb = {a: s for s in user for a in s["Action"] if a.startswith("dynamodb:")}
@@ -218,6 +235,12 @@ def test_a_good_statement_has_no_findings():
             Condition={"ForAllValues:StringEquals": {"aws:TagKeys": ["a"]}, "StringEquals": {"ec2:CreateAction": "x"}}),
      "condition-key", "ec2:StopInstances does not support the condition key ec2:CreateAction"),
     (broken(Condition={"ArnLikes": {"ecs:cluster": "x"}}), "condition-operator", "ArnLikes"),
+    # "*" where the action takes ARNs: every group of the account, whatever the tag condition says
+    (broken(Action=["autoscaling:SetDesiredCapacity"],
+            Condition={"StringEquals": {"aws:ResourceTag/mlfleet:environment": "dev"}}), "wildcard-resource",
+     "autoscaling:SetDesiredCapacity is authorized on autoScalingGroup ARNs"),
+    # ListTasks on "*" is right only with ecs:cluster narrowing it (GOOD)
+    (broken(Condition={}), "wildcard-resource", "ecs:ListTasks is authorized on container-instance ARNs"),
     (broken(NotAction=["ecs:StopTask"]), "unsupported-element", "NotAction"),
 ])
 def test_the_lint_fails_on(statement, rule, words):
