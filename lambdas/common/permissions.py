@@ -64,12 +64,15 @@ def needs(*actions: str, resources: tuple[str, ...] = ("*",), tag_scoped: bool =
 ISO_8601_TIME = "????-??-??T??:??:??*"
 
 # mlfleet's topics are encrypted with customer-managed keys (components/alerts): publishing needs the
-# key too, but only when SNS uses it on the function's behalf.
+# key too, but only when SNS uses it on the function's behalf, and only the environment's own keys (each
+# carries the environment tag; KMS authorizes both actions on the key with aws:ResourceTag, the IAM
+# reference for AWS KMS).
 PUBLISH_TO_ENCRYPTED_TOPICS = needs(
     "kms:GenerateDataKey*", "kms:Decrypt",
     resources=("arn:{partition}:kms:*:{account}:key/*",),
+    tag_scoped=True,
     condition={"StringLike": {"kms:ViaService": "sns.*.amazonaws.com"}},
-    why="publish to mlfleet's KMS-encrypted SNS topics",
+    why="publish to the environment's KMS-encrypted SNS topics",
 )
 
 

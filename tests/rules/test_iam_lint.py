@@ -171,6 +171,21 @@ def test_fleet_groups_are_changed_by_their_arn_and_tag_only(renderings, stack_co
     assert "autoscaling:SetDesiredCapacity" in seen and "autoscaling:CreateOrUpdateTags" in seen
 
 
+@pytest.mark.parametrize("stack", RULE_STACKS)
+def test_the_functions_use_only_the_environment_s_own_topic_keys(renderings, stack_configs, stack):
+    """Every function's KMS grant for publishing (SNS on its behalf) is limited to keys carrying the
+    environment's tag, which every topic key of the program does (components/alerts/topic.py): it was any key
+    of the account."""
+    documents = every_document(renderings[stack], stack_configs[stack])
+    found = allows(documents, "kms:Decrypt")
+    assert found
+    for document, statement in found:
+        if statement.get("Condition", {}).get("StringLike", {}).get("kms:ViaService") == "sns.*.amazonaws.com":
+            assert statement["Condition"]["StringEquals"][f"aws:ResourceTag/{tags.ENVIRONMENT}"] == stack, document.where
+    for key in (r for r in renderings[stack].resources if r.type == "aws:kms/key:Key"):
+        assert key.inputs["tags"][tags.ENVIRONMENT] == stack, key.name
+
+
 def test_the_command_may_only_read_put_and_cancel_in_the_ledger():
     user = cli.policy("dev", "us-east-1", ACCOUNT_ID)["Statement"]
     dynamodb = {a: s for s in user for a in s["Action"] if a.startswith("dynamodb:")}
