@@ -228,3 +228,11 @@ def test_the_policy_shown_in_docs_jobs_md_is_the_one_the_command_prints():
     document = (Path(__file__).resolve().parents[2] / "docs" / "jobs.md").read_text()
     (shown,) = re.findall(r"in us-east-1 and account 123456789012:\n\n```json\n(.*?)\n```", document, re.S)
     assert json.loads(shown) == cli.policy("dev", "us-east-1", "123456789012")
+
+
+def test_the_cancel_attributes_docs_jobs_md_names_are_the_ones_the_policy_allows():
+    from lambdas.jobs.ledger import CANCEL_ATTRIBUTES
+
+    document = (Path(__file__).resolve().parents[2] / "docs" / "jobs.md").read_text()
+    (named,) = re.findall(r"to what a cancel writes \(([^)]*)\)", document)
+    assert re.findall(r"`(\w+)`", named) == list(CANCEL_ATTRIBUTES)
