@@ -191,3 +191,17 @@ def test_preview_warns_about_fleets_the_scheduler_s_cap_never_buys_for():
     assert "gpu1" not in warning
     assert any("below the cheapest instance of big" in w for w in render_config(config(None, fleets=fleets), "dev").warnings)
     assert unreachable_fleets_warning(estimate(parse_stack_config(config(None), "dev"))) is None
+
+
+def test_the_figures_and_warnings_docs_billing_md_shows_are_what_the_program_computes():
+    """docs/billing.md: dev's `pulumi stack output cost`, dev's over-budget warning, staging at $1/h."""
+    from pathlib import Path
+
+    document = (Path(__file__).resolve().parents[2] / "docs" / "billing.md").read_text()
+    flat = " ".join(document.split())
+    dev = parse_stack_config(stack_file_config("dev"), "dev")
+    (shown,) = [block for block in document.split("```json\n")[1:] if "fleetCapsHourlyUsd" in block]
+    assert json.loads(shown.split("```")[0]) == estimate(dev).outputs()
+    assert f"warning: {over_budget_warning(dev, estimate(dev))}" in flat
+    staging = parse_stack_config({**stack_file_config("staging"), "mlfleet:maxHourlyUsd": "1"}, "staging")
+    assert f"warning: {unreachable_fleets_warning(estimate(staging))}" in flat
