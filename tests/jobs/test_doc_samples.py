@@ -1,6 +1,10 @@
 """The command's output shown in README.md and docs/jobs.md is what the command prints: each sample is produced
 here, by the command itself (dry runs from the stack files, the rest against moto), and must appear verbatim
-in its document. `python tests/jobs/test_doc_samples.py` prints the samples to paste after a change."""
+in its document. `python tests/jobs/test_doc_samples.py` prints the samples to paste after a change.
+
+Every document (but the benchmark's log) also names only what exists: each `make` target and variable in the
+Makefile and mk/*.mk, each `mlfleet` command and flag in the command's parser, each repository path and
+`python -m` module in the checkout."""
 
 from __future__ import annotations
 
@@ -124,6 +128,126 @@ def test_each_sample_is_in_its_document(produced, document):
     for sample in produced[document].split("\n$ "):
         sample = sample if sample.startswith("$ ") else "$ " + sample
         assert sample in text, f"{document} lacks (run python tests/jobs/test_doc_samples.py):\n{sample}"
+
+
+# --- Names the documents give users: make targets and variables, mlfleet flags, repository paths ----------
+DOCUMENTS = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")
+                                  if p.name != "scheduler-benchmark.md")]  # that one is a measurement log
+# Named in the documents, not in a checkout: what a command writes, and a file of another repository.
+NOT_IN_A_CHECKOUT = {"packer/manifest.json": "make ami", "policy/venv": "make policy-venv",
+                     ".github/ACTIONS_VERSIONS.md": "cboyd0319/PyGuard's, cited by docs/ci.md"}
+
+
+def commands(text: str, program: str) -> list[str]:
+    """Each `program ...` command of the text's code (inline spans and fenced blocks), continuation lines
+    joined, placeholders such as <home region> as one word, cut at ;, &&, | and a # comment."""
+    fenced = re.findall(r"^ *```[^\n]*\n(.*?)^ *```", text, flags=re.M | re.S)
+    inline = re.findall(r"`([^`]+)`", re.sub(r"^ *```.*?^ *```", "", text, flags=re.M | re.S))
+    found = []
+    for code in [*fenced, *inline]:
+        code = re.sub(r"<[^>]*>", "X", re.sub(r"\\\n", " ", code))
+        for line in code.splitlines():
+            for piece in re.split(r";|&&|\\?\||\s#\s", line):
+                piece = " ".join(piece.split()).removeprefix("$ ")
+                if piece.startswith(program + " "):
+                    found.append(piece)
+    return found
+
+
+def makefile_text() -> str:
+    return (ROOT / "Makefile").read_text() + "".join(p.read_text() for p in sorted((ROOT / "mk").glob("*.mk")))
+
+
+def make_problems(document: str, text: str) -> list[str]:
+    makefile = makefile_text()
+    targets = {t for line in re.findall(r"^([a-z][a-z0-9 -]*):(?!=)", makefile, flags=re.M) for t in line.split()}
+    variables = set(re.findall(r"\$\(([A-Z_]+)\)", makefile))
+    problems = []
+    for command in commands(text, "make"):
+        target = command.split()[1]
+        if target not in targets:
+            problems.append(f"{document}: `{command}`: no target {target} in the Makefile or mk/*.mk")
+        problems += [f"{document}: `{command}`: the Makefile reads no {name}"
+                     for name in re.findall(r"\b([A-Z][A-Z_]*)=", command) if name not in variables]
+    return problems
+
+
+def mlfleet_problems(document: str, text: str) -> list[str]:
+    import argparse
+
+    def options(parser: argparse.ArgumentParser) -> set[str]:
+        return {o for action in parser._actions for o in action.option_strings}
+
+    def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+        return next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
+
+    top = cli.parser()
+    problems = []
+    for command in commands(text, "mlfleet"):
+        words = command.split()[1:]
+        while words and words[0] in ("-e", "--environment", "--region"):
+            words = words[2:]
+        if not words or not re.fullmatch(r"[a-z][a-z-]*", words[0]):
+            continue  # not a command: output such as "mlfleet dev: budget spent"
+        parser, words = subcommands(top).get(words[0]), words[1:]
+        if parser is None:
+            problems.append(f"{document}: `{command}`: mlfleet has no such command")
+            continue
+        if subcommands(parser) and words:
+            parser, words = subcommands(parser).get(words[0]), words[1:]
+            if parser is None:
+                problems.append(f"{document}: `{command}`: mlfleet has no such command")
+                continue
+        words = words[:words.index("--")] if "--" in words else words
+        problems += [f"{document}: `{command}`: {parser.prog} has no {flag}" for word in words
+                     for flag in re.findall(r"^\[?(--?[a-zA-Z][\w-]*)", word) if flag not in options(parser)]
+    return problems
+
+
+def path_problems(document: str, text: str) -> list[str]:
+    """Repository paths (under a top-level folder, or a *.md) and `python -m` modules that do not exist."""
+    top = sorted(p.name for p in ROOT.iterdir() if p.is_dir() and p.name != "venv" and
+                 (p.name == ".github" or not p.name.startswith(".")))
+    paths = re.findall(r"(?<![\w./-])((?:%s)/[\w./<>-]*[\w>])" % "|".join(map(re.escape, top)), text)
+    problems = []
+    for path in paths:
+        pattern = re.sub(r"<[^>]*>", "*", path)
+        module = ROOT / (path.rsplit(".", 1)[0] + ".py")  # components/resources.child: a function of a module
+        if path not in NOT_IN_A_CHECKOUT and not list(ROOT.glob(pattern)) and not module.exists():
+            problems.append(f"{document}: {path} does not exist")
+    for name in re.findall(r"(?<![\w./-])([\w-]+\.md)\b", text):
+        if not ((ROOT / name).exists() or (ROOT / "docs" / name).exists()):
+            problems.append(f"{document}: {name} is not in the repository")
+    for module in re.findall(r"python -m ([\w.]+)", text):
+        base = ROOT.joinpath(*module.split("."))
+        if not (base.with_suffix(".py").exists() or (base / "__main__.py").exists()):
+            problems.append(f"{document}: python -m {module}: no such module")
+    return problems
+
+
+@pytest.mark.parametrize("document", DOCUMENTS)
+def test_every_make_command_mlfleet_flag_and_path_a_document_names_exists(document):
+    text = (ROOT / document).read_text()
+    problems = make_problems(document, text) + mlfleet_problems(document, text) + path_problems(document, text)
+    assert problems == [], "\n".join(problems)
+
+
+def test_the_name_checks_find_what_does_not_exist():
+    stale = ("Run `make cost-tags` once, then `make ami ENV=dev REGION=us-east-1`.\n\n```bash\n"
+             "mlfleet -e dev --region X submit --gpu 1 --image x -- python train.py --lr 1 \\\n    --epochs 3\n"
+             "mlfleet watch sub-1; mlfleet notify unsubscribe a@example.com\n```\n"
+             "See DESIGN.md and lambdas/jobs/cli/submit.py; run `python -m benchmarks.placment`.\n")
+    assert make_problems("x.md", stale) == [
+        "x.md: `make cost-tags`: no target cost-tags in the Makefile or mk/*.mk",
+        "x.md: `make ami ENV=dev REGION=us-east-1`: the Makefile reads no REGION"]
+    assert mlfleet_problems("x.md", stale) == [
+        "x.md: `mlfleet -e dev --region X submit --gpu 1 --image x -- python train.py --lr 1 --epochs 3`: "
+        "mlfleet submit has no --gpu",
+        "x.md: `mlfleet watch sub-1`: mlfleet has no such command",
+        "x.md: `mlfleet notify unsubscribe a@example.com`: mlfleet has no such command"]
+    assert path_problems("x.md", stale) == [
+        "x.md: lambdas/jobs/cli/submit.py does not exist", "x.md: DESIGN.md is not in the repository",
+        "x.md: python -m benchmarks.placment: no such module"]
 
 
 if __name__ == "__main__":
