@@ -135,3 +135,23 @@ def test_cap_holds_and_every_instance_gets_exactly_one_decision(fleet, cap):
     decisions = decide_all(fleet, NOW, SETTINGS, cap)
     assert sorted(d.instance_id for d in decisions) == sorted(i.instance_id for i in fleet)
     assert sum(d.destructive for d in decisions) <= cap
+
+
+def test_the_reasons_docs_reaper_md_quotes_are_the_ones_logged_with_the_default_settings():
+    from pathlib import Path
+
+    from components.config.model import StackConfig
+
+    fields = StackConfig.model_fields
+    defaults = IdleSettings(window_minutes=fields["idle_window_minutes"].default,
+                            cpu_percent=fields["idle_cpu_percent"].default,
+                            gpu_percent=fields["idle_gpu_percent"].default,
+                            grace_minutes=fields["idle_grace_minutes"].default)
+    cap = fields["reaper_max_actions_per_run"].default
+    document = (Path(__file__).resolve().parents[2] / "docs" / "reaper.md").read_text()
+    young = decide(instance(launch_time=NOW - timedelta(minutes=10)), NOW, defaults).reason
+    quiet = {period: 1.0 for period in window_periods(NOW, defaults)}
+    fleet = [instance(instance_id=f"i-{n}", tags=marked(60 + n), cpu=quiet, gpu=quiet) for n in range(cap + 1)]
+    spared = next(d.reason for d in decide_all(fleet, NOW, defaults, max_actions=cap) if d.action == SPARE)
+    assert f'busy: "{young}"' in document
+    assert f'are spared "{spared.split(";")[0]}"' in document
