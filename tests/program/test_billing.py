@@ -139,7 +139,8 @@ def test_budget_guard_policy_is_least_privilege():
     actions = {a: s for s in document["Statement"] for a in s["Action"]}
     assert actions["ssm:PutParameter"]["Resource"] == ["arn:aws:ssm:us-east-1:123456789012:parameter/mlfleet/dev/admission"]
     assert actions["sns:Publish"]["Resource"] == ["arn:aws:sns:us-east-1:123456789012:mlfleet-dev-alerts"]
-    assert actions["kms:GenerateDataKey*"]["Condition"] == {"StringLike": {"kms:ViaService": "sns.*.amazonaws.com"}}
+    assert actions["kms:GenerateDataKey*"]["Condition"] == {"StringLike": {"kms:ViaService": "sns.*.amazonaws.com"},
+                                                           "StringEquals": {"aws:ResourceTag/mlfleet:environment": "dev"}}
     assert all("*" not in a for a in actions if a.startswith("ssm:") or a.startswith("sns:"))
 
 
