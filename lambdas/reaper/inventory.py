@@ -67,7 +67,8 @@ def container_instances(ecs, cluster: str) -> dict[str, ContainerInstance]:
 
 def metric_queries(instance_id: str, asg_name: str | None, index: int) -> list[dict]:
     """The two queries of one instance. The AMI's agent publishes GPU utilisation aggregated on
-    InstanceId + AutoScalingGroupName for fleet members and on InstanceId alone otherwise."""
+    InstanceId + AutoScalingGroupName for fleet members and on InstanceId alone for every machine; a
+    standalone one has only the latter (no group tag, no AutoScalingGroupName: test_metric_dimensions.py)."""
     gpu_dimensions = [{"Name": "InstanceId", "Value": instance_id}]
     if asg_name:
         gpu_dimensions.append({"Name": "AutoScalingGroupName", "Value": asg_name})

@@ -2,7 +2,8 @@
 # The CloudWatch agent, publishing GPU utilisation and GPU memory (nvidia_gpu) with CPU, memory and disk
 # into namespace CWAgent. append_dimensions + aggregation_dimensions make the agent publish, besides the
 # per-GPU series, nvidia_smi_utilization_gpu with exactly {InstanceId, AutoScalingGroupName} (what the
-# reaper queries) and {AutoScalingGroupName} (what the fleet idle alarm queries).
+# reaper queries for a fleet member), {AutoScalingGroupName} (what the fleet idle alarm queries) and
+# {InstanceId} (what the reaper queries for a standalone machine, which has no AutoScalingGroupName).
 set -euo pipefail
 
 : "${FILES_DIR:?set by packer}"

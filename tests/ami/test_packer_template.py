@@ -206,9 +206,11 @@ def test_cloudwatch_agent_publishes_what_the_reaper_and_idle_alarm_query():
     assert {"cpu", "mem", "disk"} <= set(metrics["metrics_collected"])
     assert metrics["append_dimensions"] == {"InstanceId": "${aws:InstanceId}", "InstanceType": "${aws:InstanceType}",
                                             "AutoScalingGroupName": "${aws:AutoScalingGroupName}"}
-    # nvidia_smi_utilization_gpu with exactly {InstanceId, AutoScalingGroupName} (reaper) and
-    # {AutoScalingGroupName} (fleet idle alarm).
-    assert metrics["aggregation_dimensions"] == [["InstanceId", "AutoScalingGroupName"], ["AutoScalingGroupName"]]
+    # nvidia_smi_utilization_gpu with exactly {InstanceId, AutoScalingGroupName} (reaper, fleet members),
+    # {AutoScalingGroupName} (fleet idle alarm) and {InstanceId} (reaper, standalone machines: no group, so no
+    # AutoScalingGroupName dimension; tests/reaper/test_metric_dimensions.py).
+    assert metrics["aggregation_dimensions"] == [["InstanceId", "AutoScalingGroupName"], ["AutoScalingGroupName"],
+                                                 ["InstanceId"]]
     unit = (PACKER / "files" / "systemd" / "mlfleet-cloudwatch-agent.service").read_text()
     assert "fetch-config -m ec2 -s -c file:/opt/aws/amazon-cloudwatch-agent/etc/mlfleet.json" in unit
 
