@@ -243,7 +243,7 @@ class AwsProviderConfig(_Model):
     @classmethod
     def _ids_as_text(cls, ids: Any) -> Any:
         numbers = [i for i in ids if isinstance(i, int) and not isinstance(i, bool)] if isinstance(ids, list) else []
-        if numbers:  # YAML reads 012345678901 unquoted as a number, and drops its leading zero
+        if numbers:  # an unquoted id is a number in YAML, and a number has no leading zero
             raise ValueError(f"{', '.join(map(str, numbers))}: write each account id as a string in quotes, "
                              "\"012345678901\" (a number loses a leading zero)")
         return ids
