@@ -24,8 +24,8 @@ class FleetCost:
     on_demand_hourly: float
     spot_hourly: float
     # The fleet's cheapest instance type there, one instance on spot at the catalog's price: $/h, type.
-    cheapest_spot_hourly: float = 0.0
-    cheapest_type: str = ""
+    cheapest_spot_hourly: float
+    cheapest_type: str
 
 
 @dataclass(frozen=True)

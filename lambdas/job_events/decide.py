@@ -54,7 +54,7 @@ from ..common.catalog import Catalog
 from ..jobs.checkpoints import MOVED_REASON
 from ..jobs.costs import run_cost
 from ..jobs.ledger import CANCELLED, FAILED, QUEUED, RUNNING, STARTING, SUCCEEDED, JobRecord, Placement
-from ..jobs.spec import is_job_id
+from ..jobs.spec import ATTEMPT_VARIABLE, is_job_id, parse_attempt
 
 INTERRUPTION = "EC2 Spot Instance Interruption Warning"
 REBALANCE = "EC2 Instance Rebalance Recommendation"
@@ -74,8 +74,6 @@ NOTICE_STOP_REASON = "spot interruption of "
 
 # EC2 instance ids: i- and 8 (older) or 17 hexadecimal digits.
 _INSTANCE_ID = re.compile(r"i-[0-9a-f]{8}(?:[0-9a-f]{9})?")
-# An attempt number as the scheduler writes it (str.isdigit() also takes "²", which int() refuses).
-_ATTEMPT = re.compile(r"[0-9]{1,9}")
 
 
 class EventError(ValueError):
@@ -143,11 +141,12 @@ def _attempt(detail: Mapping) -> int | None:
     overrides = detail.get("overrides")
     for override in _objects(overrides.get("containerOverrides") if isinstance(overrides, Mapping) else None):
         for variable in _objects(override.get("environment")):
-            if variable.get("name") == "MLFLEET_ATTEMPT":
+            if variable.get("name") == ATTEMPT_VARIABLE:
                 value = variable.get("value")
-                if not isinstance(value, str) or not _ATTEMPT.fullmatch(value):
-                    raise EventError(f"detail.overrides MLFLEET_ATTEMPT={str(value)[:40]!r}: not an integer")
-                return int(value)
+                attempt = parse_attempt(value)
+                if attempt is None:
+                    raise EventError(f"detail.overrides {ATTEMPT_VARIABLE}={str(value)[:40]!r}: not an integer")
+                return attempt
     return None
 
 

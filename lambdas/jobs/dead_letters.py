@@ -111,7 +111,7 @@ class DeadLetters:
                 TableName=self.table, Key={"job_id": {"S": OUTBOX_KEY}}, UpdateExpression="REMOVE #debt",
                 ConditionExpression="attribute_exists(#debt)", ExpressionAttributeNames={"#debt": debt.name})
         except self.dynamodb.exceptions.ConditionalCheckFailedException:
-            pass
+            return  # already cleared (by the sweep, or this debt's writer): nothing owed
         except (BotoCoreError, ClientError) as error:
             log_decision("dead-letter-clear-failed", job_id=debt.job_id, error=describe(error),
                          action="the sweep clears it (the message may go out twice)")

@@ -653,12 +653,22 @@ def _interval(value) -> int | None:
     return value
 
 
+ATTEMPT_VARIABLE = "MLFLEET_ATTEMPT"
+_ATTEMPT = re.compile(r"[0-9]{1,9}")
+
+
+def parse_attempt(value: object) -> int | None:
+    """A task's ATTEMPT_VARIABLE as container_overrides writes it (ASCII digits), else None: str.isdigit()
+    also takes "²", which int() refuses, and "٣", which it reads as 3."""
+    return int(value) if isinstance(value, str) and _ATTEMPT.fullmatch(value) else None
+
+
 def container_overrides(spec: JobSpec, job_id: str, attempt: int, checkpoint_uri: str,
                         container_name: str = JOB_CONTAINER_NAME) -> dict:
     """StartTask's `overrides` for one attempt of a job: command, plain environment (with the job's id,
     attempt and checkpoint location) and size. Secrets are not here: ECS takes them only in the task
     definition (ContainerOverride has no `secrets`)."""
-    environment = {**spec.environment, "MLFLEET_JOB_ID": job_id, "MLFLEET_ATTEMPT": str(attempt),
+    environment = {**spec.environment, "MLFLEET_JOB_ID": job_id, ATTEMPT_VARIABLE: str(attempt),
                    URI_VARIABLE: checkpoint_uri}
     if spec.checkpoint_interval_minutes is not None:
         environment[INTERVAL_VARIABLE] = str(spec.checkpoint_interval_minutes)

@@ -23,6 +23,7 @@ from ..common.logs import log_decision
 from ..jobs import dead_letters
 from ..jobs import ledger as L
 from ..jobs.fleets import FleetConfig
+from ..jobs.spec import ATTEMPT_VARIABLE, parse_attempt
 from ..jobs.quarantine import Quarantine
 from . import actions, state
 
@@ -94,10 +95,8 @@ def recover_one(ledger: L.Ledger, settings: Settings, record: L.JobRecord, now: 
 def task_attempt(task: dict) -> int | None:
     for override in (task.get("overrides") or {}).get("containerOverrides", []):
         for variable in override.get("environment", []):
-            if variable.get("name") == "MLFLEET_ATTEMPT":
-                value = str(variable.get("value", ""))
-                # isdigit() also takes "²" and "٣", which int() refuses or reads as another number.
-                return int(value) if value.isascii() and value.isdigit() else None
+            if variable.get("name") == ATTEMPT_VARIABLE:
+                return parse_attempt(str(variable.get("value", "")))
     return None
 
 
