@@ -172,3 +172,52 @@ def test_an_event_without_sns_records_is_ignored(environment):
     settings, ssm, _, _ = environment
     assert handler({"source": "aws.events"}, settings=settings) == {"closed": False, "unread": 0}
     assert admission.read_admission(ssm, "dev").is_open
+
+
+# AWS Chatbot subscribes to a topic over HTTPS and shows only messages in its own formats: an AWS
+# service's notification or a custom notification {"version": "1.0", "source": "custom", "content":
+# {"description": ...}} (https://docs.aws.amazon.com/chatbot/latest/adminguide/custom-notifs.html);
+# plain text published to the alert topic reaches e-mail but never the Slack channel.
+CHATBOT_ENDPOINT = "https://global.sns-api.chatbot.amazonaws.com"
+
+
+@pytest.fixture
+def slack(environment, monkeypatch):
+    """What the Chatbot subscription of the alert topic receives (moto POSTs https deliveries)."""
+    import moto.sns.models
+
+    settings, *_ = environment
+    boto3.client("sns", region_name="us-east-1").subscribe(
+        TopicArn=settings.alert_topic_arn, Protocol="https", Endpoint=CHATBOT_ENDPOINT)
+    received = []
+    monkeypatch.setattr(moto.sns.models.requests, "post",
+                        lambda url, json=None, **_: received.append(json["Message"]) if url == CHATBOT_ENDPOINT else None)
+    return received
+
+
+def chatbot_notification(text: str) -> dict:
+    notification = json.loads(text)
+    assert (notification["version"], notification["source"]) == ("1.0", "custom")
+    assert notification["content"]["title"] and notification["content"]["description"]
+    return notification
+
+
+def test_the_closing_notice_reaches_slack_as_a_chatbot_notification_and_e_mail_as_text(environment, slack):
+    settings, ssm, sqs, inbox = environment
+    handler(sns_event(BUDGETS_TEXT), settings=settings)
+    (posted,) = slack
+    notification = chatbot_notification(posted)
+    assert notification["content"]["title"] == "mlfleet dev: budget spent, job admission closed"
+    assert "STOPPED ADMITTING NEW JOBS" in notification["content"]["description"]
+    assert "make admission-open STACK=dev" in json.dumps(notification)
+    (text,) = messages(sqs, inbox)  # e-mail and every other protocol: the plain text
+    assert text.startswith("mlfleet dev: actual spend reached $1,523.41 of $1,500.00")
+
+
+def test_an_unreadable_budget_topic_message_reaches_slack_too(environment, slack):
+    settings, ssm, sqs, inbox = environment
+    handler(sns_event("AWS changed the wording"), settings=settings)
+    (posted,) = slack
+    notification = chatbot_notification(posted)
+    assert "did NOT close job admission" in notification["content"]["description"]
+    assert "did NOT close job admission" in messages(sqs, inbox)[0]
