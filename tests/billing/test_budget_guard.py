@@ -221,3 +221,25 @@ def test_an_unreadable_budget_topic_message_reaches_slack_too(environment, slack
     notification = chatbot_notification(posted)
     assert "did NOT close job admission" in notification["content"]["description"]
     assert "did NOT close job admission" in messages(sqs, inbox)[0]
+
+
+def test_a_new_month_does_not_reopen_admission_and_the_docs_say_so(environment):
+    """Nothing reopens the flag when the month rolls over: AWS Budgets resets its notifications for the new
+    period (it sends nothing that could reopen), the guard only closes, the scheduler reads the flag as it is.
+    So a closed environment stays closed into next month until someone runs `make admission-open`; the
+    docs' "or wait for next month" left the team waiting on something that never happens."""
+    settings, ssm, _, _ = environment
+    handler(sns_event(BUDGETS_TEXT), settings=settings)
+    closed = admission.read_admission(ssm, "dev")
+    next_month = BUDGETS_TEXT.replace("November 22, 2026", "December 1, 2026").replace("$1,523.41", "$0.00")
+    handler(sns_event(next_month.replace("Alert Type: ACTUAL", "Alert Type: FORECASTED")), settings=settings)
+    assert admission.read_admission(ssm, "dev") == closed
+
+    root = Path(__file__).resolve().parents[2]
+    for document in ("README.md", "docs/billing.md", "docs/runbook.md"):
+        rows = [line for line in (root / document).read_text().splitlines()
+                if line.startswith("|") and "100" in line and "ACTUAL" in line.upper() and "admission" in line]
+        assert rows, document
+        for row in rows:
+            assert "wait for next month" not in row and "or wait for the month;" not in row, (document, row)
+            assert "stays closed" in row and "admission-open" in row, (document, row)
