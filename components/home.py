@@ -90,6 +90,17 @@ class HomeRegion(pulumi.ComponentResource):
             ),
             opts=child(self, depends_on=[parameter]),
         )
+        # SNS invokes the guard asynchronously: when closing the flag keeps failing, Lambda retries twice and
+        # then discards the notification unless an on-failure destination is set
+        # (https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-retain-records.html). The failed
+        # invocation goes to the alert topic, so the team learns admission did NOT close; Lambda publishes it
+        # with the function's role, which may publish there (lambdas/budget_guard/handler.py PERMISSIONS).
+        aws.lambda_.FunctionEventInvokeConfig(
+            f"{name}-budget-guard-on-failure",
+            function_name=guard.function_name,
+            destination_config={"on_failure": {"destination": alerts.topic_arn}},
+            opts=child(self),
+        )
         invoke_permission = aws.lambda_.Permission(
             f"{name}-budget-guard-from-sns",
             action="lambda:InvokeFunction",

@@ -5,7 +5,9 @@ and account of the alert topic) that reads as this environment's ACTUAL-spend no
 admission (budget_message.refusal). Any other SNS record is logged and ignored; one from the budget
 topic that does not read so is reported to the alert topic, since it may mean AWS changed its wording.
 Malformed event shapes are logged, never raised. When closing the flag fails (throttled, denied), the
-handler raises after logging, so Lambda's asynchronous retry tries again; closing is idempotent.
+handler raises after logging, so Lambda's asynchronous retry tries again; closing is idempotent. After
+the last retry Lambda sends the failed invocation to the alert topic (its on-failure destination,
+components/home.py), so a notification that could not close admission is not lost in silence.
 
 Environment: ENVIRONMENT, HOME_REGION, ALERT_TOPIC_ARN (the environment's alert topic).
 """

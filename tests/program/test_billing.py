@@ -206,3 +206,23 @@ def test_the_figures_and_warnings_docs_billing_md_shows_are_what_the_program_com
     assert f"warning: {over_budget_warning(dev, estimate(dev))}" in flat
     staging = parse_stack_config({**stack_file_config("staging"), "mlfleet:maxHourlyUsd": "1"}, "staging")
     assert f"warning: {unreachable_fleets_warning(estimate(staging))}" in flat
+
+
+def test_a_notification_the_guard_could_not_act_on_reaches_the_team():
+    """SNS invokes the guard asynchronously; when closing the flag keeps failing (the handler raises so that
+    Lambda retries), Lambda retries twice and then discards the event unless an on-failure destination is
+    set (https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-retain-records.html). Without one,
+    the only notification that closes admission vanished with nobody told: admission stayed open past the
+    budget. The failed invocation record goes to the alert topic, which the guard's role may publish to."""
+    rendering = render_config(config(10_000), "dev")
+    (function,) = [f for f in rendering.of_type("aws:lambda/function:Function")
+                   if f.inputs["name"].endswith("-budget_guard")]
+    configs = [c for c in rendering.of_type("aws:lambda/functionEventInvokeConfig:FunctionEventInvokeConfig")
+               if c.inputs["functionName"] == function.inputs["name"]]
+    assert len(configs) == 1, configs
+    destination = configs[0].inputs["destinationConfig"]["onFailure"]["destination"]
+    assert destination == rendering.outputs["alertTopicArn"]
+    document = json.loads(policy_document(GUARD_PERMISSIONS, account="123456789012", region="us-east-1",
+                                          environment="dev", log_group_arn="arn:aws:logs:us-east-1:123456789012:log-group:/aws/lambda/g"))
+    publish = [s for s in document["Statement"] if "sns:Publish" in s["Action"]]
+    assert publish and publish[0]["Resource"] == [destination]

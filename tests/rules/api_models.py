@@ -813,6 +813,22 @@ def _lambda_event_source_mapping(r: Resource):
     })]
 
 
+# internal/service/lambda/function_event_invoke_config.go: one PutFunctionEventInvokeConfig.
+@translates("aws:lambda/functionEventInvokeConfig:FunctionEventInvokeConfig")
+def _lambda_function_event_invoke_config(r: Resource):
+    destinations = r.get("destinationConfig") or {}
+    return [("lambda", "PutFunctionEventInvokeConfig", {
+        "FunctionName": r["functionName"],
+        "Qualifier": r.get("qualifier"),
+        "MaximumRetryAttempts": _number(r.get("maximumRetryAttempts")),
+        "MaximumEventAgeInSeconds": _number(r.get("maximumEventAgeInSeconds")),
+        "DestinationConfig": {
+            key: {"Destination": destinations[name]["destination"]}
+            for name, key in (("onSuccess", "OnSuccess"), ("onFailure", "OnFailure")) if destinations.get(name)
+        } or None,
+    })]
+
+
 @translates("aws:lambda/permission:Permission")
 def _lambda_permission(r: Resource):
     return [("lambda", "AddPermission", {
