@@ -18,7 +18,9 @@ key (job ids are `sub-<14 digits>-<6 hex>-<5 digits>`, lambdas/jobs/spec.py) and
 
 - acquire: a conditional PutItem, `attribute_not_exists(job_id) OR expires_at < :now`. The owner names
   the actor and its Lambda request id (`scheduler:<id>`); the lease expires CLOCK_SKEW_SECONDS after the
-  holder's own deadline (Lambda stops a run at its timeout, so its remaining time bounds it).
+  holder's own deadline (Lambda stops a run at its timeout, so its remaining time bounds it). A refusal
+  by exactly the lease this call wrote (its first send applied, its answer was lost, botocore resent it)
+  is a grant.
 - release: a conditional DeleteItem, `owner = :me`, at the end of every run, failed or not.
 - a run killed before it released (timeout, out of memory) leaves its lease to expire; the first
   actor after the expiry takes over, and says so.
@@ -100,7 +102,15 @@ def acquire(dynamodb, table: str, owner: str, *, now: float, run_seconds: float)
             ReturnValuesOnConditionCheckFailure="ALL_OLD",
         ).get("Attributes")
     except dynamodb.exceptions.ConditionalCheckFailedException as refused:
-        return Acquired(False, holder=_lease(refused.response.get("Item")))
+        holder = _lease(refused.response.get("Item"))
+        if holder == lease:
+            # Our own write: botocore's standard retry resends a PutItem whose answer was lost (a read timeout,
+            # a 5xx: botocore/retries/standard.py TransientRetryableChecker), and the resend finds the lease the
+            # first send took. Refused, the run would skip and leave it to block everyone until it expires.
+            log_decision("lease-granted-on-resend", owner=owner, expires_at=lease.expires_at,
+                         reason="the first request took the lease; its answer was lost and the request resent")
+            return Acquired(True, lease=lease)
+        return Acquired(False, holder=holder)
     took_over = _lease(previous)
     if took_over is not None:
         log_decision("lease-taken-over", owner=owner, previous_owner=took_over.owner,
