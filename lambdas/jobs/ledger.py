@@ -573,8 +573,14 @@ class Ledger:
         updated = replace(record, version=record.version + 1, **changes)
         try:
             self.dynamodb.put_item(TableName=self.table, Item=encode(updated), ConditionExpression="version = :v",
-                                   ExpressionAttributeValues={":v": {"N": str(record.version)}})
-        except self.dynamodb.exceptions.ConditionalCheckFailedException:
+                                   ExpressionAttributeValues={":v": {"N": str(record.version)}},
+                                   ReturnValuesOnConditionCheckFailure="ALL_OLD")
+        except self.dynamodb.exceptions.ConditionalCheckFailedException as refused:
+            if _is_record(refused.response.get("Item"), updated):
+                # This write itself: botocore's standard retry resends a PutItem whose answer was lost (a read
+                # timeout, a 5xx: botocore/retries/standard.py TransientRetryableChecker), and the resend fails
+                # the condition on what the first send wrote. It applied.
+                return Outcome(True, updated)
             return Outcome(False, self.get(record.job_id), "another writer changed the job first")
         return Outcome(True, updated)
 
@@ -653,6 +659,14 @@ class Ledger:
             return True
         except self.dynamodb.exceptions.ConditionalCheckFailedException:
             return False
+
+
+def _is_record(item: Mapping[str, Any] | None, record: JobRecord) -> bool:
+    """True when `item` (as DynamoDB returned it, its numbers normalised) holds exactly `record`."""
+    try:
+        return item is not None and decode(item) == record
+    except DecodeError:
+        return False
 
 
 def _quarantined_item(item: Mapping[str, Any]) -> QuarantinedItem:

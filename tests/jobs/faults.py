@@ -128,3 +128,18 @@ class Faults:
     def carried_out(self, service: str, operation: str) -> list[dict]:
         """Parameters of each call of the operation that took effect."""
         return [params for op, params in self.effective if op == (service, operation)]
+
+
+def resent_once(client, service: str, operation: str):
+    """`client` with its first `operation` request carried out and its answer lost, so that botocore's retry
+    sends it again: what the standard retry mode (lambdas/common/aws.py RETRY_CONFIG) does after a read
+    timeout or a 5xx (botocore/retries/standard.py TransientRetryableChecker). moto answers both sends.
+    Returns the client and the attempts seen, [1, 2] once the call is made."""
+    sends: list[int] = []
+
+    def lose_first_answer(attempts, **kwargs):
+        sends.append(attempts)
+        return 0 if attempts == 1 else None  # resend at once, once
+
+    client.meta.events.register_first(f"needs-retry.{service}.{operation}", lose_first_answer)
+    return client, sends

@@ -8,6 +8,7 @@ from dataclasses import replace
 import boto3
 import pytest
 from conftest import linear_moto
+from faults import resent_once
 
 from lambdas.common.catalog import load_catalog
 from lambdas.jobs import ledger as L
@@ -323,3 +324,22 @@ def test_an_unreadable_team_index_falls_back_to_the_oldest_of_all(ledger, monkey
     monkeypatch.setattr(handler, "MAX_PENDING", 2)
     assert [r.job_id for r in handler.read_pending(ledger, ("vision", "speech"))] == [
         JOB, "sub-20261122191103-0a1b2c-00001"]
+
+
+def test_a_transition_botocore_resent_after_its_answer_was_lost_is_applied(ledger):
+    """The first PutItem wrote the next version; its resend fails `version = :v` on that very write. Reported
+    as not applied, a claim would be skipped (the job left STARTING with no task until the recovery, a failed
+    start counted) and a FAILED job's dead letter never sent (the outbox clears the debt of a write that did
+    not apply: lambdas/jobs/dead_letters.py settle)."""
+    as_read = ledger.get(JOB)
+    client, sends = resent_once(boto3.client("dynamodb", "us-east-1"), "dynamodb", "PutItem")
+    resending = L.Ledger(client, ledger.table)
+    outcome = resending.transition(JOB, L.STARTING, expect_states=[L.QUEUED], expect_attempt=0, reason="placed",
+                                   now=200.0, current=as_read, attempt=1, placement=PLACE)
+    assert sends == [1, 2]
+    assert outcome.applied and (outcome.record.state, outcome.record.version) == (L.STARTING, 1)
+    assert ledger.get(JOB) == outcome.record
+    # Another change from the same version is still refused: the item is not what it would have written.
+    other = resending.transition(JOB, L.CANCELLED, expect_states=[L.QUEUED], expect_attempt=None, reason="x",
+                                 now=201.0, current=as_read)
+    assert not other.applied and other.record == outcome.record and ledger.get(JOB).state == L.STARTING

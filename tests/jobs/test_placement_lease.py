@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import boto3
 import pytest
 from conftest import ENV, HOME, build_fleet, open_admission, scheduler_settings
+from faults import resent_once
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -217,25 +218,11 @@ def test_the_ledger_and_the_cli_never_show_the_lease_as_a_job(environment):
     assert lease_item(environment["table"])["owner"]["S"] == "run-a"  # untouched
 
 
-def resent_once(client, operation: str):
-    """`client` with its first `operation` request carried out and its answer lost, so that botocore's retry
-    sends it again: what the standard retry mode (lambdas/common/aws.py RETRY_CONFIG) does after a read
-    timeout or a 5xx (botocore/retries/standard.py TransientRetryableChecker). moto answers both sends."""
-    sends = []
-
-    def lose_first_answer(attempts, **kwargs):
-        sends.append(attempts)
-        return 0 if attempts == 1 else None  # retry at once, once
-
-    client.meta.events.register_first(f"needs-retry.dynamodb.{operation}", lose_first_answer)
-    return client, sends
-
-
 def test_an_acquire_resent_after_its_answer_was_lost_is_still_granted(home):
     """The first PutItem took the lease; its resend then fails the condition on our own live lease. Refused,
     the run would skip, and every run and removal after it would wait out the lease (the Lambda's whole
     timeout) that no one holds any more."""
-    client, sends = resent_once(boto3.client("dynamodb", HOME), "PutItem")
+    client, sends = resent_once(boto3.client("dynamodb", HOME), "dynamodb", "PutItem")
     taken = lease.acquire(client, home["table"], "scheduler:req-a", now=1000.0, run_seconds=RUN)
     assert sends == [1, 2]  # sent twice: the lost answer was resent
     assert taken.granted and taken.lease.owner == "scheduler:req-a" and taken.took_over is None
