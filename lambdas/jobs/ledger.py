@@ -629,10 +629,17 @@ class Ledger:
                                  "submitted_at = if_not_exists(submitted_at, :now), "
                                  f"#version = if_not_exists(#version, :zero) + :one REMOVE {QUEUED_TEAM}",
                 ConditionExpression=" AND ".join(conditions),
-                ExpressionAttributeNames={"#state": "state", "#version": "version"}, ExpressionAttributeValues=values)
+                ExpressionAttributeNames={"#state": "state", "#version": "version"}, ExpressionAttributeValues=values,
+                ReturnValuesOnConditionCheckFailure="ALL_OLD")
             return True
-        except self.dynamodb.exceptions.ConditionalCheckFailedException:
-            return False
+        except self.dynamodb.exceptions.ConditionalCheckFailedException as refused:
+            # Refused by this very write (botocore resent an UpdateItem whose answer was lost, as for
+            # `_next_version`): the item is quarantined with this call's reason, time and finder.
+            found = refused.response.get("Item")
+            if not found or found.get("state") != {"S": QUARANTINED}:
+                return False
+            mine = _quarantined_item(found)
+            return (mine.error, mine.at, mine.by) == (error[:MAX_REASON_CHARS], now, by)
 
     def quarantined(self, *, not_alerted: bool = False) -> list[QuarantinedItem]:
         """Quarantined jobs, oldest first (`not_alerted`: only those nobody was told about yet)."""

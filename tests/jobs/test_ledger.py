@@ -343,3 +343,19 @@ def test_a_transition_botocore_resent_after_its_answer_was_lost_is_applied(ledge
     other = resending.transition(JOB, L.CANCELLED, expect_states=[L.QUEUED], expect_attempt=None, reason="x",
                                  now=201.0, current=as_read)
     assert not other.applied and other.record == outcome.record and ledger.get(JOB).state == L.STARTING
+
+
+def test_a_quarantine_botocore_resent_after_its_answer_was_lost_is_reported_done(ledger):
+    """The first UpdateItem quarantined the item; its resend fails `#state = :was` on that very write. Reported
+    as not done, the dead-letter debt owed for it would be cleared unsent (Quarantine.item settles it as a
+    write that did not apply: lambdas/jobs/dead_letters.py), and the job never dead-lettered."""
+    item = raw_item(ledger)
+    del item["spec"]
+    ledger.dynamodb.put_item(TableName=ledger.table, Item=item)
+    client, sends = resent_once(boto3.client("dynamodb", "us-east-1"), "dynamodb", "UpdateItem")
+    resending = L.Ledger(client, ledger.table)
+    assert resending.quarantine(item, "field 'spec' is missing", now=500.0, by="test")
+    assert sends == [1, 2]
+    assert raw_item(ledger)["version"] == {"N": "1"}
+    # A later quarantine of the same stale view is still refused: it is not the write that quarantined it.
+    assert not resending.quarantine(item, "field 'spec' is missing", now=501.0, by="test")
