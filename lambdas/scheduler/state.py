@@ -286,10 +286,17 @@ def spot_prices_for(region: str, instance_types: Iterable[str], catalog: Catalog
     return accepted
 
 
+# Instance ids per DescribeInstances call, given as the instance-id filter: with InstanceIds, one id EC2
+# does not know (gone long ago, or launched a moment ago: EC2's reads are eventually consistent) fails the
+# whole call with InvalidInstanceID.NotFound, and the region's read with it; a filter leaves it out.
+INSTANCE_FILTER_VALUES = 200
+
+
 def _instances(ec2, instance_ids: Sequence[str]) -> dict[str, Mapping]:
     found = {}
-    for batch in chunks(sorted(set(instance_ids)), 200):
-        for reservation in paginate(ec2, "describe_instances", "Reservations", InstanceIds=batch):
+    for batch in chunks(sorted(set(instance_ids)), INSTANCE_FILTER_VALUES):
+        for reservation in paginate(ec2, "describe_instances", "Reservations",
+                                    Filters=[{"Name": "instance-id", "Values": batch}]):
             for instance in reservation["Instances"]:
                 found[instance["InstanceId"]] = instance
     return found
