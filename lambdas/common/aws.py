@@ -70,6 +70,18 @@ def paginate(service_client, operation: str, result_key: str, **kwargs):
         yield from page.get(result_key, [])
 
 
+# botocore autoscaling DescribeAutoScalingGroups, AutoScalingGroupNames: "By default, you can only specify up
+# to 50 names."
+GROUP_NAMES_PER_CALL = 50
+
+
+def describe_groups(autoscaling, names) -> list[dict]:
+    """The named Auto Scaling groups (those that exist), every page, at most GROUP_NAMES_PER_CALL names a call."""
+    return [group for batch in chunks(list(dict.fromkeys(names)), GROUP_NAMES_PER_CALL)
+            for group in paginate(autoscaling, "describe_auto_scaling_groups", "AutoScalingGroups",
+                                  AutoScalingGroupNames=batch)]
+
+
 def chunks(items, size: int):
     """Split a sequence into lists of at most `size` (AWS batch limits: 10, 20, 100, 500...)."""
     items = list(items)

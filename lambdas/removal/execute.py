@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ..common import tags as tag_keys
-from ..common.aws import chunks, client, paginate
+from ..common.aws import chunks, client, describe_groups, paginate
 from ..common.logs import log_decision
 from ..common.permissions import ISO_8601_TIME, needs
 from ..jobs.ledger import BY_STATE, RUNNING, STARTING
@@ -202,8 +202,7 @@ def remove(candidates: Sequence[Candidate], scope: Scope, *, registered: Mapping
 def read_groups(region: str, asg_names: Sequence[str], *, with_tags: bool) -> dict[str, Group]:
     """The fleet groups as decide.Group; members' tags from DescribeInstances when `with_tags`."""
     autoscaling = client("autoscaling", region)
-    raw = list(paginate(autoscaling, "describe_auto_scaling_groups", "AutoScalingGroups",
-                        AutoScalingGroupNames=list(asg_names))) if asg_names else []
+    raw = describe_groups(autoscaling, asg_names) if asg_names else []
     tags: dict[str, dict[str, str]] = {}
     if with_tags and raw:
         for reservation in paginate(client("ec2", region), "describe_instances", "Reservations", Filters=[

@@ -42,7 +42,7 @@ from datetime import datetime, timedelta
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ..common import tags as tag_keys
-from ..common.aws import chunks, client, paginate
+from ..common.aws import chunks, client, describe_groups, paginate
 from ..common.catalog import Catalog, UnknownInstanceType, UnknownRegion
 from ..common.keep_alive import keep_alive_protects, parse_time
 from ..common.logs import log_decision
@@ -337,9 +337,7 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
     """Machines, fleet sizes and running tasks of one fleet region."""
     ecs, ec2, autoscaling = client("ecs", region), client("ec2", region), client("autoscaling", region)
     view = RegionView(region)
-    groups = {g["AutoScalingGroupName"]: g for g in paginate(
-        autoscaling, "describe_auto_scaling_groups", "AutoScalingGroups",
-        AutoScalingGroupNames=[f.asg_name for f in fleets])}
+    groups = {g["AutoScalingGroupName"]: g for g in describe_groups(autoscaling, [f.asg_name for f in fleets])}
     fleet_of: dict[str, FleetConfig] = {}
     for fleet in fleets:
         for instance in groups.get(fleet.asg_name, {}).get("Instances", []):

@@ -272,3 +272,16 @@ def test_an_instance_ec2_does_not_know_is_left_out_not_the_whole_region(fleet):
     assert sorted(m.instance_id for m in view.machines) == sorted(fleet)
     (fleet_view,) = view.fleets
     assert (fleet_view.current_instances, fleet_view.pending_instances) == (2, 0)
+
+
+def test_groups_are_described_at_most_50_names_a_call(faults):
+    """botocore autoscaling DescribeAutoScalingGroups: "By default, you can only specify up to 50 names"; a
+    region with more fleets than that had every read refused. moto takes any number, so the calls are checked."""
+    build_fleet(size=1)
+    extra = [{**json.loads(fleets_json())[0], "fleet": f"more{n}", "asg_name": f"{ASG}-more{n}"} for n in range(55)]
+    fleets = parse_fleets(json.dumps([*json.loads(fleets_json()), *extra]))
+    view = state.read_region(HOME, fleets, load_catalog(), {})
+    assert [fv.config.asg_name for fv in view.fleets] == [ASG] and len(view.machines) == 1
+    calls = faults.carried_out("autoscaling", "DescribeAutoScalingGroups")
+    assert calls and all(len(call["AutoScalingGroupNames"]) <= 50 for call in calls)
+    assert sorted(n for call in calls for n in call["AutoScalingGroupNames"]) == sorted(f.asg_name for f in fleets)
