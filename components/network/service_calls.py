@@ -74,6 +74,20 @@ INSTANCE_CALLS: tuple[ServiceCall, ...] = (
         "image pulls stop after the manifest",
         ECR_ENDPOINTS_DOC,
     ),
+    # The agent resolves a task's `secrets` on the instance with the task execution role, in the region the
+    # reference names (job specs may name SSM parameters and Secrets Manager secrets: docs/jobs.md, "Secrets").
+    ServiceCall(
+        "ECS agent (job secrets, task execution role)", "secretsmanager", "secretsmanager:GetSecretValue",
+        "a job naming a Secrets Manager secret never starts: the agent cannot fetch the secret",
+        "https://docs.aws.amazon.com/AmazonECS/latest/developerguide/secrets-app-secrets-manager.html; "
+        "github.com/aws/amazon-ecs-agent agent/taskresource/asmsecret/asmsecret.go (Create, NewASMClient)",
+    ),
+    ServiceCall(
+        "ECS agent (job secrets, task execution role)", "ssm", "ssm:GetParameters",
+        "a job naming an SSM parameter never starts: the agent cannot fetch the parameter",
+        "https://docs.aws.amazon.com/AmazonECS/latest/developerguide/secrets-envvar-ssm-paramstore.html; "
+        "github.com/aws/amazon-ecs-agent agent/taskresource/ssmsecret/ssmsecret.go (Create, NewSSMClient)",
+    ),
     ServiceCall(
         "CloudWatch agent", "monitoring", "cloudwatch:PutMetricData (nvidia_gpu, cpu, mem, disk)",
         "no GPU metrics: the idle alarms and the reaper see missing data, which means busy",

@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 from rule_stacks import RULE_STACKS
 
+from components.compute.cluster import job_secrets_policy
 from components.config import parse_stack_config
 from components.network import service_calls
 from components.network.registries import PRIVATE_ECR
@@ -255,9 +256,29 @@ def test_prod_gets_an_ec2_endpoint_for_describe_tags(stack_renderings):
 def test_endpoints_are_derived_from_the_declared_calls():
     assert set(interface_endpoint_services()) == {c.service for c in service_calls.SERVICE_CALLS} - set(GATEWAY_SERVICES)
     assert {"ec2", "ecs", "ecs-agent", "ecs-telemetry", "ecr.api", "ecr.dkr", "logs", "monitoring", "ssm",
-            "ssmmessages", "ec2messages", "sts"} == set(interface_endpoint_services())
+            "ssmmessages", "ec2messages", "sts", "secretsmanager"} == set(interface_endpoint_services())
     for call in service_calls.SERVICE_CALLS:
         assert call.source.startswith(("https://", "github.com/", "docs/")), call
+
+
+def test_every_service_the_execution_role_reads_job_secrets_from_is_declared():
+    """The ECS agent fetches a task's `secrets` on the instance, with the task execution role, from the
+    service the reference names: amazon-ecs-agent agent/taskresource/asmsecret/asmsecret.go (Create ->
+    retrieveASMSecretValue -> NewASMClient(region) -> GetSecretValue) and agent/taskresource/ssmsecret
+    (GetParameters). So each service job_secrets_policy grants is one the instances call, and a region
+    without egress needs its endpoint ("You must create the interface VPC endpoints for Secrets Manager",
+    https://docs.aws.amazon.com/AmazonECS/latest/developerguide/secrets-app-secrets-manager.html); KMS is
+    called by SSM and Secrets Manager on the role's behalf (kms:ViaService), not from the instance."""
+    policy = json.loads(job_secrets_policy("prod", "123456789012"))
+    called = set()
+    for statement in policy["Statement"]:
+        actions = [statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"]
+        if "kms:ViaService" in statement.get("Condition", {}).get("StringLike", {}):
+            continue
+        called |= {action.split(":")[0] for action in actions}
+    assert called == {"ssm", "secretsmanager"}
+    declared = {c.service for c in service_calls.SERVICE_CALLS if c.caller.startswith("ECS agent")}
+    assert called <= declared, f"the ECS agent reads job secrets from {sorted(called - declared)} without an endpoint"
 
 
 # --- the check fails on broken copies ------------------------------------------------------------
