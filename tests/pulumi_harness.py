@@ -147,6 +147,10 @@ class RecordingMocks(pulumi.runtime.Mocks):
             # Zone "d" offers only the first type, so zone ranking has something to rank.
             locations = [z for z in zones[:3] for _ in types] + [zones[3]]
             return {"locations": locations, "instanceTypes": [*types * 3, types[0]], "locationTypes": [], "id": region}
+        if args.token == "aws:ec2/getVpcEndpointService:getVpcEndpointService":
+            # AWS's endpoint services, offered in every zone (tests model one that is not).
+            return {"serviceName": args.args["serviceName"], "serviceType": args.args.get("serviceType", "Interface"),
+                    "availabilityZones": zones, "id": args.args["serviceName"]}
         if args.token == "aws:ssm/getParameter:getParameter":
             # Like the provider: `value` is always secret, whatever the parameter's type; `insecureValue`
             # never is (pulumi_aws.ssm.GetParameterResult docstrings).

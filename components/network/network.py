@@ -184,13 +184,29 @@ class Network(pulumi.ComponentResource):
             opts=child(self),
         )
         for service in INTERFACE_ENDPOINT_SERVICES:
+            service_name = f"com.amazonaws.{args.region}.{service}"
+            # An AWS endpoint service is not offered in every zone of every account (DescribeVpcEndpointServices
+            # lists where: botocore's ec2 model, ServiceDetail.AvailabilityZones), and CreateVpcEndpoint refuses a
+            # subnet elsewhere: "The VPC endpoint service ... does not support the availability zone of the
+            # subnet" (terraform-aws-modules/terraform-aws-vpc#462, #634). So each endpoint goes in the zones
+            # its service offers; instances in another zone reach it through its private DNS name, which
+            # answers with the endpoint's addresses in the zones it is in (the security group admits the VPC).
+            offered = set(aws.ec2.get_vpc_endpoint_service(
+                service_name=service_name, service_type="Interface", opts=invoke(self)).availability_zones)
+            subnets = [s for zone, s in zip(self.zones, private_subnets) if zone in offered]
+            if not subnets:
+                raise ValueError(
+                    f"{service_name} is offered in none of the zones chosen in {args.region} ({', '.join(self.zones)}; "
+                    f"it is in {', '.join(sorted(offered)) or 'none'}); raise availabilityZoneCount or give the "
+                    "region a NAT gateway (natGateway)"
+                )
             aws.ec2.VpcEndpoint(
                 f"{name}-{service.replace('.', '-')}",
                 vpc_id=vpc.id,
-                service_name=f"com.amazonaws.{args.region}.{service}",
+                service_name=service_name,
                 vpc_endpoint_type="Interface",
                 private_dns_enabled=True,
-                subnet_ids=[s.id for s in private_subnets],
+                subnet_ids=[s.id for s in subnets],
                 security_group_ids=[endpoint_sg.id],
                 tags={**tags, "Name": f"{name}-{service}"},
                 opts=child(self),

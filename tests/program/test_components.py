@@ -60,6 +60,50 @@ def test_created_network_has_private_subnets_only_and_a_way_to_aws(nat):
         assert endpoint_sg["ingress"][0]["fromPort"] == 443 and endpoint_sg["ingress"][0]["cidrBlocks"] == ["10.80.0.0/16"]
 
 
+class _EndpointZoneMocks(RecordingMocks):
+    """AWS as in an account where the ecs-agent endpoint service is not offered in zone b: "Interface
+    endpoints ... might not be supported in all Availability Zones", and CreateVpcEndpoint refuses a subnet
+    there ("The VPC endpoint service ... does not support the availability zone of the subnet";
+    https://repost.aws/knowledge-center/interface-endpoint-availability-zone). DescribeVpcEndpointServices'
+    AvailabilityZones lists where it is (pulumi_aws.ec2.get_vpc_endpoint_service, availability_zones)."""
+
+    def call(self, args):
+        if args.token == "aws:ec2/getVpcEndpointService:getVpcEndpointService" and \
+                args.args.get("serviceName", "").endswith(".ecs-agent"):
+            self.calls.append((args.token, dict(args.args)))
+            return {"serviceName": args.args["serviceName"], "serviceType": "Interface",
+                    "availabilityZones": ["us-west-2a", "us-west-2c", "us-west-2d"], "id": args.args["serviceName"]}
+        return super().call(args)
+
+
+def test_interface_endpoints_use_only_the_zones_their_service_offers():
+    rendering = _in_region(lambda opts: Network("net", NetworkArgs(
+        region="us-west-2", instance_types=["g5.xlarge", "g6.xlarge"], tags=TAGS, availability_zone_count=3),
+        opts=opts), mocks=_EndpointZoneMocks())
+    endpoints = {e.inputs["serviceName"]: e.inputs for e in rendering.of_type("aws:ec2/vpcEndpoint:VpcEndpoint")}
+    agent = endpoints["com.amazonaws.us-west-2.ecs-agent"]
+    assert agent["subnetIds"] == ["net-private-us-west-2a-id", "net-private-us-west-2c-id"]
+    # The instances in zone b reach it through private DNS in the other zones (the endpoint's group admits the VPC).
+    assert rendering.named("net-endpoints-sg").inputs["ingress"][0]["cidrBlocks"] == ["10.80.0.0/16"]
+    # Services offered everywhere keep a subnet in every zone.
+    ecs = endpoints["com.amazonaws.us-west-2.ecs"]
+    assert ecs["subnetIds"] == [f"net-private-us-west-2{z}-id" for z in "abc"]
+
+
+def test_an_endpoint_service_in_none_of_the_zones_fails_clearly():
+    class Nowhere(RecordingMocks):
+        def call(self, args):
+            if args.token == "aws:ec2/getVpcEndpointService:getVpcEndpointService" and \
+                    args.args.get("serviceName", "").endswith(".sts"):
+                return {"serviceName": args.args["serviceName"], "availabilityZones": ["us-west-2d"],
+                        "id": args.args["serviceName"]}
+            return super().call(args)
+    with pytest.raises(Exception, match="com.amazonaws.us-west-2.sts is offered in none of"):
+        _in_region(lambda opts: Network("net", NetworkArgs(
+            region="us-west-2", instance_types=["g5.xlarge", "g6.xlarge"], tags=TAGS, availability_zone_count=3),
+            opts=opts), mocks=Nowhere())
+
+
 def test_existing_network_is_used_as_is():
     rendering = _in_region(lambda opts: Network("net", NetworkArgs(
         region="us-west-2", instance_types=["g5.xlarge"], tags=TAGS,
