@@ -57,6 +57,11 @@ SLACK_CHANNEL_ID = re.compile(r"^[A-Za-z0-9]{1,255}$")
 # A VPC's IPv4 block is /16 to /28 (Amazon VPC User Guide, "VPC CIDR blocks"); mlfleet splits it into eight
 # private subnets and eight public ones of an eighth of the last (plan_subnets), and a subnet is /28 at least.
 VPC_PREFIX_LENGTHS = (16, 22)
+# Job containers run in bridge mode on Docker's default bridge, 172.17.0.0/16 on the ECS GPU AMI: inside a
+# container every address of it is on the bridge, so VPC addresses there (interface endpoints, the team's
+# services) are never reached. "Some AWS services use the 172.17.0.0/16 CIDR range. To avoid future
+# conflicts, don't use this range when creating your VPC." (Amazon VPC User Guide, "VPC CIDR blocks")
+DOCKER_BRIDGE = ipaddress.IPv4Network("172.17.0.0/16")
 # CloudWatch Logs accepts only these retention periods (PutRetentionPolicy).
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
 # AWS Budgets allows at most ten notifications per budget.
@@ -317,7 +322,8 @@ class StackConfig(_Model):
         description="Existing VPCs: `{region: {vpcId, subnetIds}}`. mlfleet adds no route, NAT or endpoint to them.")
     vpc_cidr: str = Field(
         default="10.80.0.0/16",
-        description="CIDR of the VPC created in regions without an entry in `networks` (/16 to /22).")
+        description="CIDR of the VPC created in regions without an entry in `networks` (/16 to /22, outside Docker's "
+        "default bridge 172.17.0.0/16, which job containers use).")
     availability_zone_count: int = Field(
         default=3, ge=1, le=6,
         description="How many availability zones a created VPC spans (zones that offer the fleets' instance types first).")
@@ -498,6 +504,10 @@ class StackConfig(_Model):
         if not VPC_PREFIX_LENGTHS[0] <= network.prefixlen <= VPC_PREFIX_LENGTHS[1]:
             raise ValueError(f"{cidr!r} is a /{network.prefixlen}; mlfleet's VPCs are /{VPC_PREFIX_LENGTHS[0]} to "
                              f"/{VPC_PREFIX_LENGTHS[1]}")
+        if network.overlaps(DOCKER_BRIDGE):
+            raise ValueError(f"{cidr!r} overlaps {DOCKER_BRIDGE}, Docker's default bridge, which job containers use "
+                             "(bridge mode): they could not reach the VPC's endpoints; choose a block outside it, "
+                             "such as 10.80.0.0/16")
         if str(network) != cidr:
             # EC2 "modif[ies] the specified CIDR block to its canonical form" (botocore ec2 CreateVpc, CidrBlock),
             # so the written form would differ from the VPC's on every preview.

@@ -151,6 +151,12 @@ BAD_CASES = [
     pytest.param({"vpcCidr": "10.0.0.0/8"}, ["mlfleet:vpcCidr: '10.0.0.0/8' is a /8", "/16 to /22"], id="cidr-too-large"),
     pytest.param({"vpcCidr": "10.80.0.0/24"}, ["mlfleet:vpcCidr: '10.80.0.0/24' is a /24", "/16 to /22"], id="cidr-too-small"),
     pytest.param({"vpcCidr": "10.80.0.0"}, ["mlfleet:vpcCidr: '10.80.0.0' is not an IPv4 CIDR block"], id="cidr-without-prefix"),
+    # Regressions: accepted, and then job containers (bridge mode, Docker's default bridge 172.17.0.0/16 on the
+    # ECS GPU AMI) took every VPC address for one of the bridge's own and never reached an interface endpoint.
+    pytest.param({"vpcCidr": "172.17.0.0/16"}, ["mlfleet:vpcCidr: '172.17.0.0/16' overlaps 172.17.0.0/16",
+                                                "Docker's default bridge"], id="cidr-of-the-docker-bridge"),
+    pytest.param({"vpcCidr": "172.17.128.0/20"}, ["mlfleet:vpcCidr: '172.17.128.0/20' overlaps 172.17.0.0/16"],
+                 id="cidr-inside-the-docker-bridge"),
     pytest.param({"networks": {"us-east-1": {"vpcId": "vpc-1", "subnetIds": ["subnet-12345678"]}}},
                  ["mlfleet:networks.us-east-1.vpcId", "'vpc-1'"], id="bad-vpc-id"),
     pytest.param({"networks": {"eu-west-1": {"vpcId": "vpc-12345678", "subnetIds": ["subnet-12345678"]}}},
