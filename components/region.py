@@ -67,6 +67,7 @@ class FleetRegion(pulumi.ComponentResource):
                 vpc_cidr=cfg.vpc_cidr,
                 availability_zone_count=cfg.availability_zone_count,
                 nat_gateway=cfg.nat_gateway,
+                max_instances=sum(fleet.max_instances for fleet in fleets.values()),
                 existing_vpc_id=existing.vpc_id if existing else None,
                 existing_subnet_ids=existing.subnet_ids if existing else (),
             ),

@@ -35,6 +35,8 @@ class NetworkArgs:
     vpc_cidr: str = "10.80.0.0/16"
     availability_zone_count: int = 3
     nat_gateway: bool = False
+    # The region's fleets' maxInstances added up: the private subnets must have an address for each.
+    max_instances: int = 0
     # An existing network: both set, or neither.
     existing_vpc_id: str | None = None
     existing_subnet_ids: Sequence[str] = field(default_factory=tuple)
@@ -47,6 +49,17 @@ def plan_subnets(vpc_cidr: str, zone_count: int) -> tuple[list[str], list[str]]:
     private = [str(b) for b in blocks[:zone_count]]
     public = [str(b) for b in list(blocks[-1].subnets(prefixlen_diff=3))[:zone_count]]
     return private, public
+
+
+# AWS reserves the first four addresses and the last of every subnet ("Subnet CIDR blocks", Amazon VPC User Guide).
+RESERVED_SUBNET_ADDRESSES = 5
+
+
+def instance_room(private_cidrs: Sequence[str], interface_endpoints: int) -> int:
+    """Instances the private subnets hold: each takes one address (its primary ENI; bridge-mode tasks take
+    none of their own), each interface endpoint one in every subnet it is in (at most all of them)."""
+    return sum(ipaddress.ip_network(c).num_addresses - RESERVED_SUBNET_ADDRESSES - interface_endpoints
+               for c in private_cidrs)
 
 
 def rank_zones(zone_names: Sequence[str], offered_locations: Sequence[str], count: int) -> list[str]:
@@ -88,6 +101,16 @@ class Network(pulumi.ComponentResource):
                 "choose instance types this region has"
             )
         private_cidrs, public_cidrs = plan_subnets(args.vpc_cidr, len(self.zones))
+        room = instance_room(private_cidrs, 0 if args.nat_gateway else len(INTERFACE_ENDPOINT_SERVICES))
+        if args.max_instances > room:
+            # Past it an Auto Scaling group cannot launch (no free address in the subnets), below the cap the
+            # scheduler counts on.
+            raise ValueError(
+                f"the VPC {args.vpc_cidr} in {args.region} has room for {room} instances in its "
+                f"{len(private_cidrs)} private subnet(s) ({', '.join(private_cidrs)}), but the region's fleets' "
+                f"maxInstances add up to {args.max_instances}; give mlfleet:vpcCidr a larger block (a smaller prefix "
+                "length) or raise mlfleet:availabilityZoneCount"
+            )
         tags = dict(args.tags)
 
         vpc = aws.ec2.Vpc(

@@ -104,6 +104,33 @@ def test_an_endpoint_service_in_none_of_the_zones_fails_clearly():
             opts=opts), mocks=Nowhere())
 
 
+@pytest.mark.parametrize("nat", [False, True])
+def test_private_subnets_hold_the_regions_instance_caps_or_the_network_fails_clearly(nat):
+    """Each instance takes one address of its zone's private subnet (bridge-mode tasks take none of their
+    own), each interface endpoint one per subnet, and AWS reserves five per subnet ("Subnet CIDR blocks",
+    Amazon VPC User Guide). The config allows a /22 (private /25s: 123 usable) and 1000 instances a fleet."""
+    endpoints = 0 if nat else len(INTERFACE_ENDPOINT_SERVICES)
+    room = 128 - 5 - endpoints  # one zone, one /25
+
+    def network(max_instances):
+        return lambda opts: Network("net", NetworkArgs(
+            region="us-west-2", instance_types=["g5.xlarge"], tags=TAGS, vpc_cidr="10.80.0.0/22",
+            availability_zone_count=1, nat_gateway=nat, max_instances=max_instances), opts=opts)
+
+    assert _in_region(network(room)).of_type("aws:ec2/subnet:Subnet")
+    with pytest.raises(Exception, match=rf"room for {room} instances .* maxInstances add up to {room + 1}"):
+        _in_region(network(room + 1))
+
+
+def test_a_stack_whose_caps_outgrow_its_vpc_fails_at_preview():
+    """Regression: a /22 in one zone with a fleet of 200 rendered, and its group stopped launching at 110."""
+    from pulumi_harness import render_stack
+    fleets = {"gpu1": {"instanceTypes": ["g6.xlarge", "g5.xlarge", "g4dn.xlarge"], "maxInstances": 200}}
+    with pytest.raises(Exception, match=r"10\.80\.0\.0/22 in us-east-1 has room for 110 instances"):
+        render_stack("dev", natGateway=False, vpcCidr="10.80.0.0/22", availabilityZoneCount=1, fleets=fleets)
+    assert render_stack("dev", natGateway=False, vpcCidr="10.80.0.0/21", availabilityZoneCount=1, fleets=fleets).resources
+
+
 def test_existing_network_is_used_as_is():
     rendering = _in_region(lambda opts: Network("net", NetworkArgs(
         region="us-west-2", instance_types=["g5.xlarge"], tags=TAGS,
