@@ -14,7 +14,8 @@ from components.config.regions import BILLING_METRICS_REGION
 from components.home import HomeRegion, HomeRegionArgs
 from components.jobs import EventForwarder, EventForwarderArgs, JobService, JobServiceArgs
 from components.providers import regional_providers, with_provider
-from components.region import FleetRegion, FleetRegionArgs
+from components.network import plan_network
+from components.region import FleetRegion, FleetRegionArgs, network_args
 from packer.manifest import ManifestError, load_manifest
 
 # Written by `make ami` (Packer's manifest post-processor); absent in a fresh clone.
@@ -42,6 +43,16 @@ def deploy(cfg: StackConfig) -> dict:
 
     providers = regional_providers([cfg.home_region, *cfg.regions, BILLING_METRICS_REGION], cfg.base_tags(),
                                    cfg.aws_provider.provider_args())
+    # Each new VPC's zones and endpoints come from AWS's offerings: planned for every region before the first
+    # resource is declared, so that a region that cannot be built (plan_network's NetworkError) stops
+    # `pulumi up` before anything is created. The engine starts creating each resource as it is declared
+    # (resources are registered while the program runs), so an error raised later would leave the stack
+    # half-deployed.
+    network_plans = {
+        region: plan_network(args, pulumi.InvokeOptions(provider=providers[region]))
+        for region in cfg.regions
+        if (args := network_args(cfg, region)).existing_vpc_id is None
+    }
     home = HomeRegion(
         f"{cfg.environment}-home",
         HomeRegionArgs(config=cfg, cost=cost, billing_provider=providers[BILLING_METRICS_REGION]),
@@ -59,6 +70,7 @@ def deploy(cfg: StackConfig) -> dict:
                 config=cfg,
                 alert_topic_arn=region_topics.get(region),
                 manifest_ami_id=built[region].ami_id if region in built else None,
+                network_plan=network_plans.get(region),
             ),
             opts=with_provider(providers[region]),
         )

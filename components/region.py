@@ -3,7 +3,7 @@ checkpoint bucket the region's jobs save to."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pulumi
 import pulumi_aws as aws
@@ -22,7 +22,7 @@ from components.config import StackConfig
 from components.dashboard import FleetDashboard, FleetDashboardArgs
 from components.idle import Reaper, ReaperArgs
 from components.jobs.jobs import ledger_name, queue_name
-from components.network import ImageCache, ImageCacheArgs, Network, NetworkArgs
+from components.network import ImageCache, ImageCacheArgs, Network, NetworkArgs, NetworkPlan
 from components.resources import child, invoke
 from components.storage import CheckpointBucket, CheckpointBucketArgs
 from lambdas.jobs import checkpoints
@@ -37,6 +37,25 @@ class FleetRegionArgs:
     alert_topic_arn: pulumi.Input[str] | None = None
     # The AMI the last Packer build recorded for this region (packer/manifest.json), if any.
     manifest_ami_id: str | None = None
+    # Where the new VPC's subnets and endpoints go, planned before anything was declared (components/program.py).
+    network_plan: NetworkPlan | None = None
+
+
+def network_args(cfg: StackConfig, region: str) -> NetworkArgs:
+    """The region's network as the stack config describes it (the team's VPC, or a new one)."""
+    fleets = cfg.fleets_in(region)
+    existing = cfg.networks.get(region)
+    return NetworkArgs(
+        region=region,
+        instance_types=sorted({t for fleet in fleets.values() for t in fleet.instance_types}),
+        tags=cfg.base_tags(),
+        vpc_cidr=cfg.vpc_cidr,
+        availability_zone_count=cfg.availability_zone_count,
+        nat_gateway=cfg.nat_gateway,
+        max_instances=sum(fleet.max_instances for fleet in fleets.values()),
+        existing_vpc_id=existing.vpc_id if existing else None,
+        existing_subnet_ids=existing.subnet_ids if existing else (),
+    )
 
 
 class FleetRegion(pulumi.ComponentResource):
@@ -47,7 +66,6 @@ class FleetRegion(pulumi.ComponentResource):
         cfg, region = args.config, args.region
         tags = cfg.base_tags()
         fleets = cfg.fleets_in(region)
-        existing = cfg.networks.get(region)
 
         if args.alert_topic_arn is None:
             self.alert_topic_arn = AlertTopic(
@@ -59,20 +77,7 @@ class FleetRegion(pulumi.ComponentResource):
             self.alert_topic_arn = pulumi.Output.from_input(args.alert_topic_arn)
 
         self.network = Network(
-            f"{name}-net",
-            NetworkArgs(
-                region=region,
-                instance_types=sorted({t for fleet in fleets.values() for t in fleet.instance_types}),
-                tags=tags,
-                vpc_cidr=cfg.vpc_cidr,
-                availability_zone_count=cfg.availability_zone_count,
-                nat_gateway=cfg.nat_gateway,
-                max_instances=sum(fleet.max_instances for fleet in fleets.values()),
-                existing_vpc_id=existing.vpc_id if existing else None,
-                existing_subnet_ids=existing.subnet_ids if existing else (),
-            ),
-            opts=child(self),
-        )
+            f"{name}-net", replace(network_args(cfg, region), plan=args.network_plan), opts=child(self))
         self.ami = GpuAmi(
             f"{name}-ami",
             GpuAmiArgs(region=region, environment=cfg.environment, pinned_ami_id=cfg.ami_ids.get(region),

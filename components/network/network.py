@@ -40,6 +40,24 @@ class NetworkArgs:
     # An existing network: both set, or neither.
     existing_vpc_id: str | None = None
     existing_subnet_ids: Sequence[str] = field(default_factory=tuple)
+    # What plan_network found, when the program planned it before declaring anything (components/program.py);
+    # None: the Network plans it itself.
+    plan: NetworkPlan | None = None
+
+
+class NetworkError(pulumi.RunError):
+    """A region's network cannot be built as configured. A `pulumi.RunError`: Pulumi prints the message
+    alone, not a traceback."""
+
+
+@dataclass(frozen=True)
+class NetworkPlan:
+    """Where a new VPC's subnets and endpoints go: the chosen zones (from AWS's offerings), their subnet
+    blocks, and for each interface endpoint the chosen zones its service is offered in (none with NAT)."""
+    zones: tuple[str, ...]
+    private_cidrs: tuple[str, ...]
+    public_cidrs: tuple[str, ...]
+    endpoint_zones: Mapping[str, tuple[str, ...]]
 
 
 def plan_subnets(vpc_cidr: str, zone_count: int) -> tuple[list[str], list[str]]:
@@ -69,6 +87,59 @@ def rank_zones(zone_names: Sequence[str], offered_locations: Sequence[str], coun
     return ranked[:count]
 
 
+def plan_network(args: NetworkArgs, opts: pulumi.InvokeOptions) -> NetworkPlan:
+    """Ask AWS which zones offer the fleets' instance types and each endpoint service, choose the zones,
+    and check that the VPC holds what the stack asks; NetworkError otherwise. It declares nothing, so the
+    program runs it for every region before its first resource (components/program.py): a region that
+    cannot be built stops `pulumi up` before anything is created, not halfway."""
+    zones = aws.get_availability_zones(
+        state="available",
+        filters=[{"name": "opt-in-status", "values": ["opt-in-not-required"]}],
+        opts=opts,
+    )
+    offerings = aws.ec2.get_instance_type_offerings(
+        location_type="availability-zone",
+        filters=[{"name": "instance-type", "values": list(args.instance_types)}],
+        opts=opts,
+    )
+    chosen = rank_zones(zones.names, offerings.locations, args.availability_zone_count)
+    if not chosen:
+        raise NetworkError(
+            f"no availability zone of {args.region} offers any of {list(args.instance_types)}; "
+            "choose instance types this region has"
+        )
+    private_cidrs, public_cidrs = plan_subnets(args.vpc_cidr, len(chosen))
+    room = instance_room(private_cidrs, 0 if args.nat_gateway else len(INTERFACE_ENDPOINT_SERVICES))
+    if args.max_instances > room:
+        # Past it an Auto Scaling group cannot launch (no free address in the subnets), below the cap the
+        # scheduler counts on.
+        raise NetworkError(
+            f"the VPC {args.vpc_cidr} in {args.region} has room for {room} instances in its "
+            f"{len(private_cidrs)} private subnet(s) ({', '.join(private_cidrs)}), but the region's fleets' "
+            f"maxInstances add up to {args.max_instances}; give mlfleet:vpcCidr a larger block (a smaller prefix "
+            "length) or raise mlfleet:availabilityZoneCount"
+        )
+    endpoint_zones: dict[str, tuple[str, ...]] = {}
+    for service in () if args.nat_gateway else INTERFACE_ENDPOINT_SERVICES:
+        service_name = f"com.amazonaws.{args.region}.{service}"
+        # An AWS endpoint service is not offered in every zone of every account (DescribeVpcEndpointServices
+        # lists where: botocore's ec2 model, ServiceDetail.AvailabilityZones), and CreateVpcEndpoint refuses a
+        # subnet elsewhere: "The VPC endpoint service ... does not support the availability zone of the
+        # subnet" (terraform-aws-modules/terraform-aws-vpc#462, #634). So each endpoint goes in the zones
+        # its service offers; instances in another zone reach it through its private DNS name, which
+        # answers with the endpoint's addresses in the zones it is in (the security group admits the VPC).
+        offered = set(aws.ec2.get_vpc_endpoint_service(
+            service_name=service_name, service_type="Interface", opts=opts).availability_zones)
+        endpoint_zones[service] = tuple(zone for zone in chosen if zone in offered)
+        if not endpoint_zones[service]:
+            raise NetworkError(
+                f"{service_name} is offered in none of the zones chosen in {args.region} ({', '.join(chosen)}; "
+                f"it is in {', '.join(sorted(offered)) or 'none'}); raise availabilityZoneCount or give the "
+                "region a NAT gateway (natGateway)"
+            )
+    return NetworkPlan(tuple(chosen), tuple(private_cidrs), tuple(public_cidrs), endpoint_zones)
+
+
 class Network(pulumi.ComponentResource):
     vpc_id: pulumi.Output[str]
     private_subnet_ids: pulumi.Output[list[str]]
@@ -84,33 +155,9 @@ class Network(pulumi.ComponentResource):
         self.register_outputs({"vpc_id": self.vpc_id, "private_subnet_ids": self.private_subnet_ids})
 
     def _create(self, name: str, args: NetworkArgs) -> None:
-        zones = aws.get_availability_zones(
-            state="available",
-            filters=[{"name": "opt-in-status", "values": ["opt-in-not-required"]}],
-            opts=invoke(self),
-        )
-        offerings = aws.ec2.get_instance_type_offerings(
-            location_type="availability-zone",
-            filters=[{"name": "instance-type", "values": list(args.instance_types)}],
-            opts=invoke(self),
-        )
-        self.zones = rank_zones(zones.names, offerings.locations, args.availability_zone_count)
-        if not self.zones:
-            raise ValueError(
-                f"no availability zone of {args.region} offers any of {list(args.instance_types)}; "
-                "choose instance types this region has"
-            )
-        private_cidrs, public_cidrs = plan_subnets(args.vpc_cidr, len(self.zones))
-        room = instance_room(private_cidrs, 0 if args.nat_gateway else len(INTERFACE_ENDPOINT_SERVICES))
-        if args.max_instances > room:
-            # Past it an Auto Scaling group cannot launch (no free address in the subnets), below the cap the
-            # scheduler counts on.
-            raise ValueError(
-                f"the VPC {args.vpc_cidr} in {args.region} has room for {room} instances in its "
-                f"{len(private_cidrs)} private subnet(s) ({', '.join(private_cidrs)}), but the region's fleets' "
-                f"maxInstances add up to {args.max_instances}; give mlfleet:vpcCidr a larger block (a smaller prefix "
-                "length) or raise mlfleet:availabilityZoneCount"
-            )
+        plan = args.plan or plan_network(args, invoke(self))
+        self.zones = list(plan.zones)
+        private_cidrs, public_cidrs = plan.private_cidrs, plan.public_cidrs
         tags = dict(args.tags)
 
         vpc = aws.ec2.Vpc(
@@ -155,7 +202,7 @@ class Network(pulumi.ComponentResource):
         if args.nat_gateway:
             self._nat(name, args, vpc, private_routes, public_cidrs, tags)
         else:
-            self._interface_endpoints(name, args, vpc, private_subnets, tags)
+            self._interface_endpoints(name, args, vpc, private_subnets, plan.endpoint_zones, tags)
 
         self.vpc_id = vpc.id
         self.private_subnet_ids = pulumi.Output.all(*[s.id for s in private_subnets])
@@ -195,7 +242,7 @@ class Network(pulumi.ComponentResource):
             nat_gateway_id=nat.id, opts=child(self),
         )
 
-    def _interface_endpoints(self, name, args, vpc, private_subnets, tags) -> None:
+    def _interface_endpoints(self, name, args, vpc, private_subnets, endpoint_zones, tags) -> None:
         endpoint_sg = aws.ec2.SecurityGroup(
             f"{name}-endpoints-sg",
             vpc_id=vpc.id,
@@ -206,23 +253,9 @@ class Network(pulumi.ComponentResource):
             tags={**tags, "Name": f"{name}-endpoints"},
             opts=child(self),
         )
-        for service in INTERFACE_ENDPOINT_SERVICES:
+        for service, zones in endpoint_zones.items():
             service_name = f"com.amazonaws.{args.region}.{service}"
-            # An AWS endpoint service is not offered in every zone of every account (DescribeVpcEndpointServices
-            # lists where: botocore's ec2 model, ServiceDetail.AvailabilityZones), and CreateVpcEndpoint refuses a
-            # subnet elsewhere: "The VPC endpoint service ... does not support the availability zone of the
-            # subnet" (terraform-aws-modules/terraform-aws-vpc#462, #634). So each endpoint goes in the zones
-            # its service offers; instances in another zone reach it through its private DNS name, which
-            # answers with the endpoint's addresses in the zones it is in (the security group admits the VPC).
-            offered = set(aws.ec2.get_vpc_endpoint_service(
-                service_name=service_name, service_type="Interface", opts=invoke(self)).availability_zones)
-            subnets = [s for zone, s in zip(self.zones, private_subnets) if zone in offered]
-            if not subnets:
-                raise ValueError(
-                    f"{service_name} is offered in none of the zones chosen in {args.region} ({', '.join(self.zones)}; "
-                    f"it is in {', '.join(sorted(offered)) or 'none'}); raise availabilityZoneCount or give the "
-                    "region a NAT gateway (natGateway)"
-                )
+            subnets = [s for zone, s in zip(self.zones, private_subnets) if zone in zones]
             aws.ec2.VpcEndpoint(
                 f"{name}-{service.replace('.', '-')}",
                 vpc_id=vpc.id,

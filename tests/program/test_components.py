@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 
+import pulumi
 import pytest
 
 from components.ami import STOCK_GPU_AMI_PARAMETER, GpuAmi, GpuAmiArgs
@@ -129,6 +130,25 @@ def test_a_stack_whose_caps_outgrow_its_vpc_fails_at_preview():
     with pytest.raises(Exception, match=r"10\.80\.0\.0/22 in us-east-1 has room for 110 instances"):
         render_stack("dev", natGateway=False, vpcCidr="10.80.0.0/22", availabilityZoneCount=1, fleets=fleets)
     assert render_stack("dev", natGateway=False, vpcCidr="10.80.0.0/21", availabilityZoneCount=1, fleets=fleets).resources
+
+
+def test_a_region_that_cannot_be_built_stops_the_program_before_any_resource():
+    """Regression: the network's checks (zones, endpoint services, room for the caps) ran inside the region's
+    Network, after the home region and the region's alert topic were declared; a real `pulumi up` creates each
+    resource as it is registered, so the error left the stack half-deployed. plan_network now runs for every
+    region first, and the error is a RunError (its message alone, no traceback)."""
+    from pulumi_harness import render_config, stack_file_config
+
+    from components.network import NetworkError
+
+    values = stack_file_config("dev")
+    values.update({"mlfleet:natGateway": "false", "mlfleet:vpcCidr": "10.80.0.0/22", "mlfleet:availabilityZoneCount": "1",
+                   "mlfleet:fleets": json.dumps({"gpu1": {"instanceTypes": ["g6.xlarge"], "maxInstances": 200}})})
+    mocks = RecordingMocks()
+    with pytest.raises(NetworkError, match=r"has room for 110 instances"):
+        render_config(values, "dev", mocks)
+    assert issubclass(NetworkError, pulumi.RunError)
+    assert {r.type for r in mocks.resources} == {"pulumi:providers:aws"}
 
 
 def test_existing_network_is_used_as_is():
