@@ -47,7 +47,7 @@ def deploy(cfg: StackConfig) -> dict:
     # resource is declared, so that a region that cannot be built (plan_network's NetworkError) stops
     # `pulumi up` before anything is created. The engine starts creating each resource as it is declared
     # (resources are registered while the program runs), so an error raised later would leave the stack
-    # half-deployed.
+    # half-deployed (pulumi/pulumi#7050: the resources declared before a program's exception are created).
     network_plans = {
         region: plan_network(args, pulumi.InvokeOptions(provider=providers[region]))
         for region in cfg.regions
