@@ -14,11 +14,10 @@ Environment: ENVIRONMENT, HOME_REGION, ALERT_TOPIC_ARN (the environment's alert 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from ..common import admission
+from ..common import admission, alerts
 from ..common.aws import client
 from ..common.errors import describe, per_item
 from ..common.logs import log_decision
@@ -124,22 +123,7 @@ def close(settings: Settings, notice: BudgetNotice) -> dict:
     return {"closed": True, "newly_closed": newly_closed, "reason": flag.reason}
 
 
-def chatbot_notification(subject: str, message: str) -> str:
-    """The message as an AWS Chatbot custom notification, the only form of a message that is not an AWS
-    service's own notification that Chatbot shows in Slack
-    (https://docs.aws.amazon.com/chatbot/latest/adminguide/custom-notifs.html: version "1.0", source "custom")."""
-    return json.dumps({"version": "1.0", "source": "custom",
-                       "content": {"title": subject, "description": message},
-                       "metadata": {"summary": subject}}, sort_keys=True)
-
-
 def publish(settings: Settings, subject: str, message: str) -> None:
-    """Publish to the alert topic: plain text for e-mail, a custom notification for Chatbot's subscription.
-
-    The alert topic is delivered by e-mail and, when the stack has a Slack channel, to AWS Chatbot, which
-    subscribes over HTTPS and drops plain text. SNS's per-protocol messages (MessageStructure "json", a
-    required "default" and one key per protocol: https://docs.aws.amazon.com/sns/latest/api/API_Publish.html)
-    give each its form. SNS subjects must be under 100 characters (API_Publish)."""
-    client("sns", settings.alert_topic_arn.split(":")[3]).publish(
-        TopicArn=settings.alert_topic_arn, Subject=subject[:99], MessageStructure="json",
-        Message=json.dumps({"default": message, "email": message, "https": chatbot_notification(subject, message)}))
+    """Publish to the alert topic: plain text for e-mail, a custom notification for Chatbot (common/alerts.py)."""
+    alerts.publish_alert(client("sns", settings.alert_topic_arn.split(":")[3]), settings.alert_topic_arn, subject,
+                         message)

@@ -27,6 +27,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from ..common.alerts import chatbot_notification, sns_subject
 from ..common.logs import log_decision
 from ..jobs import ledger as L
 from ..jobs.spec import SLACK
@@ -111,19 +112,16 @@ def summarize(environment: str, records: Sequence[L.JobRecord]) -> Summary:
 
 
 def email(summary: Summary) -> tuple[str, str]:
-    """Subject (SNS: ASCII, no line breaks, under 100 characters) and text of the e-mail."""
-    subject = summary.title.encode("ascii", "replace").decode()[:99]
-    return subject, "\n".join([*summary.lines(), "", *summary.next_steps()]) + "\n"
+    """Subject (one SNS accepts: common/alerts.py, sns_subject) and text of the e-mail."""
+    return sns_subject(summary.title), "\n".join([*summary.lines(), "", *summary.next_steps()]) + "\n"
 
 
 def chatbot(summary: Summary) -> str:
     """The Slack message as an AWS Chatbot custom notification."""
-    return json.dumps({"version": "1.0", "source": "custom", "id": summary.submission_id,
-                       "content": {"textType": "client-markdown", "title": summary.title,
-                                   "description": "\n".join(summary.lines()),
-                                   "nextSteps": [f"`{step}`" for step in summary.next_steps()]},
-                       "metadata": {"summary": summary.title, "eventType": "SubmissionEnded",
-                                    "additionalContext": {"submission_id": summary.submission_id}}}, sort_keys=True)
+    return chatbot_notification(summary.title, "\n".join(summary.lines()), notification_id=summary.submission_id,
+                                text_type="client-markdown", next_steps=[f"`{step}`" for step in summary.next_steps()],
+                                event_type="SubmissionEnded",
+                                additional_context={"submission_id": summary.submission_id})
 
 
 def announce(ledger: L.Ledger, sns, *, environment: str, submission_id: str, email_topic_arn: str,

@@ -1,5 +1,6 @@
-"""What the reaper changes itself: idle marks, standalone stops, its metrics and its summary. Fleet
-instances are removed through the removal protocol (lambdas/removal), never here.
+"""What the reaper changes itself: idle marks, standalone stops, its metrics, and the permission to publish
+its summary (lambdas/common/alerts.py publishes it). Fleet instances are removed through the removal
+protocol (lambdas/removal), never here.
 
 Every action is idempotent and per machine: a batch call that fails is retried machine by machine, so
 one machine's error (an instance gone, a throttle that outlasted the retries) is reported for that
@@ -60,7 +61,3 @@ def publish_counts(cloudwatch, environment: str, counts: Mapping[tuple[str, str]
         data.append({"MetricName": metric, "Dimensions": dimensions, "Timestamp": now, "Value": value, "Unit": "Count"})
     for batch in chunks(data, 1000):  # PutMetricData takes up to 1,000 metrics a call
         cloudwatch.put_metric_data(Namespace=METRIC_NAMESPACE, MetricData=batch)
-
-
-def notify(sns, topic_arn: str, subject: str, message: str) -> None:
-    sns.publish(TopicArn=topic_arn, Subject=subject[:100], Message=message)

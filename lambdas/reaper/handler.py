@@ -26,7 +26,7 @@ from datetime import datetime, timedelta, timezone
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ..common import lease
+from ..common import alerts, lease
 from ..common import tags as tag_keys
 from ..common.aws import client
 from ..common.logs import log_decision
@@ -137,8 +137,8 @@ def run(settings: Settings, now: datetime, trigger: str = "manual", request_id: 
     _best_effort("publish-counts", lambda: _publish_counts(settings, region, instances, done, now))
     changed = [d for d in decisions if d.action in (MARK, UNMARK, REAP_FLEET, STOP_STANDALONE)]
     if changed or done.removal.terminated or done.removal.reactivated or done.failed:
-        _best_effort("notify", lambda: actions.notify(client("sns", region), settings.alert_topic_arn,
-                                                      _subject(settings, by_action, done), _report(settings, done)))
+        _best_effort("notify", lambda: alerts.publish_alert(client("sns", region), settings.alert_topic_arn,
+                                                            _subject(settings, by_action, done), _report(settings, done)))
     return {"trigger": trigger, "dry_run": settings.dry_run, "instances": len(instances),
             "decisions": {action: sorted(ids) for action, ids in by_action.items()},
             "terminated": sorted(done.removal.terminated), "kept": dict(sorted(done.removal.reactivated.items())),

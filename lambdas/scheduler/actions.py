@@ -1,5 +1,5 @@
 """What the scheduler changes: task definitions per image and secret set, StartTask per job, desired
-capacity, alerts.
+capacity, and the permission to alert (lambdas/common/alerts.py publishes the alerts).
 
 Every action is safe to repeat: a task-definition revision is reused when its image and secrets match, a
 job's ledger claim happens before its StartTask (so a second attempt to start it finds the claim taken),
@@ -243,10 +243,6 @@ def set_scaling_paused(autoscaling, asg_name: str, paused_at: str | None) -> Non
         autoscaling.delete_tags(Tags=[tag])
     else:
         autoscaling.create_or_update_tags(Tags=[{**tag, "Value": paused_at, "PropagateAtLaunch": False}])
-
-
-def publish_alert(sns, topic_arn: str, subject: str, message: str) -> None:
-    sns.publish(TopicArn=topic_arn, Subject=subject[:100], Message=message)
 
 
 def stop_task(ecs, cluster: str, task_arn: str, reason: str) -> None:

@@ -57,7 +57,7 @@ from datetime import datetime, timedelta, timezone
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ..common import admission, lease
+from ..common import admission, alerts, lease
 from ..common.aws import client
 from ..common.catalog import load_catalog
 from ..common.errors import describe, per_item
@@ -231,7 +231,7 @@ def run(settings: Settings, remaining_ms: Callable[[], int], now: datetime | Non
         summary["dead_lettered"] = dead_letters.DeadLetters.of(ledger, sqs, settings.jobs_dlq_url).sweep(
             stamp, summary["errors"])
     with per_item("quarantine-alert-failed", summary["errors"]):
-        alert_new(ledger, lambda subject, message: actions.publish_alert(
+        alert_new(ledger, lambda subject, message: alerts.publish_alert(
             client("sns", settings.alert_topic_arn.split(":")[3]), settings.alert_topic_arn, subject, message),
             settings.environment, summary["errors"])
     with per_item("delete-messages-failed", summary["errors"], messages=len(to_delete)):
@@ -365,7 +365,7 @@ def circuit_breaker(view: state.FleetView, now: datetime, settings: Settings) ->
     tripped = failures >= BREAKER_FAILURES
     if tripped and not view.scaling_paused:
         actions.set_scaling_paused(autoscaling, view.config.asg_name, now.isoformat(timespec="seconds"))
-        actions.publish_alert(
+        alerts.publish_alert(
             client("sns", settings.alert_topic_arn.split(":")[3]), settings.alert_topic_arn,
             f"mlfleet {settings.environment}: scaling of {view.config.fleet} in {view.config.region} stopped",
             f"{failures} launches of Auto Scaling group {view.config.asg_name} failed in the last "

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import boto3
 import pytest
+from alert_delivery import chatbot_notification, subscribe_chatbot
 
 from lambdas.budget_guard.budget_message import budget_name, parse_budget_message
 from lambdas.budget_guard.handler import Settings, handler
@@ -174,32 +175,11 @@ def test_an_event_without_sns_records_is_ignored(environment):
     assert admission.read_admission(ssm, "dev").is_open
 
 
-# AWS Chatbot subscribes to a topic over HTTPS and shows only messages in its own formats: an AWS
-# service's notification or a custom notification {"version": "1.0", "source": "custom", "content":
-# {"description": ...}} (https://docs.aws.amazon.com/chatbot/latest/adminguide/custom-notifs.html);
-# plain text published to the alert topic reaches e-mail but never the Slack channel.
-CHATBOT_ENDPOINT = "https://global.sns-api.chatbot.amazonaws.com"
-
-
 @pytest.fixture
 def slack(environment, monkeypatch):
-    """What the Chatbot subscription of the alert topic receives (moto POSTs https deliveries)."""
-    import moto.sns.models
-
+    """What the Chatbot subscription of the alert topic receives (tests/alert_delivery.py)."""
     settings, *_ = environment
-    boto3.client("sns", region_name="us-east-1").subscribe(
-        TopicArn=settings.alert_topic_arn, Protocol="https", Endpoint=CHATBOT_ENDPOINT)
-    received = []
-    monkeypatch.setattr(moto.sns.models.requests, "post",
-                        lambda url, json=None, **_: received.append(json["Message"]) if url == CHATBOT_ENDPOINT else None)
-    return received
-
-
-def chatbot_notification(text: str) -> dict:
-    notification = json.loads(text)
-    assert (notification["version"], notification["source"]) == ("1.0", "custom")
-    assert notification["content"]["title"] and notification["content"]["description"]
-    return notification
+    return subscribe_chatbot(settings.alert_topic_arn, monkeypatch)
 
 
 def test_the_closing_notice_reaches_slack_as_a_chatbot_notification_and_e_mail_as_text(environment, slack):

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta, timezone
 
 import boto3
 import pytest
+from alert_delivery import chatbot_notification, published, subject_problems, subscribe_chatbot
 from jobs.conftest import create_table
 
 from lambdas.reaper.handler import Settings, run
@@ -114,7 +115,7 @@ def world(fleet_aws):
     start_task_on(busy_task)
     boto3.client("ec2", REGION).create_tags(Resources=[kept], Tags=[{"Key": "mlfleet:keep-alive", "Value": "true"}])
     return {"settings": settings, "now": now, "idle": idle, "busy": [busy_task, busy_cpu, gap], "kept": kept,
-            "loose": loose}
+            "loose": loose, "inbox": world["inbox"]}
 
 
 def test_first_run_marks_exactly_the_idle_instances(world):
@@ -151,6 +152,22 @@ def test_run_after_grace_drains_and_terminates_the_idle_fleet_instance_and_stops
     ec2 = boto3.client("ec2", REGION)
     state = ec2.describe_instances(InstanceIds=[world["loose"]])["Reservations"][0]["Instances"][0]["State"]["Name"]
     assert state in ("stopping", "stopped")
+
+
+def test_the_run_summary_reaches_slack_as_a_chatbot_notification_and_e_mail_as_text(world, monkeypatch):
+    # The reaper published plain text, which AWS Chatbot (the alert topic's Slack subscription, over HTTPS)
+    # drops. moto delivers nothing to e-mail: its text is the published message's "email" key
+    # (tests/alert_delivery.py says where else moto differs from AWS).
+    slack = subscribe_chatbot(world["settings"].alert_topic_arn, monkeypatch)
+    run(world["settings"], world["now"])
+    (posted,) = slack
+    notification = chatbot_notification(posted)
+    assert notification["content"]["title"] == "mlfleet dev reaper: 2 marked idle, 0 reaped"
+    assert world["idle"] in notification["content"]["description"]
+    ((subject, message),) = published(world["settings"].alert_topic_arn)
+    assert subject == notification["content"]["title"] and subject_problems(subject) == []
+    assert message["email"] == message["default"] == notification["content"]["description"]
+    assert summaries(world) == [message["default"]]  # the queue, like every other protocol: the text
 
 
 def test_dry_run_changes_nothing(world):
