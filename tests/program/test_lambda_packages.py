@@ -1,14 +1,20 @@
-"""Each function's archive runs on its own: its handler imports with nothing but the archive's files.
+"""Each function's archive runs on its own: its handler imports with nothing but the archive's files and
+what the Lambda Python runtime itself provides.
 
-The other tests import from the repository, where every package is present; only this test would see
-a function that imports a package its archive leaves out (it would fail at its first invocation in AWS).
+The other tests import from the repository with the venv's packages (pydantic, yaml, pulumi, hypothesis, ...)
+all present; only this test would see a function that imports a module its archive leaves out, or a
+third-party package the runtime does not have (it would fail at its first invocation in AWS).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
+import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -16,16 +22,72 @@ from components.functions.python_function import PROJECT_ROOT, package_files
 
 FUNCTIONS = sorted(p.parent.name for p in (PROJECT_ROOT / "lambdas").glob("*/handler.py"))
 
+# What the Lambda Python runtime has besides the standard library: the AWS SDK for Python. "The Python runtime
+# includes the SDK for Python (Boto3)" (AWS Lambda developer guide, "Building Lambda functions with Python"),
+# which brings botocore and their dependencies (jmespath, python-dateutil, six, s3transfer, urllib3). Nothing
+# else of the venv (pydantic, yaml, pulumi, ...) is there, so the archive is imported in an interpreter that
+# cannot see the venv's site-packages.
+RUNTIME_DISTRIBUTIONS = ("boto3",)
+
+
+def _runtime_modules() -> dict[str, Path]:
+    """The top-level modules of boto3 and its dependencies, followed through the installed distributions'
+    requirements (extras left out), each located with importlib in the venv: {module name: path}."""
+    providers = importlib.metadata.packages_distributions()
+    distributions: set[str] = set()
+    todo = list(RUNTIME_DISTRIBUTIONS)
+    while todo:
+        name = re.split(r"[\s<>=!~;(\[]", todo.pop(), maxsplit=1)[0].lower().replace("_", "-")
+        if name in distributions:
+            continue
+        distributions.add(name)
+        todo += [r for r in importlib.metadata.requires(name) or () if "extra ==" not in r]
+    modules: dict[str, Path] = {}
+    for module, owners in providers.items():
+        if not {o.lower().replace("_", "-") for o in owners} & distributions or module.startswith("_"):
+            continue
+        spec = importlib.util.find_spec(module)
+        assert spec is not None and spec.origin, module
+        if spec.submodule_search_locations:  # a package: its folder
+            (location,) = spec.submodule_search_locations
+            modules[module] = Path(location)
+        else:  # a single-file module (six.py)
+            modules[module] = Path(spec.origin)
+    return modules
+
+
+@pytest.fixture(scope="module")
+def runtime_packages(tmp_path_factory) -> Path:
+    """A folder holding only symlinks to the SDK's modules: the runtime's packages, nothing else."""
+    folder = tmp_path_factory.mktemp("runtime")
+    modules = _runtime_modules()
+    assert {"boto3", "botocore"} <= modules.keys(), modules
+    for name, path in modules.items():
+        (folder / path.name).symlink_to(path, target_is_directory=path.is_dir())
+    return folder
+
+
+CHECK = """
+import sys
+sys.path[:0] = [{archive!r}, {runtime!r}]
+assert not any("site-packages" in p for p in sys.path[2:]), sys.path
+import lambdas.{function}.handler as h
+assert callable(h.handler), "handler is not callable"
+"""
+
 
 @pytest.mark.parametrize("function", FUNCTIONS)
-def test_handler_imports_from_its_archive_alone(function, tmp_path):
+def test_handler_imports_from_its_archive_and_the_runtime_alone(function, tmp_path, runtime_packages):
+    archive = tmp_path / "task"
     for path in package_files(function):
-        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(PROJECT_ROOT / path, tmp_path / path)
-    # -P: the script's directory is not put on sys.path; cwd is the unpacked archive, as in Lambda's /var/task.
-    result = subprocess.run([sys.executable, "-P", "-c", f"import sys; sys.path.insert(0, '.'); "
-                             f"import lambdas.{function}.handler as h; assert callable(h.handler)"],
-                            cwd=tmp_path, capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+        (archive / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(PROJECT_ROOT / path, archive / path)
+    # -I: no PYTHON* variables, no user site, not the script's folder on sys.path; -S: no site module, so no
+    # site-packages of the venv. sys.path is the unpacked archive (Lambda's /var/task, also the cwd), the SDK,
+    # and the standard library.
+    code = CHECK.format(archive=str(archive), runtime=str(runtime_packages), function=function)
+    result = subprocess.run([sys.executable, "-I", "-S", "-c", code], cwd=archive, capture_output=True,
+                            text=True, env={"PATH": "/usr/bin:/bin"}, timeout=60)
     assert result.returncode == 0, result.stderr
 
 
