@@ -226,16 +226,20 @@ class JobService(pulumi.ComponentResource):
             JobNotificationsArgs(environment=env, slack=bool(cfg.slack_channel_id), tags=tags),
             opts=child(self),
         )
+        # Each function gets the variables its Settings reads, no more: Lambda allows 4 KB of them per function
+        # and both carry every fleet in FLEETS (tests/program/test_lambda_environment.py).
         variables = {
             "JOBS_TABLE": ledger.name,
             "JOBS_QUEUE_URL": queue.url,
             "JOBS_DLQ_URL": dead_letters.url,
-            "ADMISSION_PARAMETER": args.admission_parameter,
             "FLEETS": fleets_document(cfg),
+            "REBALANCE_TIMEOUT_MINUTES": str(cfg.rebalance_timeout_minutes),
+        }
+        scheduler_only = {
+            "ADMISSION_PARAMETER": args.admission_parameter,
             "MAX_HOURLY_USD": str(cfg.max_hourly_usd),
             "ALERT_TOPIC_ARN": args.alert_topic_arn,
             "DEFAULT_MAX_ATTEMPTS": str(cfg.job_max_attempts),
-            "REBALANCE_TIMEOUT_MINUTES": str(cfg.rebalance_timeout_minutes),
         }
         common = dict(region=cfg.home_region, environment=env, log_retention_days=cfg.log_retention_days, tags=tags)
         # Giving back what it bought (docs/removal.md); unset release delay: the fleets' measured boot time.
@@ -254,7 +258,7 @@ class JobService(pulumi.ComponentResource):
                 description="Places queued GPU jobs on the fleets and buys capacity within the caps",
                 timeout_seconds=SCHEDULER_TIMEOUT_SECONDS,
                 memory_mib=SCHEDULER_MEMORY_MIB,
-                variables={**variables, "ACCOUNT_ID": args.account_id, **releases},
+                variables={**variables, **scheduler_only, "ACCOUNT_ID": args.account_id, **releases},
                 **common,
             ),
             opts=child(self),
