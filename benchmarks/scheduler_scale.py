@@ -325,7 +325,11 @@ class Account:
     # --- EC2 and Auto Scaling (answered parsed) -------------------------------------------------------
 
     def ec2_DescribeInstances(self, region, p):
-        found = [self.instances[i] for i in p.get("InstanceIds", []) if i in self.instances]
+        # By InstanceIds or by the instance-id filter (what the scheduler and the removal executor send: an id
+        # EC2 does not know is left out, not an error of the whole call).
+        ids = list(p.get("InstanceIds", []))
+        ids += [v for f in p.get("Filters", []) if f["Name"] == "instance-id" for v in f["Values"]]
+        found = [self.instances[i] for i in ids if i in self.instances]
         return {"Reservations": [{"ReservationId": f"r-{n}", "Instances": [i]} for n, i in enumerate(found)]}
 
     def ec2_CreateTags(self, region, p):
