@@ -19,3 +19,7 @@ EMPTY_SINCE = "mlfleet:empty-since"
 # declined, lambdas/scheduler/planning/replacement.py): when (ISO-8601). The scheduler counts it against
 # its fleet's caps until the spot market ends it.
 DETACHED_AT = "mlfleet:detached-at"
+# Written by the scheduler on an instance ECS refused a start on for a reason about the machine (its
+# resources, its agent, its registration: lambdas/scheduler/actions.py machine_refused): when (ISO-8601).
+# Nothing is placed on the instance for a while after (lambdas/scheduler/state.py START_REFUSED_HOLD).
+START_REFUSED_AT = "mlfleet:start-refused-at"

@@ -470,7 +470,7 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
                  draining=m.draining, removing=m.removing,  # never placed onto either
                  submissions=m.submissions, jobs=m.jobs, launched_at=m.launched_at, empty_since=m.empty_since,
                  protected=m.protected, busy_until=busy_until(m, running, beliefs, now.timestamp(), prior),
-                 gpu_memory_mib=m.gpu_memory_mib, shared_gpus=m.shared_gpus)
+                 gpu_memory_mib=m.gpu_memory_mib, shared_gpus=m.shared_gpus, gpus=m.gpus, degraded=m.degraded)
          for m in in_view],
         plan_fleets,
         catalog,

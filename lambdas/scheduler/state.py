@@ -17,10 +17,19 @@ launching (its group's desired capacity still counts it until the terminate decr
 method reads `tasks` (running + pending), `empty_since` (the `mlfleet:empty-since` tag the scheduler
 writes, lambdas/scheduler/releases.py), the launch time, `mlfleet:keep-alive`, and each group's minimum.
 
-GPU accounting: free GPUs = the catalog's GPU count for the instance type minus the GPUs that the
-tasks placed on the instance request (their containers' GPU resourceRequirements, from the task's
-overrides or else its task definition). It never reads remainingResources GPU: moto does not model
-GPUs on container instances, and the ledger of what we asked for is what the planner must respect.
+GPU accounting: free GPUs = the machine's GPU count minus the GPUs that the tasks placed on the instance
+request (their containers' GPU resourceRequirements, from the task's overrides or else its task
+definition). Its GPU count is the catalog's for the instance type, or what ECS registered where that is
+fewer (`registeredResources` "GPU", a STRINGSET of GPU ids, else `gpuDevices`: botocore's ecs model,
+ContainerInstance); where ECS reports neither (moto never does) the count is unknown and the catalog's
+is used. It never reads remainingResources GPU: the ledger of what we asked for is what the planner must
+respect.
+
+Degraded machines (`degraded_reason`): nothing is placed on a machine whose agent registered fewer GPUs
+than its type has (a GPU fallen off the bus, a driver that failed at boot), whose ECS health is IMPAIRED
+(`healthStatus.overallStatus`, botocore's ecs model ContainerInstanceHealthStatus), or on which ECS
+refused a start for a reason about the machine within START_REFUSED_HOLD (the `mlfleet:start-refused-at`
+tag, lambdas/scheduler/actions.py). Each run logs one `degraded-machine` line per such machine.
 
 GPU sharing (ECS `nvidiaMps`): a task that shares a GPU holds the memory its requirement names on the GPU
 ECS gave it (its container's `gpuIds`). Each shared GPU's memory left = the catalog's shareable memory per
@@ -61,6 +70,10 @@ FLEET_ATTRIBUTE = "mlfleet.fleet"
 # A detached instance still running this long after its notice is logged each run (the spot market ends
 # it at two minutes: lambdas/job_events/replacements.py).
 DETACHED_GRACE_MINUTES = 10
+# Nothing is placed on a machine for this long after ECS refused a start on it for a reason about the
+# machine (the `mlfleet:start-refused-at` tag): long enough that the jobs go elsewhere or are bought for,
+# short enough that a machine whose refusal passed (a task's resources freed late) is used again.
+START_REFUSED_HOLD = timedelta(minutes=30)
 # Receive no more once the run has less than this left: acting on what was read needs the rest.
 MIN_REMAINING_MS = 60_000
 
@@ -141,6 +154,8 @@ class MachineView:
     protected: bool = False  # `mlfleet:keep-alive` protects it
     gpu_memory_mib: int = 0  # shareable memory per GPU (0: it cannot share: its type, or no MPS capability)
     shared_gpus: tuple[int, ...] = ()  # memory left on each GPU that tasks share
+    gpus: int | None = None  # the GPUs ECS registered, where it reports them and they are fewer than its type's
+    degraded: str = ""  # why nothing may be placed on it (degraded_reason), or ""
 
 
 @dataclass(frozen=True)
@@ -245,6 +260,30 @@ def machine_gpu_memory(spec, ci: Mapping) -> int:
         return 0
     totals = [int(d["totalMemoryInMiB"]) for d in ci.get("gpuDevices") or () if d.get("totalMemoryInMiB")]
     return min([spec.shareable_gpu_memory_mib, *totals])
+
+
+def registered_gpus(ci: Mapping) -> int | None:
+    """The GPUs ECS registered for a container instance: its `registeredResources` "GPU" (a STRINGSET of GPU
+    ids), else its `gpuDevices`; None when it reports neither (moto never does)."""
+    for resource in ci.get("registeredResources") or ():
+        if resource.get("name") == "GPU":
+            return len(resource.get("stringSetValue") or ())
+    return len(ci["gpuDevices"]) if ci.get("gpuDevices") else None
+
+
+def degraded_reason(ci: Mapping, type_gpus: int | None, start_refused_at: datetime | None,
+                    now: datetime | None) -> str:
+    """Why nothing may be placed on the machine, or "" (module docstring, "Degraded machines")."""
+    reasons = []
+    registered = registered_gpus(ci)
+    if type_gpus is not None and registered is not None and registered < type_gpus:
+        reasons.append(f"ECS registered {registered} of its type's {type_gpus} GPUs")
+    if (ci.get("healthStatus") or {}).get("overallStatus") == "IMPAIRED":
+        reasons.append("ECS reports its health IMPAIRED")
+    if start_refused_at is not None and now is not None and now - start_refused_at < START_REFUSED_HOLD:
+        reasons.append(f"ECS refused a start on it for the machine at {start_refused_at.isoformat()} "
+                       f"({tag_keys.START_REFUSED_AT}; placed on again {START_REFUSED_HOLD} after)")
+    return "; ".join(reasons)
 
 
 def price_of(catalog: Catalog, instance_type: str, region: str, lifecycle: str,
@@ -387,6 +426,16 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
         gpus_used, vcpus_used, memory_used = use.gpus, use.vcpus, use.memory_mib
         known = instance_type in catalog
         spec = catalog.get(instance_type) if known else None
+        registered = registered_gpus(ci)
+        # Fewer registered than its type has: its count (and the machine degraded); otherwise its type's.
+        gpus = registered if spec is not None and registered is not None and registered < spec.gpus else None
+        refused_at = parse_time(tags[tag_keys.START_REFUSED_AT]) if tag_keys.START_REFUSED_AT in tags else None
+        degraded = degraded_reason(ci, spec.gpus if spec else None, refused_at, now)
+        if degraded:
+            log_decision("degraded-machine", region=region, fleet=fleet.fleet, instance_id=ci["ec2InstanceId"],
+                         container_instance=ci["containerInstanceArn"], instance_type=instance_type,
+                         reason=degraded, tasks=int(ci.get("runningTasksCount", 0)) + int(ci.get("pendingTasksCount", 0)),
+                         action="nothing placed on it; once empty, released without the release delay")
         gpu_memory = machine_gpu_memory(spec, ci)
         shared = shared_gpus(use.shared, gpu_memory or (spec.shareable_gpu_memory_mib if spec else 0),
                              ci.get("gpuDevices") or ())
@@ -404,7 +453,8 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
             container_instance_arn=ci["containerInstanceArn"], instance_id=ci["ec2InstanceId"], region=region,
             fleet=fleet.fleet, cluster=cluster, instance_type=instance_type,
             availability_zone=instance.get("Placement", {}).get("AvailabilityZone", ""), lifecycle=lifecycle,
-            free_gpus=max(0, (spec.gpus if spec else 0) - gpus_used - len(shared)), free_vcpus=max(0.0, free_vcpus),
+            free_gpus=max(0, (gpus if gpus is not None else spec.gpus if spec else 0) - gpus_used - len(shared)),
+            free_vcpus=max(0.0, free_vcpus),
             free_memory_mib=max(0, free_memory),
             price_per_hour=price_of(catalog, instance_type, region, lifecycle, spot_prices),
             rebalance_recommended=REBALANCE_TAG in tags,
@@ -416,7 +466,8 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
             launched_at=_epoch(instance.get("LaunchTime")), registered_at=_epoch(ci.get("registeredAt")),
             empty_since=empty_since.timestamp() if empty_since else None,
             protected=now is not None and keep_alive_protects(tags.get(tag_keys.KEEP_ALIVE), now)[0],
-            gpu_memory_mib=gpu_memory, shared_gpus=shared))
+            gpu_memory_mib=gpu_memory, shared_gpus=shared,
+            gpus=gpus, degraded=degraded))
 
     for fleet in fleets:
         group = groups.get(fleet.asg_name)

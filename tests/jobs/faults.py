@@ -47,6 +47,9 @@ class Faults:
     # An answer instead of moto's: the call's parameters -> its parsed response, or an error_response(),
     # or None to let moto answer.
     stubs: dict[Operation, Callable[[dict], dict | None]] = field(default_factory=dict)
+    # Changes to moto's answer, where moto leaves out what AWS reports (a container instance's GPUs): the
+    # call's parameters and its parsed response, changed in place.
+    amends: dict[Operation, Callable[[dict, dict], None]] = field(default_factory=dict)
     # Only while armed are faults injected (stubs always answer): setup and recovery runs go clean.
     armed: bool = False
     # Which calls of the failing operations to fail, by their parameters (None: every call): one call site
@@ -97,10 +100,12 @@ class Faults:
                     **parsed, "ResponseMetadata": {"HTTPStatusCode": 200}}
         return None
 
-    def _after_call(self, model, http_response, context, **kwargs):
+    def _after_call(self, model, http_response, parsed, context, **kwargs):
         operation = self._operation(model)
         if http_response.status_code < 300:
             self.effective.append((operation, context.get("faults.params", {})))
+            if operation in self.amends:
+                self.amends[operation](context.get("faults.params", {}), parsed)
         if self.armed and self.failing.get(operation) == "timeout" and self._chosen(context):
             self.injected.append((operation, "timeout"))
             raise ReadTimeoutError(endpoint_url=f"https://{operation[0]}.invalid/ ({operation[1]}: response lost)")

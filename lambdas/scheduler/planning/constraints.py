@@ -1,7 +1,7 @@
 """What a job needs and where it may run: resources, fit, fullness, and the job's constraints.
 
-Shared by every stage. GPU counts come from the caller (catalog minus known tasks), never from ECS's
-remaining resources.
+Shared by every stage. GPU counts come from the caller (the catalog's, or fewer where ECS registered
+fewer, minus known tasks), never from ECS's remaining resources.
 """
 
 from __future__ import annotations
@@ -24,6 +24,11 @@ def planning_order(jobs: Iterable[JobRequest]) -> list[JobRequest]:
 def capacity_of(catalog, instance_type: str) -> Resources:
     spec = catalog.get(instance_type)
     return spec.gpus, float(spec.schedulable_vcpus), spec.schedulable_memory_mib
+
+
+def gpus_of(machine, catalog) -> int:
+    """A machine's GPUs: those ECS registered where it reports them (Machine.gpus), else its type's."""
+    return machine.gpus if machine.gpus is not None else capacity_of(catalog, machine.instance_type)[0]
 
 
 def demand_of(job: JobRequest) -> Resources:

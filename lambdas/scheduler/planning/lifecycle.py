@@ -87,7 +87,7 @@ def choose_lifecycles(jobs: Iterable[JobRequest], options: Sequence[Option], mac
                       catalog) -> tuple[list[JobRequest], frozenset[str]]:
     """The jobs, those cheaper to finish on-demand marked so; and the ids of the jobs marked."""
     on_demand_room = [o for o in options if fleet_lifecycle(o.fleet) == "on-demand" and o.room > 0]
-    on_demand_live = [m for m in machines if m.lifecycle == "on-demand" and not (m.draining or m.removing)]
+    on_demand_live = [m for m in machines if m.lifecycle == "on-demand" and not m.closed]
     spot_options = [o for o in options if fleet_lifecycle(o.fleet) == "spot"]
     chosen, marked = [], set()
     for job in jobs:

@@ -1,6 +1,6 @@
 """Stage 1, live machines: each pending job onto the fittest machine that runs now.
 
-Hard constraints: the machine is not draining (nor being removed), has the free GPUs, vCPUs and memory, its type fully
+Hard constraints: the machine is not draining (nor being removed, nor degraded), has the free GPUs, vCPUs and memory, its type fully
 matches the job's pattern, its region and lifecycle are ones the job accepts. Among those, the fittest
 wins (packer.py: fullest after placing, rebalance and sweep-spread penalties; machines a job would keep
 up at more than twice the price of an instance of its own declined). Jobs the move stage stopped first

@@ -104,6 +104,17 @@ class Machine:
     # runs sharing jobs. Those GPUs are not in `free_gpus`, and take only sharing jobs.
     gpu_memory_mib: int = 0
     shared_gpus: tuple[int, ...] = ()
+    # The GPUs ECS registered for it where it reports them (never more than its type's); None: its type's.
+    gpus: int | None = None
+    # Why nothing may be placed on it, or "" (lambdas/scheduler/state.py degraded_reason: fewer GPUs
+    # registered than its type has, ECS health IMPAIRED, a start ECS refused for the machine). Not kept for
+    # queued jobs either: once empty, the release stage gives it back without the release delay.
+    degraded: str = ""
+
+    @property
+    def closed(self) -> bool:
+        """Nothing is placed onto it: drained by AWS, being removed (docs/removal.md), or degraded."""
+        return self.draining or self.removing or bool(self.degraded)
 
 
 @dataclass(frozen=True)

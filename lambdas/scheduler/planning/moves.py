@@ -36,7 +36,7 @@ import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
-from .constraints import capacity_of, demand_of, take_gpu
+from .constraints import demand_of, gpus_of, take_gpu
 from .model import Fleet, JobRequest, Machine
 from .packer import HOUR, Bin, Packer
 from .release import givable_once_empty
@@ -80,7 +80,7 @@ def _holds_others(machine: Machine, jobs: Sequence[RunningJob], catalog) -> bool
     """Does the machine run a task besides these jobs (one the ledger does not show RUNNING yet, or not a
     job's)? Its tasks' jobs are known, and its GPUs (from the catalog and the tasks) are all theirs."""
     whole = sum(j.request.gpus for j in jobs if not j.request.shares_gpu)
-    used = capacity_of(catalog, machine.instance_type)[0] - machine.free_gpus - len(machine.shared_gpus)
+    used = gpus_of(machine, catalog) - machine.free_gpus - len(machine.shared_gpus)
     return machine.jobs != {j.request.job_id for j in jobs} or used != whole
 
 

@@ -227,8 +227,8 @@ class Packer:
         pool = (machine.region, machine.instance_type, machine.availability_zone)
         # Jobs still running in a pool count for the sweep spread, on a draining machine too.
         self._pool_submissions.setdefault(pool, set()).update(machine.submissions)
-        if machine.draining or machine.removing:
-            return  # never placed onto: being drained by AWS or by a removal
+        if machine.closed:
+            return  # never placed onto: being drained by AWS or by a removal, or degraded
         capacity = capacity_of(self._catalog, machine.instance_type)
         # Every job holds a GPU, whole or shared, so all GPUs free and none shared means no job runs there
         # (GPUs come from the catalog).
@@ -260,7 +260,7 @@ class Packer:
 
     def place_on(self, job: JobRequest, key: str) -> bool:
         """Place the job on this machine if it may run there and fits (reservations and moves choose the
-        machine). A machine not offered to any job (draining, being removed) takes none."""
+        machine). A machine not offered to any job (draining, being removed, degraded) takes none."""
         if key not in self._bins:
             return False
         group, bin_ = self._bins[key]

@@ -30,7 +30,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from ...removal.decide import DEFAULT_BUDGET_PERCENT, RELEASE, room
-from .constraints import capacity_of
+from .constraints import gpus_of
 from .model import Candidate, Fleet, Machine
 
 # EC2 bills per second with a 60-second minimum per launch (https://aws.amazon.com/ec2/pricing/on-demand/,
@@ -56,7 +56,7 @@ class ReleasePolicy:
 def is_empty(machine: Machine, catalog) -> bool:
     """No task holds any of its resources. Every job holds a GPU, whole or shared, so all GPUs free and none
     shared means no job."""
-    return (machine.free_gpus >= capacity_of(catalog, machine.instance_type)[0] and not machine.shared_gpus
+    return (machine.free_gpus >= gpus_of(machine, catalog) and not machine.shared_gpus
             and not machine.submissions)
 
 

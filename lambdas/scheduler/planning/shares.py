@@ -124,8 +124,8 @@ class _Room:
         self.catalog = catalog
         self.limits = limits
         self.patterns = patterns
-        # Never placed onto, so never kept for a job either: drained by AWS, or being removed (docs/removal.md).
-        self.machines = [m for m in machines if not m.draining and not m.removing]
+        # Never placed onto, so never kept for a job either: drained by AWS, being removed (docs/removal.md), degraded.
+        self.machines = [m for m in machines if not m.closed]
         # The live stage's own index: the model packs live machines as that stage will.
         self.live = Packer(self.machines, catalog,
                            lambda job, g: patterns.accepts(job, g.instance_type, g.region, g.lifecycle))

@@ -1,0 +1,121 @@
+"""A broken machine fails no job: the scheduler believes what ECS registered, and a start ECS refuses for
+the machine blames the machine (lambdas/scheduler/state.py "Degraded machines", actions.py machine_refused).
+
+Where moto differs from AWS: its container instances report no GPUs (no `registeredResources` "GPU", no
+`gpuDevices`) and no `healthStatus`, and its StartTask never refuses for resources: the tests add what a
+machine's agent registers to moto's DescribeContainerInstances answer (faults.amends) and answer StartTask
+with ECS's `failures` themselves (faults.stubs). Without a GPU entry the scheduler uses the catalog's count,
+which is what every other moto test runs on.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from conftest import ENV, HOME, aws_client, build_fleet, fleets_json, open_admission, scheduler_settings
+
+from lambdas.common.catalog import load_catalog
+from lambdas.jobs import ledger as L
+from lambdas.jobs.fleets import parse_fleets
+from lambdas.jobs.spec import assign_ids, parse_spec
+from lambdas.scheduler import handler as scheduler
+from lambdas.scheduler import state
+
+NOW = datetime(2026, 11, 22, 12, tzinfo=timezone.utc)
+SUB = "sub-20261122115000-0d0e0f"
+
+
+def ledger() -> L.Ledger:
+    return L.Ledger(aws_client("dynamodb", HOME), f"mlfleet-{ENV}-jobs")
+
+
+def queue_jobs(count: int) -> list[str]:
+    spec = parse_spec({"image": "ghcr.io/team/train:1", "command": ["python", "train.py"], "gpus": 1, "vcpus": 1,
+                       "memory_mib": 1024}, fleet_regions=(HOME,), catalog=load_catalog(), default_max_attempts=3)
+    jobs = assign_ids(SUB, [spec] * count)
+    for n, job in enumerate(jobs):
+        assert ledger().put_new(L.new_record(job, (NOW - timedelta(minutes=10)).timestamp() + n))
+    return [job.job_id for job in jobs]
+
+
+def run(home, minutes: float = 0) -> dict:
+    return scheduler.run(scheduler_settings(home), lambda: 170_000, now=NOW + timedelta(minutes=minutes))
+
+
+def registers(faults, instances: dict[str, dict]) -> None:
+    """What each machine's agent registered, added to moto's DescribeContainerInstances answers."""
+    def amend(params, parsed):
+        for ci in parsed.get("containerInstances", []):
+            ci.update(instances.get(ci["ec2InstanceId"], {}))
+    faults.amends[("ecs", "DescribeContainerInstances")] = amend
+
+
+def gpu_ids(count: int) -> dict:
+    return {"registeredResources": [{"name": "GPU", "type": "STRINGSET",
+                                     "stringSetValue": [f"GPU-{n:08x}" for n in range(count)]}]}
+
+
+def read() -> state.RegionView:
+    return state.read_region(HOME, parse_fleets(fleets_json()), load_catalog(), {}, NOW)
+
+
+def started_on(job_id: str) -> str | None:
+    record = ledger().get(job_id)
+    return record.placement.instance_id if record.state == L.RUNNING else None
+
+
+@pytest.fixture
+def world(home, faults):
+    instances = build_fleet(size=1)  # one g5.12xlarge: 4 GPUs in the catalog
+    open_admission()
+    aws_client("sns", HOME).create_topic(Name=f"mlfleet-{ENV}-alerts")
+    return home, faults, instances
+
+
+@pytest.mark.parametrize("registered", [
+    gpu_ids(3),  # one GPU fell off the bus (Xid 79) before the agent registered
+    gpu_ids(0),  # the driver failed at boot
+    {"gpuDevices": [{"gpuId": f"GPU-{n}", "totalMemoryInMiB": 23_028} for n in range(2)]},
+    {**gpu_ids(4), "healthStatus": {"overallStatus": "IMPAIRED", "details": [
+        {"type": "CONTAINER_RUNTIME", "status": "IMPAIRED"}]}},
+])
+def test_nothing_is_placed_on_a_machine_ecs_registered_fewer_gpus_on_or_reports_impaired(world, registered, caplog):
+    home, faults, instances = world
+    (broken,) = instances
+    registers(faults, {broken: registered})
+    (job_id,) = queue_jobs(1)
+
+    summary = run(home)
+
+    assert summary["errors"] == [] and summary["started"] == [] and ledger().get(job_id).state == L.QUEUED
+    assert faults.carried_out("ecs", "StartTask") == []
+    lines = [json.loads(r.getMessage()) for r in caplog.records if '"degraded-machine"' in r.getMessage()]
+    assert [(line["instance_id"], line["decision"]) for line in lines] == [(broken, "degraded-machine")]
+    assert "GPUs" in lines[0]["reason"] or "IMPAIRED" in lines[0]["reason"]
+
+
+def test_a_machine_whose_agent_registered_all_its_gpus_is_used(world):
+    home, faults, instances = world
+    (machine,) = instances
+    registers(faults, {machine: {**gpu_ids(4), "healthStatus": {"overallStatus": "OK"}}})
+    (job_id,) = queue_jobs(1)
+
+    assert run(home)["started"] == [job_id] and started_on(job_id) == machine
+
+
+def test_free_gpus_are_what_ecs_registered_less_what_tasks_asked(world):
+    _, faults, instances = world
+    (machine,) = instances
+    registers(faults, {machine: gpu_ids(3)})
+
+    (view,) = read().machines
+
+    assert (view.gpus, view.free_gpus) == (3, 3) and "ECS registered 3 of its type's 4 GPUs" in view.degraded
+
+
+def test_an_unknown_gpu_count_is_the_catalog_s(world):
+    (view,) = read().machines  # moto reports no GPUs
+
+    assert (view.gpus, view.free_gpus, view.degraded) == (None, 4, "")
