@@ -20,6 +20,7 @@ from ..common.errors import describe, error_code, is_transient, was_not_sent
 from ..common.logs import log_decision
 from ..common.permissions import ISO_8601_TIME, PUBLISH_TO_ENCRYPTED_TOPICS, needs
 from ..common.tags import ENVIRONMENT as ENVIRONMENT_TAG
+from ..common.tags import START_REFUSED_AT
 from ..jobs.credentials import container_secrets
 from ..jobs.ledger import JobRecord
 from ..jobs.spec import OVERRIDES_LIMIT, JobSpec, container_overrides, gpu_requirement, overrides_size
@@ -67,6 +68,9 @@ PERMISSIONS = (
           tag_values=ISO_8601_TIME, why="mark the circuit breaker on the group (the scaling-paused-at tag only)"),
     needs("autoscaling:DeleteTags", resources=(FLEET_GROUPS,), tag_scoped=True, tag_keys=(SCALING_PAUSED_TAG,),
           why="clear the mark"),
+    needs("ec2:CreateTags", resources=("arn:{partition}:ec2:*:{account}:instance/*",), tag_scoped=True,
+          tag_keys=(START_REFUSED_AT,), tag_values=ISO_8601_TIME,
+          why="mark an instance ECS refused a start on for the machine (the start-refused-at tag only)"),
     needs("sns:Publish", resources=("arn:{partition}:sns:{region}:{account}:mlfleet-{environment}-alerts",),
           why="alert when the circuit breaker stops a fleet's scaling, or when jobs are quarantined"),
     PUBLISH_TO_ENCRYPTED_TOPICS,
@@ -170,7 +174,10 @@ def overrides(record: JobRecord, container_name: str, attempt: int, checkpoint_u
 
 # What a StartTask outcome means for the job's claim (STARTING at this attempt).
 STARTED = "started"
-REFUSED = "refused"      # ECS refused it (no capacity left on the machine, instance gone): a failed start
+REFUSED = "refused"      # ECS refused it for the job (or for a reason not known to be the machine's): a failed start
+# ECS refused it for the machine (its resources, its agent, its registration): the claim is released
+# uncounted, and the machine marked so that no run places on it for a while (state.START_REFUSED_HOLD).
+MACHINE_REFUSED = "machine-refused"
 PERMANENT = "permanent"  # can never start as it is (overrides over ECS's limit): the job fails now
 RETRY = "retry"          # nothing was done (throttled, not sent): release the claim, uncounted
 UNKNOWN = "unknown"      # the answer was lost: a task may run; the recovery of STARTING jobs finds out
@@ -181,6 +188,23 @@ class Started:
     task_arn: str | None
     failure: str = ""
     outcome: str = STARTED
+
+
+# StartTask failure reasons about the container instance, not the task (the ECS developer guide, "API
+# failure reasons", https://docs.aws.amazon.com/AmazonECS/latest/developerguide/api_failures_messages.html):
+# RESOURCE:CPU, RESOURCE:MEMORY, RESOURCE:GPU, RESOURCE:PORTS, RESOURCE:ENI (what the task asks for is not
+# available on that instance: the machine has less than the plan counted), AGENT (its agent is
+# disconnected), MISSING (no such container instance), INACTIVE (deregistered), DRAINING. Another machine,
+# or the same one later, may start the job. Every other reason (ATTRIBUTE: the job's task definition
+# needs an attribute the instance lacks; any reason not listed) counts against the job as before: a job no
+# machine can start then fails after MAX_START_FAILURES instead of waiting forever.
+MACHINE_REASONS = ("AGENT", "MISSING", "INACTIVE", "DRAINING")
+
+
+def machine_refused(reason: str) -> bool:
+    """Whether a StartTask failure reason is about the machine (MACHINE_REASONS, RESOURCE:*)."""
+    reason = reason.strip().removeprefix("TaskFailedToStart:").strip().upper()
+    return reason.startswith("RESOURCE") or reason in MACHINE_REASONS
 
 
 def _overrides_refused(error: ClientError) -> bool:
@@ -218,8 +242,15 @@ def start_job(ecs, *, cluster: str, task_definition_arn: str, container_instance
         return Started(None, f"StartTask failed: {describe(error)}", RETRY if was_not_sent(error) else UNKNOWN)
     if response.get("tasks"):
         return Started(response["tasks"][0]["taskArn"])
-    failures = "; ".join(f"{f.get('reason')} {f.get('detail', '')}".strip() for f in response.get("failures", []))
-    return Started(None, f"StartTask refused: {failures or 'no task returned'}", REFUSED)
+    failures = response.get("failures", [])
+    text = "; ".join(f"{f.get('reason')} {f.get('detail', '')}".strip() for f in failures)
+    by_machine = bool(failures) and all(machine_refused(str(f.get("reason") or "")) for f in failures)
+    return Started(None, f"StartTask refused: {text or 'no task returned'}", MACHINE_REFUSED if by_machine else REFUSED)
+
+
+def mark_start_refused(ec2, instance_id: str, at: str) -> None:
+    """Tag the instance `mlfleet:start-refused-at` (CreateTags overwrites the value: safe to repeat)."""
+    ec2.create_tags(Resources=[instance_id], Tags=[{"Key": START_REFUSED_AT, "Value": at}])
 
 
 def raise_desired_capacity(autoscaling, asg_name: str, add: int, cap: int) -> tuple[int, int] | None:

@@ -490,19 +490,26 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
     summary["cover_budget_cpu_s"] = round(cover_budget_s, 3)
     records = {r.job_id: r for r in pending}
     definitions: dict[str, actions.TaskDefinitions] = {}
+    refused: set[str] = set()  # machines ECS refused a start on for the machine this run: no more starts there
     for n, placement in enumerate(the_plan.placements):
         if remaining_ms() < ACT_RESERVE_MS:
             summary["left_for_next_run"] = len(the_plan.placements) - n
             log_decision("stop-acting", reason="Lambda time running out", left=len(the_plan.placements) - n)
             break
         machine = machines[placement.machine_key]
+        if machine.container_instance_arn in refused:
+            log_decision("wait", job_id=placement.job_id, instance_id=machine.instance_id,
+                         reason="ECS refused a start on its machine this run: placed afresh by the next run")
+            continue
         fleet = next(f for f in fleets if (f.region, f.fleet) == (machine.region, machine.fleet))
         definitions.setdefault(machine.region, actions.TaskDefinitions(client("ecs", machine.region),
                                                                            settings.environment))
         with per_item("start-failed-unexpectedly", summary["errors"], job_id=placement.job_id,
                       instance_id=machine.instance_id):
-            start_one(settings, ledger, quarantine, records[placement.job_id], machine, fleet,
-                      definitions[machine.region], now.timestamp(), summary)
+            if start_one(settings, ledger, quarantine, records[placement.job_id], machine, fleet,
+                         definitions[machine.region], now.timestamp(), summary) == actions.MACHINE_REFUSED:
+                refused.add(machine.container_instance_arn)
+                mark_start_refused(machine, now, summary["errors"])
     for job_id, reason in the_plan.waiting:
         log_decision("wait", job_id=job_id, reason=reason)
     summary["waiting"] = len(the_plan.waiting)
@@ -527,6 +534,17 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
     with per_item("release-failed", summary["errors"], action="releases tried again next run"):
         give_back(settings, views, the_plan.releases, held, now, summary, remaining_ms)
     move_jobs(the_plan.moves, running, remaining_ms, ACT_RESERVE_MS, summary)
+
+
+def mark_start_refused(machine: state.MachineView, now: datetime, errors: list[dict]) -> None:
+    """Tag the machine ECS refused a start on for the machine, so that later runs place nothing on it for
+    state.START_REFUSED_HOLD. A tag that cannot be written costs the job nothing (its start was not counted):
+    a later run may place on the machine again, and be refused again."""
+    with per_item("start-refused-mark-failed", errors, instance_id=machine.instance_id, region=machine.region,
+                  action="not marked: a later run may place on it again"):
+        actions.mark_start_refused(client("ec2", machine.region), machine.instance_id, now.isoformat(timespec="seconds"))
+        log_decision("start-refused-mark", instance_id=machine.instance_id, region=machine.region,
+                     container_instance=machine.container_instance_arn, hold=str(state.START_REFUSED_HOLD))
 
 
 def read_recent_waits(settings: Settings, ledger: L.Ledger, summary: dict) -> list[RecentWait] | None:

@@ -114,8 +114,9 @@ def fail_job(ledger: L.Ledger, settings: Settings, record: L.JobRecord, attempt:
 
 def start_one(settings: Settings, ledger: L.Ledger, quarantine: Quarantine, record: L.JobRecord,
               machine: state.MachineView, fleet: FleetConfig, definitions: actions.TaskDefinitions, now: float,
-              summary: dict) -> None:
-    """Claim the job (QUEUED -> STARTING, attempt + 1), start its task, and settle the claim by the outcome."""
+              summary: dict) -> str | None:
+    """Claim the job (QUEUED -> STARTING, attempt + 1), start its task, and settle the claim by the outcome.
+    Returns StartTask's outcome (actions.STARTED ... UNKNOWN), or None when the job was not claimed."""
     attempt = record.attempt + 1
     # The price paid is recorded with the placement: what the job's runs cost is charged at it (lambdas/jobs/costs.py).
     placement = L.Placement(region=machine.region, fleet=machine.fleet, cluster=machine.cluster,
@@ -134,10 +135,10 @@ def start_one(settings: Settings, ledger: L.Ledger, quarantine: Quarantine, reco
         # DynamoDB will never take this record back (an item over 400 KB, an invalid attribute): park it.
         if quarantine.item(L.Undecodable(record.job_id, L.encode(record), f"claim refused: {describe(error)}"), now):
             summary["quarantined"].append(record.job_id)
-        return
+        return None
     if not claim.applied:
         log_decision("skip-claimed", job_id=record.job_id, attempt=attempt, detail=claim.detail)
-        return
+        return None
     image = record.spec.image_for(machine.region)
     try:
         revision = definitions.revision_for(fleet.task_family, image, record.spec.secrets, record.spec)
@@ -151,6 +152,7 @@ def start_one(settings: Settings, ledger: L.Ledger, quarantine: Quarantine, reco
             container_name=revision.container_name, environment=settings.environment,
             checkpoint_uri=settings.checkpoint_uri(machine.region, record.job_id))
     settle_start(settings, ledger, claim.record, placement, started, now, summary)
+    return started.outcome
 
 
 def settle_start(settings: Settings, ledger: L.Ledger, claimed: L.JobRecord, placement: L.Placement,
@@ -179,7 +181,8 @@ def settle_start(settings: Settings, ledger: L.Ledger, claimed: L.JobRecord, pla
         log_decision("start-unknown", job_id=job_id, attempt=attempt, reason=started.failure,
                      action=f"left STARTING; looked up after {STARTING_GRACE}")
         return
-    failures = claimed.start_failures + (0 if started.outcome == actions.RETRY else 1)
+    # Nothing done, or refused for the machine (which is marked, not the job): not a failed start of the job.
+    failures = claimed.start_failures + (0 if started.outcome in (actions.RETRY, actions.MACHINE_REFUSED) else 1)
     if started.outcome == actions.PERMANENT or failures >= MAX_START_FAILURES:
         reason = started.failure if started.outcome == actions.PERMANENT else \
             f"{started.failure} ({failures} failed starts)"

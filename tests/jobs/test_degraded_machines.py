@@ -16,12 +16,13 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from conftest import ENV, HOME, aws_client, build_fleet, fleets_json, open_admission, scheduler_settings
 
+from lambdas.common import tags
 from lambdas.common.catalog import load_catalog
 from lambdas.jobs import ledger as L
 from lambdas.jobs.fleets import parse_fleets
 from lambdas.jobs.spec import assign_ids, parse_spec
 from lambdas.scheduler import handler as scheduler
-from lambdas.scheduler import state
+from lambdas.scheduler import actions, starting, state
 
 NOW = datetime(2026, 11, 22, 12, tzinfo=timezone.utc)
 SUB = "sub-20261122115000-0d0e0f"
@@ -119,3 +120,96 @@ def test_an_unknown_gpu_count_is_the_catalog_s(world):
     (view,) = read().machines  # moto reports no GPUs
 
     assert (view.gpus, view.free_gpus, view.degraded) == (None, 4, "")
+
+
+
+def refuses(faults, reason: str) -> list[str]:
+    """StartTask answers ECS's `failures` with `reason` on the first container instance it is asked for, and
+    on that one alone from then on, as ECS does (no task, HTTP 200); moto starts the others. Returns the
+    container instance each StartTask named."""
+    asked: list[str] = []
+
+    def start_task(params):
+        (instance,) = params["containerInstances"]
+        asked.append(instance)
+        if instance == asked[0]:
+            return {"tasks": [], "failures": [{"arn": instance, "reason": reason}]}
+        return None
+
+    faults.stubs[("ecs", "StartTask")] = start_task
+    return asked
+
+
+def tagged(instance_id: str) -> dict[str, str]:
+    (reservation,) = aws_client("ec2", HOME).describe_instances(InstanceIds=[instance_id])["Reservations"]
+    return {t["Key"]: t["Value"] for t in reservation["Instances"][0].get("Tags", [])}
+
+
+@pytest.mark.parametrize("reason", ["RESOURCE:GPU", "RESOURCE:MEMORY", "AGENT", "MISSING", "INACTIVE"])
+def test_a_start_refused_for_the_machine_never_fails_the_job_and_the_machine_is_left_while_marked(world, reason):
+    home, faults, instances = world
+    ((broken, arn),) = instances.items()
+    asked = refuses(faults, reason)
+    (job_id,) = queue_jobs(1)
+
+    runs = [run(home, minute) for minute in range(starting.MAX_START_FAILURES + 1)]
+
+    record = ledger().get(job_id)
+    assert (record.state, record.start_failures, record.attempt) == (L.QUEUED, 0, 1)
+    assert asked == [arn]  # refused once, then not chosen again while marked
+    assert all(r["errors"] == [] for r in runs) and runs[0]["start_failed"] == [job_id]
+    assert tagged(broken)[tags.START_REFUSED_AT] == NOW.isoformat(timespec="seconds")
+    # Past the hold the machine is tried again: still refusing, it is marked again, the job still uncounted.
+    hold = state.START_REFUSED_HOLD.total_seconds() / 60
+    run(home, hold + 1)
+    assert asked == [arn, arn] and ledger().get(job_id).start_failures == 0
+    assert tagged(broken)[tags.START_REFUSED_AT] == (NOW + timedelta(minutes=hold + 1)).isoformat(timespec="seconds")
+
+
+def test_a_job_refused_by_a_broken_machine_starts_on_another(home, faults):
+    instances = build_fleet(size=2)
+    open_admission()
+    asked = refuses(faults, "RESOURCE:GPU")
+    (job_id,) = queue_jobs(1)
+
+    first, second = run(home), run(home, 1)
+
+    (broken,) = [i for i, arn in instances.items() if arn == asked[0]]
+    (healthy,) = set(instances) - {broken}
+    assert first["started"] == [] and second["started"] == [job_id] and started_on(job_id) == healthy
+    assert ledger().get(job_id).start_failures == 0 and tags.START_REFUSED_AT in tagged(broken)
+
+
+def test_no_other_job_is_started_on_a_machine_in_the_run_it_refused_one(world):
+    home, faults, instances = world
+    asked = refuses(faults, "RESOURCE:GPU")
+    jobs = queue_jobs(3)  # all fit its 4 GPUs
+
+    summary = run(home)
+
+    assert len(asked) == 1 and summary["errors"] == [] and summary["started"] == []
+    assert {(ledger().get(j).state, ledger().get(j).start_failures) for j in jobs} == {(L.QUEUED, 0)}
+
+
+@pytest.mark.parametrize("reason", ["ATTRIBUTE", "an unforeseen reason"])
+def test_a_start_refused_for_the_job_still_counts_and_fails_it_after_the_most(world, reason):
+    home, faults, instances = world
+    ((broken, _),) = instances.items()
+    asked = refuses(faults, reason)
+    (job_id,) = queue_jobs(1)
+
+    for minute in range(starting.MAX_START_FAILURES):
+        run(home, minute)
+
+    record = ledger().get(job_id)
+    assert (record.state, record.start_failures) == (L.FAILED, starting.MAX_START_FAILURES)
+    assert len(asked) == starting.MAX_START_FAILURES and tags.START_REFUSED_AT not in tagged(broken)
+
+
+@pytest.mark.parametrize(("reason", "by_machine"), [
+    ("RESOURCE:CPU", True), ("RESOURCE:PORTS", True), ("RESOURCE:ENI", True), ("AGENT", True), ("MISSING", True),
+    ("INACTIVE", True), ("DRAINING", True), ("TaskFailedToStart: RESOURCE:GPU", True), ("ATTRIBUTE", False),
+    ("", False), ("Constraint unsatisfied", False),
+])
+def test_start_task_failure_reasons_are_the_machine_s_or_the_job_s(reason, by_machine):
+    assert actions.machine_refused(reason) is by_machine
