@@ -14,7 +14,10 @@ import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from conftest import ENV, HOME, aws_client, build_fleet, fleets_json, open_admission, scheduler_settings
+from conftest import (
+    ASG, ENV, HOME, aws_client, build_fleet, fleets_json, on_demand_fleets_json, open_admission, scheduler_settings,
+)
+from test_scheduler_release_inputs import later, run_held
 
 from lambdas.common import tags
 from lambdas.common.catalog import load_catalog
@@ -32,9 +35,9 @@ def ledger() -> L.Ledger:
     return L.Ledger(aws_client("dynamodb", HOME), f"mlfleet-{ENV}-jobs")
 
 
-def queue_jobs(count: int) -> list[str]:
+def queue_jobs(count: int, **extra) -> list[str]:
     spec = parse_spec({"image": "ghcr.io/team/train:1", "command": ["python", "train.py"], "gpus": 1, "vcpus": 1,
-                       "memory_mib": 1024}, fleet_regions=(HOME,), catalog=load_catalog(), default_max_attempts=3)
+                       "memory_mib": 1024, **extra}, fleet_regions=(HOME,), catalog=load_catalog(), default_max_attempts=3)
     jobs = assign_ids(SUB, [spec] * count)
     for n, job in enumerate(jobs):
         assert ledger().put_new(L.new_record(job, (NOW - timedelta(minutes=10)).timestamp() + n))
@@ -213,3 +216,39 @@ def test_a_start_refused_for_the_job_still_counts_and_fails_it_after_the_most(wo
 ])
 def test_start_task_failure_reasons_are_the_machine_s_or_the_job_s(reason, by_machine):
     assert actions.machine_refused(reason) is by_machine
+
+
+# The release runs below price the fleet on-demand, as moto reports its instances, with a job of known
+# runtime: the kept-machine rule (docs/scheduler.md, "Kept empty machines") then lets it take the healthy
+# empty machine (tests/jobs/test_scheduler_release_inputs.py does the same).
+KEPT_MACHINE_TAKES_IT = {"release_after_empty_minutes": 60, "fleets": on_demand_fleets_json()}
+
+
+def test_an_empty_degraded_machine_is_given_back_without_the_release_delay(home, faults):
+    instances = build_fleet(size=2)
+    open_admission()
+    broken, healthy = sorted(instances)
+    registers(faults, {broken: gpu_ids(3), healthy: gpu_ids(4)})
+    (job_id,) = queue_jobs(1, expected_runtime_s=600)
+
+    summary = run_held(home, later(), **KEPT_MACHINE_TAKES_IT)  # both just found empty: under the delay
+
+    assert summary["started"] == [job_id] and started_on(job_id) == healthy and summary["released"] == [broken]
+    group = aws_client("autoscaling", HOME).describe_auto_scaling_groups(AutoScalingGroupNames=[ASG])["AutoScalingGroups"][0]
+    assert group["DesiredCapacity"] == 1 and [i["InstanceId"] for i in group["Instances"]] == [healthy]
+
+
+def test_an_empty_machine_that_refused_a_start_is_given_back_by_the_next_run(home, faults):
+    instances = build_fleet(size=2)
+    open_admission()
+    asked = refuses(faults, "RESOURCE:GPU")
+    (job_id,) = queue_jobs(1, expected_runtime_s=600)
+    now = later()
+
+    first = run_held(home, now, **KEPT_MACHINE_TAKES_IT)
+    second = run_held(home, now + timedelta(minutes=1), **KEPT_MACHINE_TAKES_IT)
+
+    (broken,) = [i for i, arn in instances.items() if arn == asked[0]]
+    assert first["released"] == [] and second["released"] == [broken]
+    assert second["started"] == [job_id] and started_on(job_id) != broken
+    assert ledger().get(job_id).start_failures == 0

@@ -130,6 +130,38 @@ def test_a_machine_being_removed_is_never_placed_onto():
     assert result.placements == ()
 
 
+DEGRADED = "ECS registered 3 of its type's 4 GPUs"
+
+
+def test_a_degraded_machine_takes_no_job_and_once_empty_is_released_without_the_delay():
+    job = JobRequest("j1", "s", 1, 4, 8192)
+    broken = machine("m1", empty_for=10.0, gpus=3, free_gpus=3, degraded=DEGRADED)  # just emptied, under the delay
+    result = plan([job], [broken], [group(current=1)], CATALOG, Limits(100, 0), now=NOW, release=POLICY)
+    assert result.placements == () and [c.instance_id for c in result.releases] == ["i-m1"]
+    assert DEGRADED in result.releases[0].reason
+    # A healthy machine just emptied is kept for the delay (and takes the job).
+    healthy = machine("m1", empty_for=10.0)
+    assert plan([job], [healthy], [group(current=1)], CATALOG, Limits(100, 0), now=NOW,
+                release=POLICY).placements[0].machine_key == "m1"
+
+
+@pytest.mark.parametrize("changes", [
+    {"free_gpus": 2}, {"empty_for": None}, {"protected": True}, {"up_for": 59.0}, {"draining": True},
+], ids=["busy", "empty-unknown", "keep-alive", "billing-minimum", "draining"])
+def test_a_degraded_machine_is_kept_by_every_other_rule(changes):
+    broken = machine(**{"gpus": 3, "free_gpus": 3, "degraded": DEGRADED, **changes})
+    assert propose_releases([broken], [group()], CATALOG, NOW, POLICY, ()) == ()
+
+
+def test_degraded_machines_go_first_within_the_group_s_minimum_and_budget():
+    healthy = [machine(f"m{i}", price_per_hour=10.0 + i) for i in range(3)]
+    broken = machine("b", price_per_hour=1.0, degraded="ECS reports its health IMPAIRED")
+    machines = [*healthy, broken]
+    assert [c.container_instance_arn for c in propose_releases(machines, [group(current=4)], CATALOG, NOW, POLICY,
+                                                               ())] == ["b"]  # budget: one at once
+    assert propose_releases([broken], [group(current=1, min_size=1)], CATALOG, NOW, POLICY, ()) == ()
+
+
 # --- properties over random cluster states --------------------------------------------------------
 
 machine_st = st.builds(

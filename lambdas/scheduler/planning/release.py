@@ -10,10 +10,13 @@ proposed when all of these hold:
   nothing on it this run (so no queued job fits it: the live stage would have used it);
 - it has been up for EC2's 60-second billing minimum (released sooner, it is paid for anyway);
 - `mlfleet:keep-alive` does not protect it.
+A degraded machine (`Machine.degraded`: fewer GPUs registered than its type has, ECS health IMPAIRED, a
+start ECS refused for the machine) takes no job, so no queued job is kept it for: once empty it is
+proposed without the release delay, before the group's healthy empty machines.
 Then, per group, the protocol's own rule (`lambdas.removal.decide.room`, which the executor's
 validation applies too): never below the group's minimum, and removals in flight plus these within the
 disruption budget (`DISRUPTION_BUDGET_PERCENT` of the group, rounded up, at least one). When it binds,
-the dearest machines go first: they cost most to keep.
+degraded machines go first, then the dearest: they cost most to keep.
 
 Why the delay is the boot time (`ReleasePolicy.after_empty_s`): keeping an empty machine as long as a
 replacement takes to boot, then releasing it, pays at most twice what the best choice made in
@@ -68,7 +71,7 @@ def why_kept(machine: Machine, catalog, now: float, policy: ReleasePolicy, place
         return "a queued job was placed on it"
     if not is_empty(machine, catalog) or machine.empty_since is None:
         return "runs a task (or its empty time is unknown)"
-    if now - machine.empty_since < policy.after_empty_s:
+    if now - machine.empty_since < policy.after_empty_s and not machine.degraded:
         return f"empty for {now - machine.empty_since:.0f} s, under the release delay of {policy.after_empty_s:.0f} s"
     if machine.launched_at is None or now - machine.launched_at < policy.billing_minimum_s:
         return "inside its first billed minute (or its launch time is unknown)"
@@ -129,9 +132,10 @@ def propose_releases(machines: Sequence[Machine], fleets: Sequence[Fleet], catal
         allowed, _ = room(desired=fleet.current_instances + fleet.pending_instances + fleet.removing_instances,
                           in_service=fleet.current_instances + fleet.removing_instances, min_size=fleet.min_size,
                           in_flight=fleet.removing_instances, budget_percent=policy.budget_percent)
-        chosen = sorted(eligible[key], key=lambda m: (-m.price_per_hour, m.empty_since, m.key))[:allowed]
+        chosen = sorted(eligible[key], key=lambda m: (not m.degraded, -m.price_per_hour, m.empty_since, m.key))
         candidates += [Candidate(m.instance_id, m.key, m.region, fleet.asg_name, RELEASE,
                                  f"empty since {m.empty_since:.0f} ({now - m.empty_since:.0f} s, release delay "
-                                 f"{policy.after_empty_s:.0f} s); no queued job fits it")
-                       for m in chosen]
+                                 f"{policy.after_empty_s:.0f} s); " + (f"degraded: {m.degraded}" if m.degraded
+                                                                       else "no queued job fits it"))
+                       for m in chosen[:allowed]]
     return tuple(candidates)
