@@ -156,7 +156,12 @@ class GpuSpotFleet(pulumi.ComponentResource):
                 # Two hops so that host-networked agents in containers reach IMDS; bridge-mode job
                 # containers are cut off from it by the user data's iptables rule.
                 "http_put_response_hop_limit": 2,
-                "instance_metadata_tags": "enabled",
+                # Off: nothing on the instance reads its tags from IMDS (the ECS and CloudWatch agents call
+                # ec2:DescribeTags, components/network/service_calls.py), and with it on EC2 refuses to launch
+                # an instance whose tag key has a space or '/' ("non-compliance will result in failed
+                # launches", EC2 User Guide, "View tags for your EC2 instances using instance metadata"),
+                # which mlfleet:costAllocationTags accepts (config TagKey, AWS's general tag characters).
+                "instance_metadata_tags": "disabled",
             },
             block_device_mappings=[
                 {

@@ -254,7 +254,7 @@ def _fleet(**fleet_overrides):
 def test_launch_template_is_imdsv2_encrypted_gp3_without_public_ip():
     lt = _fleet().of_type(LT)[0].inputs
     assert lt["metadataOptions"] == {"httpEndpoint": "enabled", "httpTokens": "required",
-                                     "httpPutResponseHopLimit": 2, "instanceMetadataTags": "enabled"}
+                                     "httpPutResponseHopLimit": 2, "instanceMetadataTags": "disabled"}
     (root,) = lt["blockDeviceMappings"]
     assert root["deviceName"] == "/dev/xvda"
     assert root["ebs"] == {"volumeSize": 250, "volumeType": "gp3", "encrypted": "true", "deleteOnTermination": "true"}
@@ -335,3 +335,30 @@ def test_regional_provider_carries_default_tags():
     (provider,) = rendering.of_type("pulumi:providers:aws")
     assert provider.inputs["region"] == "eu-west-1"
     assert json.loads(provider.inputs["defaultTags"])["tags"] == TAGS
+
+
+# EC2 User Guide, "View tags for your EC2 instances using instance metadata" (work-with-tags-in-IMDS):
+# with tags allowed in instance metadata, an instance tag key "can only include letters (a-z, A-Z), numbers
+# (0-9), and the following characters: + - = . , _ : @", "can't contain spaces or /", and "can't consist only
+# of . (one period), .. (two periods), or _index"; "non-compliance will result in failed launches for new
+# instances".
+IMDS_TAG_KEY = r"^[A-Za-z0-9+\-=.,_:@]+$"
+
+
+def test_every_tag_key_the_config_accepts_can_go_on_a_fleet_instance():
+    import re
+
+    from pulumi_harness import render_stack
+
+    # Keys the stack config accepts (model.TagKey: AWS's general tag characters, spaces and '/' included).
+    rendering = render_stack("dev", costAllocationTags={"cost center": "cc-4711", "team/project": "vision"})
+    for lt in rendering.of_type(LT):
+        if lt.inputs["metadataOptions"].get("instanceMetadataTags") != "enabled":
+            continue
+        (instance,) = [s for s in lt.inputs["tagSpecifications"] if s["resourceType"] == "instance"]
+        groups = [g for g in rendering.of_type(ASG)
+                  if g.inputs["mixedInstancesPolicy"]["launchTemplate"]["launchTemplateSpecification"]
+                  ["launchTemplateId"] == lt.generated.get("id", lt.inputs.get("id"))]
+        keys = set(instance["tags"]) | {t["key"] for g in groups for t in g.inputs["tags"] if t["propagateAtLaunch"]}
+        bad = sorted(k for k in keys if not re.match(IMDS_TAG_KEY, k) or k in (".", "..", "_index"))
+        assert not bad, f"{lt.name}: tags in instance metadata are enabled, so EC2 refuses to launch with keys {bad}"

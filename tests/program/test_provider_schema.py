@@ -81,7 +81,7 @@ DOCUMENTED_VALUES = [
     (pulumi_aws.autoscaling.GroupMixedInstancesPolicyInstancesDistributionArgs, "spot_allocation_strategy", "price-capacity-optimized"),
     (pulumi_aws.autoscaling.GroupMixedInstancesPolicyInstancesDistributionArgs, "on_demand_allocation_strategy", "lowest-price"),
     (pulumi_aws.ec2.LaunchTemplateMetadataOptionsArgs, "http_tokens", "required"),
-    (pulumi_aws.ec2.LaunchTemplateMetadataOptionsArgs, "instance_metadata_tags", "enabled"),
+    (pulumi_aws.ec2.LaunchTemplateMetadataOptionsArgs, "instance_metadata_tags", "disabled"),
     (pulumi_aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs, "volume_type", "gp3"),
     (pulumi_aws.ecs.TaskDefinitionArgs, "network_mode", "bridge"),
     (pulumi_aws.ecs.ClusterSettingArgs, "name", "containerInsights"),
