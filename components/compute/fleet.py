@@ -210,6 +210,13 @@ class GpuSpotFleet(pulumi.ComponentResource):
             # Launches still go to the least-used zone the group can launch in.
             suspended_processes=list(SUSPENDED_PROCESSES),
             protect_from_scale_in=True,
+            # The scheduler owns the group's size, so pulumi up never waits for it. With the provider's default
+            # ("10m"), it waits after a create for min_size healthy instances, and after an update of min_size for
+            # exactly max(min_size, desired capacity in the state: stale, the scheduler's) of them, failing at
+            # once on any failed scaling activity such as a spot launch refused for capacity
+            # (terraform-provider-aws internal/service/autoscaling/group.go, statusGroupCapacity). "0" skips
+            # every capacity wait.
+            wait_for_capacity_timeout="0",
             # Teardown: delete the group with its (scale-in protected) instances in one pass.
             force_delete=True,
             health_check_type="EC2",

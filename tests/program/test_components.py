@@ -362,3 +362,28 @@ def test_every_tag_key_the_config_accepts_can_go_on_a_fleet_instance():
         keys = set(instance["tags"]) | {t["key"] for g in groups for t in g.inputs["tags"] if t["propagateAtLaunch"]}
         bad = sorted(k for k in keys if not re.match(IMDS_TAG_KEY, k) or k in (".", "..", "_index"))
         assert not bad, f"{lt.name}: tags in instance metadata are enabled, so EC2 refuses to launch with keys {bad}"
+
+
+def _go_duration_seconds(text: str) -> float:
+    """time.ParseDuration for the units a timeout uses ("0", "10m", "1h30m", "90s")."""
+    import re
+
+    if text == "0":
+        return 0.0
+    parts = re.findall(r"(\d+(?:\.\d+)?)(h|m|s|ms)", text)
+    assert parts and "".join(n + u for n, u in parts) == text, f"{text!r} is not a Go duration"
+    return sum(float(n) * {"h": 3600, "m": 60, "s": 1, "ms": 0.001}[u] for n, u in parts)
+
+
+@pytest.mark.parametrize("min_instances", [0, 2])
+def test_pulumi_up_never_waits_for_the_schedulers_capacity(min_instances):
+    # terraform-provider-aws internal/service/autoscaling/group.go: wait_for_capacity_timeout defaults to
+    # "10m", and unless it parses to 0 the provider waits after a create for min_size healthy InService
+    # instances, and after any update of min_size for *exactly* max(min_size, desired_capacity) of them,
+    # desired_capacity being the value in the state (ignore_changes here: the scheduler's, long changed);
+    # while waiting, any failed scaling activity since the update began (a spot launch refused for
+    # InsufficientInstanceCapacity) fails the update at once (statusGroupCapacity, unless
+    # ignore_failed_scaling_activities). The scheduler owns the group's size, so pulumi up must not wait.
+    (asg,) = _fleet(minInstances=min_instances).of_type(ASG)
+    timeout = asg.inputs.get("waitForCapacityTimeout", "10m")
+    assert _go_duration_seconds(timeout) == 0, f"pulumi up waits up to {timeout} for the group's capacity"

@@ -367,6 +367,7 @@ def _autoscaling_group(r: Resource):
     if r.get("suspendedProcesses"):
         calls.append(("autoscaling", "SuspendProcesses", {"AutoScalingGroupName": name, "ScalingProcesses": r["suspendedProcesses"]}))
     calls.append(("autoscaling", "DeleteAutoScalingGroup", {"AutoScalingGroupName": name, "ForceDelete": r.get("forceDelete")}))
+    r.skip("waitForCapacityTimeout")  # how long the provider itself polls the group after a change, no request member
     return calls
 
 
