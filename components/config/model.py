@@ -31,6 +31,7 @@ from pydantic.alias_generators import to_camel
 from components.network.registries import DOCKER_HUB, reachable_without_egress, registry_of
 from lambdas.common import tags as tag_keys
 from lambdas.common.catalog import load_catalog
+from lambdas.jobs.fleets import REBALANCE_TAG
 from lambdas.jobs.spec import MAX_ATTEMPTS_LIMIT, TEAM_NAME as JOB_TEAM_NAME
 from lambdas.scheduler.planning.headroom import MAX_JOBS as HEADROOM_MAX_JOBS
 from lambdas.scheduler.planning.headroom import MAX_WINDOW_MINUTES as HEADROOM_MAX_WINDOW_MINUTES
@@ -72,9 +73,14 @@ MAX_BUDGET_NOTIFICATIONS = 10
 MAX_REGIONS = 8
 MAX_FLEET_REGIONS = 8
 MAX_FLEET_REGION_INSTANCE_TYPES = 40  # instance types summed over the fleet-region pairs
-# AWS resources take 50 user tags; mlfleet adds up to 4 of its own (environment, managed-by, Name, and
-# mlfleet:fleet or mlfleet:tier).
-MAX_COST_ALLOCATION_TAGS = 46
+# AWS resources take 50 user tags (EC2 User Guide, "Tag restrictions"; an Auto Scaling group 50 too). mlfleet
+# adds up to 4 of its own when it creates a resource (environment, managed-by, Name, and mlfleet:fleet or
+# mlfleet:tier), and a fleet instance gets more while it runs: the functions' marks (their policies' aws:TagKeys)
+# and the operators' mlfleet:keep-alive (docs/reaper.md). A tag past 50 is refused (TagLimitExceeded), so a
+# release, a removal or an idle mark would fail on every instance.
+RUN_TIME_INSTANCE_TAGS = (tag_keys.IDLE_SINCE, tag_keys.REMOVING, tag_keys.EMPTY_SINCE, tag_keys.DETACHED_AT,
+                          tag_keys.KEEP_ALIVE, REBALANCE_TAG)
+MAX_COST_ALLOCATION_TAGS = 50 - 4 - len(RUN_TIME_INSTANCE_TAGS)
 # Keys mlfleet no longer reads, with what to do instead.
 REMOVED_KEYS = {
     "activateCostAllocationTag": "AWS activates a cost allocation tag only from the management account, once the tag "
@@ -353,8 +359,9 @@ class StackConfig(_Model):
 
     cost_allocation_tags: dict[TagKey, TagValue] = Field(
         default_factory=dict, max_length=MAX_COST_ALLOCATION_TAGS,
-        description="The team's cost allocation tags, added to everything taggable (at most 46: AWS takes 50 per "
-        "resource). Keys must not start with `aws:` or `mlfleet:`.")
+        description=f"The team's cost allocation tags, added to everything taggable (at most {MAX_COST_ALLOCATION_TAGS}: "
+        f"AWS takes 50 per resource, and a fleet instance carries up to {50 - MAX_COST_ALLOCATION_TAGS} of mlfleet's). "
+        "Keys must not start with `aws:` or `mlfleet:`.")
     # AWS Budgets takes at most ten e-mail subscribers per notification.
     alert_emails: tuple[Annotated[str, StringConstraints(pattern=EMAIL.pattern)], ...] = Field(
         min_length=1, max_length=10,

@@ -387,3 +387,44 @@ def test_pulumi_up_never_waits_for_the_schedulers_capacity(min_instances):
     (asg,) = _fleet(minInstances=min_instances).of_type(ASG)
     timeout = asg.inputs.get("waitForCapacityTimeout", "10m")
     assert _go_duration_seconds(timeout) == 0, f"pulumi up waits up to {timeout} for the group's capacity"
+
+
+# "Maximum number of tags per resource: 50" for EC2 resources (EC2 User Guide, "Tag restrictions"; keys with
+# the aws: prefix do not count) and for an Auto Scaling group ("You can add up to 50 tags to each Auto
+# Scaling group", Amazon EC2 Auto Scaling User Guide, "Tag Auto Scaling groups and instances").
+MAX_TAGS_PER_RESOURCE = 50
+
+
+def _keys_written_at_run_time(rendering, action: str) -> set[str]:
+    """The tag keys the stack's own policies let its functions add with `action` (aws:TagKeys conditions)."""
+    keys: set[str] = set()
+    for policy in rendering.of_type("aws:iam/rolePolicy:RolePolicy"):
+        for statement in json.loads(policy.inputs["policy"])["Statement"]:
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            if action in actions:
+                keys.update(statement["Condition"]["ForAllValues:StringEquals"]["aws:TagKeys"])
+    return keys
+
+
+def test_fleet_instances_and_groups_keep_room_for_the_tags_mlfleet_adds_at_run_time():
+    from components.config import model
+    from lambdas.common import tags as tag_keys
+    from pulumi_harness import render_stack
+
+    rendering = render_stack("dev", costAllocationTags={f"cost-tag-{i}": "x" for i in range(model.MAX_COST_ALLOCATION_TAGS)})
+    # The functions' tags, and the one operators add by hand (docs/reaper.md, `aws ec2 create-tags ... mlfleet:keep-alive`).
+    on_instances = _keys_written_at_run_time(rendering, "ec2:CreateTags") | {tag_keys.KEEP_ALIVE}
+    on_groups = _keys_written_at_run_time(rendering, "autoscaling:CreateOrUpdateTags")
+    assert {tag_keys.EMPTY_SINCE, tag_keys.REMOVING, tag_keys.IDLE_SINCE} <= on_instances and on_groups
+    templates = {lt.name.removesuffix("-lt"): lt for lt in rendering.of_type(LT)}
+    groups = rendering.of_type(ASG)
+    assert groups and len(groups) == len(templates)
+    for group in groups:
+        lt = templates[group.name.removesuffix("-asg")]
+        (instance,) = [s for s in lt.inputs["tagSpecifications"] if s["resourceType"] == "instance"]
+        at_launch = set(instance["tags"]) | {t["key"] for t in group.inputs["tags"] if t["propagateAtLaunch"]}
+        on_instance = {k for k in at_launch | on_instances if not k.lower().startswith("aws:")}
+        assert len(on_instance) <= MAX_TAGS_PER_RESOURCE, (
+            f"{group.name}: {len(at_launch)} tags at launch + {len(on_instances)} added later on an instance")
+        on_group = {t["key"] for t in group.inputs["tags"]} | on_groups
+        assert len(on_group) <= MAX_TAGS_PER_RESOURCE, f"{group.name}: {len(on_group)} tags on the group"
