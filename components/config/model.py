@@ -79,7 +79,7 @@ MAX_FLEET_REGION_INSTANCE_TYPES = 40  # instance types summed over the fleet-reg
 # and the operators' mlfleet:keep-alive (docs/reaper.md). A tag past 50 is refused (TagLimitExceeded), so a
 # release, a removal or an idle mark would fail on every instance.
 RUN_TIME_INSTANCE_TAGS = (tag_keys.IDLE_SINCE, tag_keys.REMOVING, tag_keys.EMPTY_SINCE, tag_keys.DETACHED_AT,
-                          tag_keys.KEEP_ALIVE, REBALANCE_TAG)
+                          tag_keys.START_REFUSED_AT, tag_keys.KEEP_ALIVE, REBALANCE_TAG)
 MAX_COST_ALLOCATION_TAGS = 50 - 4 - len(RUN_TIME_INSTANCE_TAGS)
 # Keys mlfleet no longer reads, with what to do instead.
 REMOVED_KEYS = {

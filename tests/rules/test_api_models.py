@@ -72,7 +72,7 @@ def test_the_edge_itself_is_valid(every_region):
     ({"regions": model.MAX_REGIONS + 1, "fleets": model.MAX_REGIONS + 1}, "mlfleet:regions: 9 regions, at most 8"),
     ({"regions": 4, "fleets": model.MAX_FLEET_REGIONS + 1}, "mlfleet:fleets: 9 fleet-region pairs, at most 8"),
     ({"types_per_fleet": 6}, "mlfleet:fleets: 48 instance types over the fleet-region pairs, at most 40"),
-    ({"tags": model.MAX_COST_ALLOCATION_TAGS + 1}, "mlfleet:costAllocationTags: Dictionary should have at most 40 items"),
+    ({"tags": model.MAX_COST_ALLOCATION_TAGS + 1}, f"mlfleet:costAllocationTags: Dictionary should have at most {model.MAX_COST_ALLOCATION_TAGS} items"),
 ], ids=["regions", "fleet-region-pairs", "instance-types", "tags"])
 def test_one_more_is_refused_with_the_key_and_the_limit(every_region, change, message):
     stack, values = _edge_config(**change)
