@@ -204,6 +204,9 @@ class JobRecord:
     notified_at: float | None = None  # on a submission's first job: when the submission's end was announced
     # ... and on which channels (NOTIFY_CHANNELS) so far: each is told once, whatever fails on another.
     notified: tuple[str, ...] = ()
+    # Starts ECS refused for the machine (lambdas/scheduler/actions.py machine_refused): not failed starts of
+    # the job, but bounded too, so that a job every machine refuses fails instead of buying machine after machine.
+    machine_refusals: int = 0
 
     @property
     def attempts_left(self) -> bool:
@@ -268,6 +271,8 @@ def encode(record: JobRecord) -> dict:
         "updated_at": record.updated_at, "spec": record.spec.to_document(),
         "reasons": [dict(r) for r in record.reasons], "version": record.version,
     }
+    if record.machine_refusals:
+        document["machine_refusals"] = record.machine_refusals
     if record.placement is not None:
         document["placement"] = dict(vars(record.placement))
     if record.reserved is not None:
@@ -327,6 +332,7 @@ def decode(item: Mapping) -> JobRecord:
             index=_field(document, "index", int), state=state, attempt=_field(document, "attempt", int),
             runs=_field(document, "runs", int, optional=True, default=0),
             start_failures=_field(document, "start_failures", int, optional=True, default=0),
+            machine_refusals=_field(document, "machine_refusals", int, optional=True, default=0),
             submitted_at=_field(document, "submitted_at", float), updated_at=_field(document, "updated_at", float),
             spec=spec_from_document(_field(document, "spec", dict)),
             placement=Placement(**{"task_arn": None, **placement}) if placement else None,

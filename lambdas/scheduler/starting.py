@@ -34,6 +34,11 @@ if TYPE_CHECKING:  # the handler's settings; imported for the annotations only (
 STARTING_GRACE = timedelta(minutes=5)
 # A job StartTask keeps refusing (its machine vanished, its image is unusable) fails after this many.
 MAX_START_FAILURES = 5
+# Refusals for the machine (actions.MACHINE_REFUSED) do not count as failed starts: each marks its machine,
+# which no run places on for state.START_REFUSED_HOLD and which is released once empty. A job refused by this
+# many machines is the problem itself (it asks for more than the machines register) and fails, so that it
+# does not buy and refuse machines without end.
+MAX_MACHINE_REFUSALS = 10
 
 
 def recover_starting(ledger: L.Ledger, settings: Settings, now: float, summary: dict) -> int:
@@ -183,13 +188,22 @@ def settle_start(settings: Settings, ledger: L.Ledger, claimed: L.JobRecord, pla
         return
     # Nothing done, or refused for the machine (which is marked, not the job): not a failed start of the job.
     failures = claimed.start_failures + (0 if started.outcome in (actions.RETRY, actions.MACHINE_REFUSED) else 1)
-    if started.outcome == actions.PERMANENT or failures >= MAX_START_FAILURES:
-        reason = started.failure if started.outcome == actions.PERMANENT else \
-            f"{started.failure} ({failures} failed starts)"
-        outcome = fail_job(ledger, settings, claimed, attempt, reason, now, start_failures=failures)
+    refusals = claimed.machine_refusals + (1 if started.outcome == actions.MACHINE_REFUSED else 0)
+    if started.outcome == actions.PERMANENT or failures >= MAX_START_FAILURES or refusals >= MAX_MACHINE_REFUSALS:
+        if started.outcome == actions.PERMANENT:
+            reason = started.failure
+        elif failures >= MAX_START_FAILURES:
+            reason = f"{started.failure} ({failures} failed starts)"
+        else:
+            reason = (f"{started.failure} ({refusals} starts refused for their machines: the job may ask for more "
+                      "than the machines register)")
+        outcome = fail_job(ledger, settings, claimed, attempt, reason, now, start_failures=failures,
+                           machine_refusals=refusals)
     else:
         outcome = ledger.transition(job_id, L.QUEUED, expect_states=[L.STARTING], expect_attempt=attempt,
-                                    reason=started.failure, now=now, current=claimed, start_failures=failures)
+                                    reason=started.failure, now=now, current=claimed, start_failures=failures,
+                                    machine_refusals=refusals)
     log_decision("start-failed", job_id=job_id, attempt=attempt, reason=started.failure, outcome=started.outcome,
-                 start_failures=failures, to_state=outcome.record.state if outcome.record else None,
+                 start_failures=failures, machine_refusals=refusals,
+                 to_state=outcome.record.state if outcome.record else None,
                  applied=outcome.applied)

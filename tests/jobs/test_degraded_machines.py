@@ -194,6 +194,35 @@ def test_no_other_job_is_started_on_a_machine_in_the_run_it_refused_one(world):
     assert {(ledger().get(j).state, ledger().get(j).start_failures) for j in jobs} == {(L.QUEUED, 0)}
 
 
+def test_a_job_every_machine_refuses_fails_after_the_most_refusals_instead_of_buying_without_end(world):
+    """A job ECS refuses for the machine's resources wherever it goes (it asks for more memory than the
+    agents register: the catalog's estimate is above what ECS counts) must not wait for ever, each refusing
+    machine marked and released and another bought: it fails after MAX_MACHINE_REFUSALS, dead-lettered with
+    the reason. moto never refuses for resources: the stub answers every StartTask with ECS's failure."""
+    home, faults, instances = world
+    asked: list[str] = []
+
+    def always_refuse(params):
+        asked.extend(params["containerInstances"])
+        return {"tasks": [], "failures": [{"arn": params["containerInstances"][0], "reason": "RESOURCE:MEMORY"}]}
+
+    faults.stubs[("ecs", "StartTask")] = always_refuse
+    (job_id,) = queue_jobs(1)
+    hold = state.START_REFUSED_HOLD.total_seconds() / 60
+
+    for n in range(starting.MAX_MACHINE_REFUSALS):
+        assert ledger().get(job_id).state == L.QUEUED
+        run(home, n * (hold + 1))
+
+    record = ledger().get(job_id)
+    assert (record.state, record.start_failures, record.machine_refusals) == (L.FAILED, 0, starting.MAX_MACHINE_REFUSALS)
+    assert len(asked) == starting.MAX_MACHINE_REFUSALS
+    assert f"{starting.MAX_MACHINE_REFUSALS} starts refused for their machines" in record.last_reason
+    (message,) = aws_client("sqs", HOME).receive_message(
+        QueueUrl=scheduler_settings(home).jobs_dlq_url, MaxNumberOfMessages=10)["Messages"]
+    assert json.loads(message["Body"])["job_id"] == job_id
+
+
 @pytest.mark.parametrize("reason", ["ATTRIBUTE", "an unforeseen reason"])
 def test_a_start_refused_for_the_job_still_counts_and_fails_it_after_the_most(world, reason):
     home, faults, instances = world
