@@ -19,8 +19,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.resources import child
-
-PERIOD_SECONDS = 300
+from lambdas.reaper.idle import PERIOD_SECONDS, window_period_count
 GPU_NAMESPACE = "CWAgent"
 GPU_METRIC = "nvidia_smi_utilization_gpu"
 
@@ -52,8 +51,9 @@ class FleetIdleAlarm(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: FleetIdleAlarmArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("mlfleet:idle:FleetIdleAlarm", name, None, opts)
-        # Every period of the window must be idle (M of N with M == N).
-        periods = max(1, args.window_minutes * 60 // PERIOD_SECONDS)
+        # Every period of the window must be idle (M of N with M == N): the reaper's own count, rounded up
+        # so the alarm never fires before the fleet has been idle for the whole window.
+        periods = window_period_count(args.window_minutes)
 
         def fleet_metric(query_id: str, namespace: str, metric: str) -> dict:
             return {

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 from ..common import tags as tag_keys
 from ..common.keep_alive import keep_alive_protects, parse_time
 
-PERIOD_SECONDS = 300  # the metrics' period; the window holds window_minutes * 60 / PERIOD_SECONDS points
+PERIOD_SECONDS = 300  # the metrics' period; the window holds window_period_count(window_minutes) points
 
 # Decisions. Only REAP_FLEET and STOP_STANDALONE touch a machine; MARK and UNMARK only tag it.
 BUSY = "busy"
@@ -37,7 +37,14 @@ class IdleSettings:
 
     @property
     def periods(self) -> int:
-        return max(1, self.window_minutes * 60 // PERIOD_SECONDS)
+        return window_period_count(self.window_minutes)
+
+
+def window_period_count(window_minutes: int) -> int:
+    """The whole periods that cover the window: rounded up, so a window that is not a multiple of the
+    period (mlfleet:idleWindowMinutes takes any minute count) is never shortened. The fleet idle alarm
+    (components/idle/alarms.py) evaluates the same count."""
+    return max(1, -(-window_minutes * 60 // PERIOD_SECONDS))
 
 
 @dataclass(frozen=True)

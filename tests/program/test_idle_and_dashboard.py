@@ -68,3 +68,21 @@ def test_dashboard_shows_utilisation_lifecycle_reaper_and_queue():
         area = {(x, y) for x in range(w["x"], w["x"] + w["width"]) for y in range(w["y"], w["y"] + w["height"])}
         assert not cells & area
         cells |= area
+
+
+def test_idle_alarm_and_reaper_cover_at_least_the_whole_configured_window():
+    """mlfleet:idleWindowMinutes takes any minute count from 30 to 1440 (components/config/model.py), and the
+    metrics come in 5-minute periods. Rounding the window down to whole periods fired the alarm (and let the
+    reaper mark) after 30 idle minutes of a 34-minute window; both must look back at least the window, and
+    at the same periods."""
+    from components.idle.alarms import PERIOD_SECONDS
+    from lambdas.reaper.idle import IdleSettings
+
+    for window in (30, 34, 89, 90, 91, 1439, 1440):
+        alarm = _alarm(window_minutes=window)
+        periods = alarm["evaluationPeriods"]
+        assert periods * PERIOD_SECONDS >= window * 60, window
+        assert (periods - 1) * PERIOD_SECONDS < window * 60, window  # no more than the window needs
+        assert periods == IdleSettings(window, 10, 5, 30).periods, window
+        # PutMetricAlarm (botocore cloudwatch, Period): under one-hour periods, at most one day evaluated.
+        assert periods * PERIOD_SECONDS <= 86_400, window
