@@ -2,9 +2,14 @@
 
 Metric math over two fleet-wide series (the maximum over the fleet's instances, so one busy machine
 keeps the fleet busy): EC2 `CPUUtilization` and the CloudWatch agent's `nvidia_smi_utilization_gpu`,
-both by `AutoScalingGroupName` (the AMI's agent aggregates on that dimension; packer/files). A period
-where either series has no data yields no point of the expression, and `treat_missing_data=notBreaching`
-keeps such periods from ever counting towards an alarm: missing data never reads as idle.
+both by `AutoScalingGroupName` (the AMI's agent aggregates on that dimension; packer/files). Metric math
+treats a value missing from one side of a comparison or logical operator as 0 (CloudWatch User Guide,
+"Metric math syntax and functions", comparison and logical operators), so a period where only one series
+has data yields 0 (`x AND 0` is false), and a period where neither has data yields no point, which
+`treat_missing_data=notBreaching` never counts towards the alarm: a fleet's missing data never reads as idle.
+The series are fleet-wide, though: a machine whose agent stopped publishing is simply absent from the GPU
+maximum while its fleet-mates publish, so it cannot keep the alarm quiet; the reaper, per instance, treats
+its missing data as busy (docs/reaper.md).
 
 The alarm tells people (the region's encrypted alert topic) and wakes the reaper, which decides per
 instance with the full contract; the alarm alone never terminates anything.
