@@ -29,6 +29,24 @@ class ProgramError(pulumi.RunError):
     """
 
 
+def check_root_volume(cfg: StackConfig, built: dict) -> None:
+    """The fleets' root volume must hold the image's snapshot: EC2 refuses a launch whose root volume is smaller
+    (botocore ec2 EbsBlockDevice.VolumeSize: "equal to or larger than the snapshot size"), so every instance of
+    the fleet would fail to launch. Checked for the images packer/manifest.json records (a pinned AMI wins over
+    them and is not checked: its size is not known before the launch)."""
+    too_big = {region: image for region, image in built.items()
+               if region in cfg.regions and region not in cfg.ami_ids
+               and image.root_volume_gib is not None and image.root_volume_gib > cfg.root_volume_gib}
+    if too_big:
+        images = ", ".join(f"{r}: {i.ami_id}" for r, i in sorted(too_big.items()))
+        largest = max(i.root_volume_gib for i in too_big.values())
+        raise ProgramError(
+            f"mlfleet:rootVolumeGiB={cfg.root_volume_gib} is smaller than the root volume the AMI was built with "
+            f"({largest} GiB; {images} in {PACKER_MANIFEST.name}), and EC2 refuses to launch an instance whose root "
+            f"volume is smaller than its image's snapshot; set mlfleet:rootVolumeGiB to {largest} or more, or build "
+            f"the image with a smaller root_volume_gib (make ami ENV={cfg.environment})")
+
+
 def deploy(cfg: StackConfig) -> dict:
     """Declare every resource of the stack and export what users need. Returns the outputs."""
     cost = estimate(cfg)
@@ -40,6 +58,7 @@ def deploy(cfg: StackConfig) -> dict:
         built = load_manifest(PACKER_MANIFEST, cfg.environment)
     except ManifestError as error:
         raise ProgramError(f"{error}; fix or delete it (make ami ENV={cfg.environment} writes a new one)") from None
+    check_root_volume(cfg, built)
 
     providers = regional_providers([cfg.home_region, *cfg.regions, BILLING_METRICS_REGION], cfg.base_tags(),
                                    cfg.aws_provider.provider_args())

@@ -189,6 +189,9 @@ build {
       cuda                     = var.cuda_version
       nvidia_container_toolkit = var.nvidia_container_toolkit_version
       base_ami                 = build.SourceAMI
+      # The stack checks its rootVolumeGiB against it: a launch with a root volume smaller than the image's
+      # snapshot is refused (packer/manifest.py).
+      root_volume_gib          = var.root_volume_gib
     }
   }
 }

@@ -48,6 +48,10 @@ class ManifestImage:
     git_revision: str | None
     nvidia_driver: str | None
     cuda: str | None
+    # The root volume the image was built with (Packer's root_volume_gib): its snapshot's size, which every
+    # instance's root volume must at least have (botocore ec2 EbsBlockDevice.VolumeSize: "equal to or larger
+    # than the snapshot size"). None in manifests written before it was recorded.
+    root_volume_gib: int | None = None
 
 
 def load_manifest(path: str | Path, environment: str) -> dict[str, ManifestImage]:
@@ -109,6 +113,13 @@ def _parse_build(path: Path, index: int, build: object) -> _Build:
     if not isinstance(artifact_id, str) or not artifact_id:
         raise ManifestError(f"{path}: {where}.artifact_id must be a non-empty string, got {_show(artifact_id)}")
 
+    # Packer writes custom_data values as strings.
+    root_volume = custom.get("root_volume_gib")
+    if root_volume is not None and not (isinstance(root_volume, str) and root_volume.isascii() and root_volume.isdigit()):
+        raise ManifestError(
+            f"{path}: {where}.custom_data.root_volume_gib must be a whole number of GiB, got {_show(root_volume)}")
+    root_volume_gib = int(root_volume) if root_volume is not None else None
+
     images: dict[str, ManifestImage] = {}
     for entry in artifact_id.split(","):
         region, separator, ami_id = entry.strip().partition(":")
@@ -131,6 +142,7 @@ def _parse_build(path: Path, index: int, build: object) -> _Build:
             git_revision=_optional_str(custom.get("git_revision")),
             nvidia_driver=_optional_str(custom.get("nvidia_driver")),
             cuda=_optional_str(custom.get("cuda")),
+            root_volume_gib=root_volume_gib,
         )
     return _Build(environment=environment, run_uuid=run_uuid, images=tuple(images.values()))
 

@@ -40,6 +40,15 @@ def test_one_build_in_two_regions(tmp_path):
         "dev", "run-1", "0123abc", "580.178.04", "13.2.0")
 
 
+def test_the_root_volume_the_image_was_built_with_is_read_when_recorded(tmp_path):
+    """Packer writes custom_data values as strings; manifests written before the key was recorded lack it."""
+    path = write(tmp_path, {"builds": [build("dev", "r1", "us-east-1:ami-11111111"),
+                                       build("staging", "r2", "us-east-1:ami-22222222", root_volume_gib="300")],
+                            "last_run_uuid": "r2"})
+    assert load_manifest(path, "dev")["us-east-1"].root_volume_gib is None
+    assert load_manifest(path, "staging")["us-east-1"].root_volume_gib == 300
+
+
 def test_later_runs_win(tmp_path):
     path = write(tmp_path, {"builds": [build("dev", "run-1", "us-east-1:ami-11111111"),
                                        build("dev", "run-2", "us-east-1:ami-22222222")],
@@ -88,6 +97,10 @@ def test_builds_for_other_environments_only_record_nothing_for_this_one(tmp_path
     ({"builds": [build("", "r", "us-east-1:ami-11111111")], "last_run_uuid": "r"}, "custom_data.environment"),
     ({"builds": [build("dev", "r", "us-east-1:ami-11111111", build_time="yesterday")], "last_run_uuid": "r"},
      "builds[0].build_time must be an integer"),
+    ({"builds": [build("dev", "r", "us-east-1:ami-11111111", root_volume_gib="lots")], "last_run_uuid": "r"},
+     "builds[0].custom_data.root_volume_gib must be a whole number of GiB"),
+    ({"builds": [build("dev", "r", "us-east-1:ami-11111111", root_volume_gib=300)], "last_run_uuid": "r"},
+     "custom_data.root_volume_gib must be a whole number of GiB, got 300"),
 ])
 def test_untrustworthy_manifest_is_a_clear_error(tmp_path, document, message):
     path = write(tmp_path, document)
