@@ -79,7 +79,25 @@ def dead_letter(sqs, dlq_url: str, job_id: str, reason: str, attempts: int) -> N
         {"job_id": job_id, "reason": reason, "attempts": attempts}, sort_keys=True))
 
 
+class MessagesNotDeleted(Exception):
+    """Entries of DeleteMessageBatch that SQS did not delete: `failed` is (receipt handle, code, message)."""
+
+    def __init__(self, failed: list[tuple[str, str, str]], total: int):
+        self.failed = failed
+        codes = sorted({code for _, code, _ in failed})
+        super().__init__(f"{len(failed)} of {total} messages not deleted ({', '.join(codes)}); they come back "
+                         "after the visibility timeout")
+
+
 def delete_messages(sqs, queue_url: str, receipt_handles: Sequence[str]) -> None:
+    """DeleteMessageBatch, 10 a call. The call answers 200 with the entries it could not delete under
+    `Failed` (botocore's SQS model, DeleteMessageBatch: "check for batch errors even when the call returns an
+    HTTP status code of 200"): after every batch was tried, MessagesNotDeleted names them."""
+    failed: list[tuple[str, str, str]] = []
     for batch in chunks(receipt_handles, 10):
-        sqs.delete_message_batch(QueueUrl=queue_url, Entries=[
+        response = sqs.delete_message_batch(QueueUrl=queue_url, Entries=[
             {"Id": str(i), "ReceiptHandle": h} for i, h in enumerate(batch)])
+        failed.extend((batch[int(f["Id"])], str(f.get("Code", "")), str(f.get("Message", "")))
+                      for f in response.get("Failed", []))
+    if failed:
+        raise MessagesNotDeleted(failed, len(receipt_handles))
