@@ -18,7 +18,9 @@ belongs to one team; a job of no team, or of a team the config no longer lists, 
   sharing a GPU counts as the part of one its memory is, on the smallest GPU a fleet or a live machine able
   to hold it has (the most it could take).
 - Within a team: higher priority first, then the oldest. A job gains one priority step per AGING_S it
-  waits, so no newer job of its team stays ahead of it for more than (9 - priority + 1) x AGING_S.
+  waits, up to MAX_PRIORITY: newer jobs age too, so only the cap lets the older catch up. A job of priority
+  p is at MAX_PRIORITY after (9 - p) x AGING_S, and then ahead of every newer job of its team (the oldest
+  first among equals): no newer job stays ahead of it for more than (9 - p + 1) x AGING_S.
 - No preemption: a running job is never stopped to make room. Shares converge as running jobs end,
   within the longest job of the team over its share; stopping a training loses its work since its last
   checkpoint and spends an attempt.
@@ -47,9 +49,11 @@ from .model import NO_FLEET, SCALING_PAUSED, Fleet, JobRequest, Limits, Machine,
 from .packer import Packer
 
 DEFAULT_TEAM = "default"
-# One priority step gained per hour of waiting: a job of priority 0 is ahead of every newer job of its
-# team (priority 9 at most) after ten hours, while a few levels still outweigh hours of waiting.
+# One priority step gained per hour of waiting, up to the highest priority a job may have (lambdas/jobs/spec.py
+# PRIORITIES): a job of priority 0 is ahead of every newer job of its team after nine hours, as they age too
+# and escalate no further, while a few levels still outweigh hours of waiting.
 AGING_S = 3600.0
+MAX_PRIORITY = 9
 
 
 @dataclass(frozen=True)
@@ -97,8 +101,9 @@ def decayed_usage(previous: Mapping[str, float], previous_at: float | None, held
 
 
 def queue_order(job: JobRequest, now: float) -> tuple:
-    """A team's queue: higher priority first, one step more per AGING_S waited, then the oldest."""
-    aged = job.priority + math.floor(max(0.0, now - job.submitted_at) / AGING_S)
+    """A team's queue: higher priority first, one step more per AGING_S waited (MAX_PRIORITY at most), then
+    the oldest."""
+    aged = min(MAX_PRIORITY, job.priority + math.floor(max(0.0, now - job.submitted_at) / AGING_S))
     return -aged, job.submitted_at, job.job_id
 
 
