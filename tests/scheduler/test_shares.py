@@ -295,3 +295,39 @@ def test_a_single_team_without_a_quota_uses_every_slot(count, free, gpus):
     slots = sum(f // gpus for f in free)
     assert len(result.placements) == min(count, slots)
     assert len(result.placements) == len(plan(jobs, machines, [fleet()], CATALOG, LIMITS).placements)
+
+
+# --- jobs the move stage stopped ------------------------------------------------------------------------
+
+def test_a_moved_job_is_not_overtaken_by_a_higher_priority_job_of_its_team_at_its_quota():
+    """The move stage stopped j1 (a checkpointing job) to send it into m2's free GPU; the job-events function
+    requeued it. Its team, at 3 of its 4 GPUs without it, has a newer priority-9 job: before, that job took
+    the team's turn and its last GPU of quota, on m2, and j1 waited at the quota: a running job stopped,
+    in effect, for a priority."""
+    jobs = [job("j1", "a", at=0, move_to="i-m2"), job("u1", "a", priority=9, at=10)]
+    result = plan(jobs, [machine("m2", free_gpus=1)], [fleet()], CATALOG, LIMITS,
+                  shares=shares({"a": (1.0, 4)}, held_gpus={"a": 3}, now=20))
+    assert [(p.job_id, p.machine_key) for p in result.placements] == [("j1", "m2")]
+    assert dict(result.waiting)["u1"].startswith("team a is at its quota")
+
+
+def test_a_moved_job_is_not_overtaken_by_a_team_below_its_share():
+    """Team b holds nothing and a holds eight, so b's job has the first turn: before, it took m2's GPU,
+    the room the move stopped a's job for, and the moved job waited for a share."""
+    jobs = [job("j1", "a", at=0, move_to="i-m2"), job("b1", "b", at=10)]
+    result = plan(jobs, [machine("m2", free_gpus=1)], [fleet()], CATALOG, LIMITS,
+                  shares=shares({"a": (), "b": ()}, held_gpus={"a": 8}, now=20))
+    assert [(p.job_id, p.machine_key) for p in result.placements] == [("j1", "m2")]
+
+
+def test_a_moved_job_whose_room_is_gone_takes_its_turn_like_any_other():
+    """The machine the move chose is gone, or full: the job is planned like any other (docs/scheduler.md),
+    its team's quota and turn included."""
+    jobs = [job("j1", "a", at=0, move_to="i-gone"), job("u1", "a", priority=9, at=10)]
+    offer = offer_jobs(jobs, [machine("m2", free_gpus=1)], [fleet()], CATALOG, LIMITS,
+                       shares({"a": (1.0, 4)}, held_gpus={"a": 3}, now=20))
+    assert [j.job_id for j in offer.jobs] == ["u1"]
+    full = offer_jobs([job("j1", "a", at=0, move_to="i-m2"), job("u1", "a", priority=9, at=10)],
+                      [machine("m2", free_gpus=0), machine("m3", free_gpus=1)], [fleet()], CATALOG, LIMITS,
+                      shares({"a": (1.0, 4)}, held_gpus={"a": 3}, now=20))
+    assert [j.job_id for j in full.jobs] == ["u1"]

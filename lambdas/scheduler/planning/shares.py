@@ -21,6 +21,9 @@ belongs to one team; a job of no team, or of a team the config no longer lists, 
   waits, up to MAX_PRIORITY: newer jobs age too, so only the cap lets the older catch up. A job of priority
   p is at MAX_PRIORITY after (9 - p) x AGING_S, and then ahead of every newer job of its team (the oldest
   first among equals): no newer job stays ahead of it for more than (9 - p + 1) x AGING_S.
+- Jobs the move stage stopped (moves.py), back in the queue with their room still there, are offered first
+  and counted, as reserved ones: they held those GPUs a moment ago, and a share or a priority taking their
+  room would have stopped them for it.
 - No preemption: a running job is never stopped to make room. Shares converge as running jobs end,
   within the longest job of the team over its share; stopping a training loses its work since its last
   checkpoint and spends an attempt.
@@ -150,6 +153,15 @@ class _Room:
         self.bought = 0
         self._unkeepable: set[tuple] = set()
 
+    def take_moved(self, job: JobRequest) -> bool:
+        """Room for a job the move stage stopped on the machine it chose (`move_to`), as the live stage places
+        it (live.py place_moved); False when that machine is gone, closed or full."""
+        target = next((m for m in self.machines if m.instance_id == job.move_to), None)
+        if target is None or not self.live.place_on(job, target.key):
+            return False
+        self.touched.add(target.key)
+        return True
+
     def take(self, job: JobRequest) -> str | None:
         """Room for the job (None), or why there is none."""
         machine = self.live.place(job)
@@ -227,16 +239,21 @@ def offer_jobs(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: 
     room = _Room(machines, fleets, catalog, limits, prices, patterns)
     queues: dict[str, _Queue] = {}
     offered: list[JobRequest] = []
-    for job in sorted(jobs, key=lambda j: queue_order(j, shares.now)):
+    ordered = sorted(jobs, key=lambda j: queue_order(j, shares.now))
+    # Stopped by the move stage into room it chose, and back in the queue: it held its GPUs a moment ago,
+    # within the quota, and goes back there before any other job (live.py), or it was stopped for a share.
+    moved = {job.job_id for job in ordered if job.move_to is not None and room.take_moved(job)}
+    for job in ordered:
         name = shares.team_of(job)
         queue = queues.get(name)
         if queue is None:
             held = shares.held_gpus.get(name, 0)
             queue = queues[name] = _Queue(name, shares.policy(name), [], held,
                                           max(0.0, shares.usage.get(name, 0.0) - held))
-        if job.reserved is not None:
-            # Bought for by an earlier run, within the quota then: offered, and counted.
-            room.take(job)
+        if job.job_id in moved or job.reserved is not None:
+            # Moved, or bought for by an earlier run, within the quota then: offered, and counted.
+            if job.job_id not in moved:
+                room.take(job)
             offered.append(job)
             queue.holds += room.gpus_of(job)
         else:
