@@ -42,7 +42,7 @@ from components.jobs.events import job_event_pattern
 from components.jobs.notifications import JobNotifications, JobNotificationsArgs, email_topic_name, slack_topic_name
 from components.network.image_cache import cache_prefix
 from components.resources import child
-from lambdas.jobs.ledger import TERMINAL
+from lambdas.jobs.ledger import QUARANTINED, TERMINAL
 from lambdas.scheduler.planning.purchase import COVER_MAX_CPU_SECONDS
 
 DEAD_LETTER_AFTER_RECEIVES = 5
@@ -54,7 +54,10 @@ SCHEDULE = "rate(1 minute)"
 REBALANCE_CHECK_SCHEDULE = "rate(5 minutes)"
 # The ledger's stream feeds the job-events function only the records of jobs that ended (Lambda event
 # filtering on the new image: https://docs.aws.amazon.com/lambda/latest/dg/with-ddb-filtering.html).
-ENDED_JOBS_FILTER = json.dumps({"dynamodb": {"NewImage": {"state": {"S": sorted(TERMINAL)}}}}, sort_keys=True)
+# Quarantined jobs never run again either: a submission whose last job is quarantined has ended too
+# (lambdas/job_events/submissions.py).
+ENDED_JOBS_FILTER = json.dumps({"dynamodb": {"NewImage": {"state": {"S": sorted(TERMINAL | {QUARANTINED})}}}},
+                               sort_keys=True)
 STREAM_BATCH_SIZE = 100
 STREAM_BATCHING_WINDOW_SECONDS = 30  # one look at a submission for many of its jobs ending together
 STREAM_RETRIES = 5

@@ -36,13 +36,26 @@ ATTRIBUTE = "notify"  # the message attribute e-mail subscriptions filter on
 SHOWN_FAILURES = 5
 
 
+def _new_image(record: object) -> Mapping:
+    dynamodb = record.get("dynamodb") if isinstance(record, Mapping) else None
+    image = dynamodb.get("NewImage") if isinstance(dynamodb, Mapping) else None
+    return image if isinstance(image, Mapping) else {}
+
+
 def submissions_to_check(records: Iterable[Mapping]) -> list[str]:
     """Submissions of the stream records whose job ended and whose spec asks for a notification."""
     found: dict[str, None] = {}
     for record in records:
+        image = _new_image(record)
+        if image.get("state") == {"S": L.QUARANTINED}:
+            # Quarantined: it never runs again, but its item cannot be decoded (that is why it is quarantined),
+            # so whether its submission asked to be told is read from the submission's other jobs (announce).
+            submission = image.get("submission_id")
+            if isinstance(submission, Mapping) and isinstance(submission.get("S"), str) and submission["S"]:
+                found.setdefault(submission["S"])
+            continue
         try:
-            image = record["dynamodb"]["NewImage"]
-            job = L.decode(image)
+            job = L.decode(record["dynamodb"]["NewImage"])
         except Exception as error:  # a record this code cannot read: not one to announce; say so, go on
             log_decision("stream-record-skipped", error=f"{type(error).__name__}: {str(error)[:200]}")
             continue
@@ -97,18 +110,25 @@ class Summary:
         steps = [f"mlfleet -e {self.environment} follow {self.submission_id}   (the whole history)"]
         if self.failures:
             steps.insert(0, f"mlfleet -e {self.environment} list --submission {self.submission_id} --state FAILED")
+        if self.states.get(L.QUARANTINED):
+            steps.insert(0, f"mlfleet -e {self.environment} quarantine   (why each was quarantined, and how to resubmit)")
         return steps
 
 
-def summarize(environment: str, records: Sequence[L.JobRecord]) -> Summary:
+def summarize(environment: str, records: Sequence[L.JobRecord],
+              quarantined: Sequence[L.Undecodable] = ()) -> Summary:
+    """The submission's end: its decoded jobs, and those quarantined (listed with the failures: they went to
+    the dead-letter queue with the reason, like a failed job)."""
     first = min(records, key=lambda r: r.index)
     costs = [r.cost for r in records if r.cost is not None]
-    failed = sorted((r for r in records if r.state == L.FAILED), key=lambda r: r.index)
-    return Summary(environment=environment, submission_id=first.submission_id, jobs=len(records),
-                   states=dict(Counter(r.state for r in records)), owner=first.owner, team=first.spec.team,
+    failed = [(r.job_id, r.last_reason[:300]) for r in sorted(records, key=lambda r: r.index) if r.state == L.FAILED]
+    # The decode error of a quarantined item reads "quarantined: <why>" (ledger.decode).
+    failed += [(q.job_id, q.error[:300]) for q in sorted(quarantined, key=lambda q: q.job_id)]
+    states = Counter(r.state for r in records) + Counter(L.QUARANTINED for _ in quarantined)
+    return Summary(environment=environment, submission_id=first.submission_id, jobs=len(records) + len(quarantined),
+                   states=dict(states), owner=first.owner, team=first.spec.team,
                    usd=sum(c.usd for c in costs), on_demand_usd=sum(c.on_demand_usd for c in costs),
-                   hours=sum(c.seconds for c in costs) / 3600,
-                   failures=tuple((r.job_id, r.last_reason[:300]) for r in failed[:SHOWN_FAILURES]))
+                   hours=sum(c.seconds for c in costs) / 3600, failures=tuple(failed[:SHOWN_FAILURES]))
 
 
 def email(summary: Summary) -> tuple[str, str]:
@@ -127,17 +147,23 @@ def chatbot(summary: Summary) -> str:
 def announce(ledger: L.Ledger, sns, *, environment: str, submission_id: str, email_topic_arn: str,
              slack_topic_arn: str, now: float) -> str:
     """Announce the submission's end if it has ended and nobody did yet; returns what happened."""
+    skipped = len(ledger.undecodable)
     records = ledger.by_submission(submission_id)
+    unreadable = ledger.undecodable[skipped:]
     if not records:
         return "no jobs"
     active = still_running(ledger, records)
+    if active is None:
+        # An item that cannot be decoded and is not quarantined yet is a job whose end is not known: the
+        # scheduler quarantines it, and that record brings the submission back here.
+        active = next((bad.job_id for bad in unreadable if not bad.quarantined), None)
     if active is not None:
         return f"running ({active})"
     first = min(records, key=lambda r: r.index)
     wanted = first.spec.notify
     if not wanted:
         return "nobody to tell"
-    summary = summarize(environment, records)
+    summary = summarize(environment, records, [bad for bad in unreadable if bad.quarantined])
     addresses = [w for w in wanted if w != SLACK]
     messages = {}  # channel -> the publish that tells it
     if addresses:

@@ -23,6 +23,7 @@ from lambdas.job_events import submissions
 from lambdas.jobs import cli
 from lambdas.jobs import ledger as L
 from lambdas.jobs.cli import notify
+from lambdas.jobs.quarantine import Quarantine
 
 IMAGE = "ghcr.io/team/train:3"
 NOW = 1_800_000_000.0
@@ -185,7 +186,10 @@ def test_the_lambda_entry_point_routes_stream_batches(world, monkeypatch):
     assert not events.is_stream_batch({"Records": [{"eventSource": "aws:sns"}]}) and not events.is_stream_batch({})
 
 
-def test_a_job_record_that_cannot_be_read_is_quarantined_and_the_rest_of_its_submission_announced(world):
+def test_a_job_record_that_cannot_be_read_is_quarantined_and_its_submission_announced_with_it(world):
+    """An unreadable job of the submission is quarantined by the batch that meets it; its end is not known
+    until then, so the submission is announced by the quarantine's own stream record, the quarantined job
+    counted and listed with the failures (it went to the dead-letter queue)."""
     topics, settings = world
     ana = inbox(topics["email"], notify.filter_policy("ana@example.com"))
     submission = submit("ana@example.com", jobs=2)
@@ -195,10 +199,40 @@ def test_a_job_record_that_cannot_be_read_is_quarantined_and_the_rest_of_its_sub
     item = dynamodb.get_item(TableName=f"mlfleet-{ENV}-jobs", Key={"job_id": {"S": broken.job_id}})["Item"]
     del item["spec"]  # as a hand edit or an old writer leaves it
     dynamodb.put_item(TableName=f"mlfleet-{ENV}-jobs", Item=item)
-    assert events.ended_jobs(stream(first.job_id), settings)["submissions"] == {submission: "announced"}
+    assert events.ended_jobs(stream(first.job_id), settings)["submissions"] == {submission: f"running ({broken.job_id})"}
     with pytest.raises(L.UndecodableRecord) as unreadable:
         ledger().get(broken.job_id)
-    assert unreadable.value.bad.quarantined and len(received(ana)) == 1
+    assert unreadable.value.bad.quarantined and received(ana) == []
+
+    assert events.ended_jobs(stream(broken.job_id), settings)["submissions"] == {submission: "announced"}
+    (mail,) = received(ana)
+    assert mail.splitlines()[:4] == [
+        f"Submission {submission} (2 jobs, submitted by moto, team vision) has ended in {ENV}.",
+        "  QUARANTINED 1", "  SUCCEEDED  1", "Failed jobs:"]
+    assert f"  {broken.job_id}  quarantined: " in mail
+
+
+def test_a_submission_whose_last_job_is_quarantined_is_announced(world):
+    """Regression: the stream's filter let only SUCCEEDED, FAILED and CANCELLED records through, so a
+    submission whose last job the scheduler quarantined was never announced."""
+    from components.jobs.jobs import ENDED_JOBS_FILTER
+
+    topics, settings = world
+    ana = inbox(topics["email"], notify.filter_policy("ana@example.com"))
+    submission = submit("ana@example.com", jobs=2)
+    first, last = sorted(ledger().by_submission(submission), key=lambda r: r.index)
+    end(first.job_id)
+    assert events.ended_jobs(stream(first.job_id), settings)["submissions"] == {submission: f"running ({last.job_id})"}
+    quarantine = Quarantine(ledger(), client("sqs"), settings.jobs_dlq_url, by="scheduler")
+    item = boto3.client("dynamodb", HOME).get_item(TableName=f"mlfleet-{ENV}-jobs", Key={"job_id": {"S": last.job_id}})["Item"]
+    assert quarantine.item(L.Undecodable(last.job_id, item, "a record the planner's request cannot be built from"), NOW)
+
+    (record,) = stream(last.job_id)
+    assert L.QUARANTINED in json.loads(ENDED_JOBS_FILTER)["dynamodb"]["NewImage"]["state"]["S"]
+    assert record["dynamodb"]["NewImage"]["state"] == {"S": L.QUARANTINED}
+    assert events.ended_jobs([record], settings)["submissions"] == {submission: "announced"}
+    (mail,) = received(ana)
+    assert "  QUARANTINED 1" in mail and f"{last.job_id}  quarantined: a record the planner" in mail
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -138,4 +138,5 @@ def test_the_ledger_streams_ended_jobs_to_the_job_events_function(rendering):
     assert mapping.inputs["functionName"].endswith(f"mlfleet-{env}-job_events")  # the function's ARN
     assert mapping.inputs["bisectBatchOnFunctionError"] and mapping.inputs["maximumRetryAttempts"] == 5
     (pattern,) = [json.loads(f["pattern"]) for f in mapping.inputs["filterCriteria"]["filters"]]
-    assert pattern == {"dynamodb": {"NewImage": {"state": {"S": ["CANCELLED", "FAILED", "SUCCEEDED"]}}}}
+    # The states a job never leaves: a quarantined one ends its submission too (lambdas/job_events/submissions.py).
+    assert pattern == {"dynamodb": {"NewImage": {"state": {"S": ["CANCELLED", "FAILED", "QUARANTINED", "SUCCEEDED"]}}}}
