@@ -154,8 +154,8 @@ def announce(ledger: L.Ledger, sns, *, environment: str, submission_id: str, ema
         return "no jobs"
     active = still_running(ledger, records)
     if active is None:
-        # An item that cannot be decoded and is not quarantined yet is a job whose end is not known: the
-        # scheduler quarantines it, and that record brings the submission back here.
+        # An item that cannot be decoded and is not quarantined yet is a job whose end is not known: this
+        # batch's sweep (or the scheduler) quarantines it, and that record brings the submission back here.
         active = next((bad.job_id for bad in unreadable if not bad.quarantined), None)
     if active is not None:
         return f"running ({active})"
