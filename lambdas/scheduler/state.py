@@ -271,11 +271,11 @@ def registered_gpus(ci: Mapping) -> int | None:
     return len(ci["gpuDevices"]) if ci.get("gpuDevices") else None
 
 
-def degraded_reason(ci: Mapping, type_gpus: int | None, start_refused_at: datetime | None,
+def degraded_reason(ci: Mapping, type_gpus: int | None, registered: int | None, start_refused_at: datetime | None,
                     now: datetime | None) -> str:
-    """Why nothing may be placed on the machine, or "" (module docstring, "Degraded machines")."""
+    """Why nothing may be placed on the machine, or "" (module docstring, "Degraded machines"). `registered`:
+    registered_gpus(ci)."""
     reasons = []
-    registered = registered_gpus(ci)
     if type_gpus is not None and registered is not None and registered < type_gpus:
         reasons.append(f"ECS registered {registered} of its type's {type_gpus} GPUs")
     if (ci.get("healthStatus") or {}).get("overallStatus") == "IMPAIRED":
@@ -430,7 +430,7 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
         # Fewer registered than its type has: its count (and the machine degraded); otherwise its type's.
         gpus = registered if spec is not None and registered is not None and registered < spec.gpus else None
         refused_at = parse_time(tags[tag_keys.START_REFUSED_AT]) if tag_keys.START_REFUSED_AT in tags else None
-        degraded = degraded_reason(ci, spec.gpus if spec else None, refused_at, now)
+        degraded = degraded_reason(ci, spec.gpus if spec else None, registered, refused_at, now)
         if degraded:
             log_decision("degraded-machine", region=region, fleet=fleet.fleet, instance_id=ci["ec2InstanceId"],
                          container_instance=ci["containerInstanceArn"], instance_type=instance_type,

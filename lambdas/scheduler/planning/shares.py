@@ -46,17 +46,18 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ...jobs.spec import PRIORITIES
 from .constraints import Patterns, capacity_of, constraint_key, demand_of, gpu_share, holds
 from .fleets import box_machine, may_run, purchase_options
 from .model import NO_FLEET, SCALING_PAUSED, Fleet, JobRequest, Limits, Machine, held_by_a_cap
 from .packer import Packer
 
 DEFAULT_TEAM = "default"
-# One priority step gained per hour of waiting, up to the highest priority a job may have (lambdas/jobs/spec.py
-# PRIORITIES): a job of priority 0 is ahead of every newer job of its team after nine hours, as they age too
-# and escalate no further, while a few levels still outweigh hours of waiting.
+# One priority step gained per hour of waiting, up to the highest priority a job may have: a job of priority 0
+# is ahead of every newer job of its team after nine hours, as they age too and escalate no further, while a
+# few levels still outweigh hours of waiting.
 AGING_S = 3600.0
-MAX_PRIORITY = 9
+MAX_PRIORITY = PRIORITIES[-1]
 
 
 @dataclass(frozen=True)
