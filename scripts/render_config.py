@@ -109,7 +109,10 @@ catalog (`lambdas/common/data/instance_catalog.json`) with a price in each of it
 `budgetAlertPercents` strictly increasing, between 1 and 1000, including 100 (the alert that stops job
 admission), and at most ten Budgets notifications with the forecast one; at most ten `alertEmails`, each
 once; `logRetentionDays` one of CloudWatch Logs' periods; `reaperScheduleMinutes` 10 to 15;
-`jobMaxAttempts` at most what a job spec may ask for (`MAX_ATTEMPTS_LIMIT` in `lambdas/jobs/spec.py`);
+`releaseAfterEmptyMinutes`, when set, below `idleWindowMinutes` (docs/removal.md, "The release delay and the
+reaper": at or past the window plus `idleGraceMinutes` the reaper always removes an empty machine first, and
+inside the grace the release removes every machine the reaper has just marked and mailed about before the
+grace that mail announced; 0 and unset are always below it); `jobMaxAttempts` at most what a job spec may ask for (`MAX_ATTEMPTS_LIMIT` in `lambdas/jobs/spec.py`);
 `vpcCidr` an IPv4 block of /16 to /22 without host bits; `slackWorkspaceId` and `slackChannelId`
 together, as the ids AWS Chatbot takes; `networks` and `amiIds` only for regions the stack lists;
 without `natGateway`, `jobImage` from ECR Public or the region's own ECR (what a region without internet

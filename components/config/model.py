@@ -415,7 +415,8 @@ class StackConfig(_Model):
         description="How long an instance the scheduler bought stays empty before it gives it back. Unset: the "
         "fleets' boot time as measured on their running instances (docs/removal.md, \"The release delay\"). 0: at "
         "the first scheduler run that finds it empty and no queued job for it (a little cheaper on the "
-        "benchmark's traces; a job that comes soon after waits for a boot).")
+        "benchmark's traces; a job that comes soon after waits for a boot). Below idleWindowMinutes, so that the "
+        "release acts before the reaper marks the machine idle.")
     disruption_budget_percent: int = Field(
         default=10, ge=1, le=100,
         description="Share of a fleet group (rounded up, at least one instance) that removals may drain at once.")
@@ -645,6 +646,8 @@ class StackConfig(_Model):
                 f"mlfleet:budgetAlertPercents: {notifications} notifications (with the forecast one) exceed the "
                 f"{MAX_BUDGET_NOTIFICATIONS} AWS Budgets allows per budget"
             )
+        if (release := self._release_after_the_reapers_mark()) is not None:
+            problems.append(release)
         if self.adopt_job_ledger and not self.retain_job_ledger:
             problems.append("mlfleet:adoptJobLedger takes back a ledger kept by retainJobLedger: true; set both (the "
                             "import needs the declared table to match the kept one: deletion protection and "
@@ -652,6 +655,28 @@ class StackConfig(_Model):
         if problems:
             raise Problems(problems)
         return self
+
+    def _release_after_the_reapers_mark(self) -> str | None:
+        """The scheduler's release delay must end before the reaper's idle window (docs/removal.md, "The release
+        delay and the reaper"). An empty machine is idle to the reaper once the window has passed (docs/reaper.md,
+        the idle contract): it marks it, mails that it acts after idleGraceMinutes, and acts then. A delay at or
+        past window + grace never acts first, so the key would do nothing; one inside the grace removes every
+        machine it releases before the grace the reaper's mail announced. Unset (the measured boot time) and 0
+        are the documented choices and always below the window (30 minutes at least)."""
+        delay, window, grace = self.release_after_empty_minutes, self.idle_window_minutes, self.idle_grace_minutes
+        if delay is None or delay < window:
+            return None
+        if delay >= window + grace:
+            why = (f"the reaper marks an empty machine idle after {window} minutes and removes it "
+                   f"mlfleet:idleGraceMinutes ({grace}) later, at {window + grace} minutes, so the release would never "
+                   "act first")
+        else:
+            why = (f"the reaper marks every empty machine idle after {window} minutes and mails that it removes it "
+                   f"after mlfleet:idleGraceMinutes ({grace}); a release at {delay} minutes would remove it inside "
+                   "the grace that mail announced")
+        return (f"mlfleet:releaseAfterEmptyMinutes: {delay} is not below mlfleet:idleWindowMinutes ({window}): {why}; "
+                f"set it below {window} (or leave it unset: the fleets' measured boot time), or raise "
+                f"mlfleet:idleWindowMinutes above {delay}")
 
     @model_validator(mode="after")
     def _fits_the_job_functions(self) -> StackConfig:

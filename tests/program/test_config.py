@@ -173,6 +173,21 @@ BAD_CASES = [
     pytest.param({"costAllocationTags": {"aws:team": "x"}}, ["mlfleet:costAllocationTags", "reserved prefix"], id="reserved-tag"),
     pytest.param({"releaseAfterEmptyMinutes": "-1"}, ["mlfleet:releaseAfterEmptyMinutes", "greater than or equal to 0 (got '-1')"],
                  id="release-delay-negative"),
+    # Regressions: a release delay the reaper's idle window outran was accepted (docs/removal.md, "The release
+    # delay and the reaper"): at or past window + grace the release never acted first; inside the grace every
+    # released machine was first marked idle and mailed about, then removed before the grace it announced.
+    pytest.param({"releaseAfterEmptyMinutes": "120"},
+                 ["1 configuration error", "mlfleet:releaseAfterEmptyMinutes: 120 is not below "
+                  "mlfleet:idleWindowMinutes (90)", "removes it mlfleet:idleGraceMinutes (30) later, at 120 minutes, "
+                  "so the release would never act first", "set it below 90"], id="release-delay-past-the-reaper"),
+    pytest.param({"releaseAfterEmptyMinutes": "240", "idleWindowMinutes": "60", "idleGraceMinutes": "0"},
+                 ["mlfleet:releaseAfterEmptyMinutes: 240 is not below mlfleet:idleWindowMinutes (60)",
+                  "at 60 minutes, so the release would never act first", "raise mlfleet:idleWindowMinutes above 240"],
+                 id="release-delay-past-the-reaper-without-grace"),
+    pytest.param({"releaseAfterEmptyMinutes": "90"},
+                 ["mlfleet:releaseAfterEmptyMinutes: 90 is not below mlfleet:idleWindowMinutes (90)",
+                  "a release at 90 minutes would remove it inside the grace that mail announced"],
+                 id="release-delay-inside-the-reapers-grace"),
     pytest.param({"disruptionBudgetPercent": "150"}, ["mlfleet:disruptionBudgetPercent", "less than or equal to 100 (got '150')"],
                  id="disruption-budget-over-100"),
     pytest.param({"headroomWindowMinutes": "-5"}, ["mlfleet:headroomWindowMinutes", "greater than or equal to 0 (got '-5')"],
@@ -321,6 +336,26 @@ def test_the_count_covers_both_limits_of_the_job_functions():
                      "Lambda environment)",
                      "  - mlfleet:fleets: 45 instance types over the fleet-region pairs, at most 40 (the job functions "
                      "get every fleet in a 4 KB Lambda environment)"]
+
+
+@pytest.mark.parametrize("changes", [
+    {"releaseAfterEmptyMinutes": "0"},  # at the first run that finds it empty (docs/removal.md)
+    {"releaseAfterEmptyMinutes": "89"},  # just before the default 90-minute window
+    {"releaseAfterEmptyMinutes": "200", "idleWindowMinutes": "240"},
+    {"releaseAfterEmptyMinutes": "29", "idleWindowMinutes": "30", "idleGraceMinutes": "0"},
+    {},  # unset: the measured boot time
+])
+def test_a_release_delay_below_the_reapers_window_is_accepted(changes):
+    cfg = parse_stack_config(with_values(**changes), "dev")
+    assert cfg.release_after_empty_minutes == (int(changes["releaseAfterEmptyMinutes"]) if changes else None)
+
+
+def test_a_release_delay_the_reaper_outruns_stops_the_program_before_any_resource():
+    mocks = RecordingMocks()
+    with pytest.raises(ConfigError, match="mlfleet:releaseAfterEmptyMinutes: 120 is not below"):
+        render_config({**stack_file_config("dev"), "mlfleet:releaseAfterEmptyMinutes": "120",
+                       "mlfleet:idleWindowMinutes": "60"}, "dev", mocks)
+    assert mocks.resources == []
 
 
 def test_the_default_attempts_may_be_anything_a_job_may_ask_for():
