@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
 
 from components.alerts import SlackChannel, SlackChannelArgs
 from components.billing import estimate, monthly_budget, over_budget_warning, unreachable_fleets_warning
+from components.compute.fleet import ROOT_DEVICE
 from components.config import StackConfig
 from components.config.regions import BILLING_METRICS_REGION
 from components.home import HomeRegion, HomeRegionArgs
@@ -32,8 +35,8 @@ class ProgramError(pulumi.RunError):
 def check_root_volume(cfg: StackConfig, built: dict) -> None:
     """The fleets' root volume must hold the image's snapshot: EC2 refuses a launch whose root volume is smaller
     (botocore ec2 EbsBlockDevice.VolumeSize: "equal to or larger than the snapshot size"), so every instance of
-    the fleet would fail to launch. Checked for the images packer/manifest.json records (a pinned AMI wins over
-    them and is not checked: its size is not known before the launch)."""
+    the fleet would fail to launch. Checked here for the images packer/manifest.json records; a pinned AMI wins
+    over them and is checked by check_pinned_images, from what EC2 says of it."""
     too_big = {region: image for region, image in built.items()
                if region in cfg.regions and region not in cfg.ami_ids
                and image.root_volume_gib is not None and image.root_volume_gib > cfg.root_volume_gib}
@@ -45,6 +48,73 @@ def check_root_volume(cfg: StackConfig, built: dict) -> None:
             f"({largest} GiB; {images} in {PACKER_MANIFEST.name}), and EC2 refuses to launch an instance whose root "
             f"volume is smaller than its image's snapshot; set mlfleet:rootVolumeGiB to {largest} or more, or build "
             f"the image with a smaller root_volume_gib (make ami ENV={cfg.environment})")
+
+
+@dataclass(frozen=True)
+class PinnedImage:
+    """What the fleets need of an AMI mlfleet:amiIds pins: its root device and that device's snapshot size."""
+    ami_id: str
+    root_device_name: str | None
+    root_device_type: str | None
+    root_volume_gib: int | None  # None: the root device's mapping has no EBS volume size
+
+
+def pinned_image(ami_id: str, image: Any) -> PinnedImage:
+    """The root device of aws.ec2.get_ami's result: the block device mapping named `root_device_name`, whose `ebs`
+    is a map of strings (`ebs["volume_size"]`: pulumi_aws.ec2.GetAmiBlockDeviceMappingResult; terraform-provider-aws
+    ec2_ami_data_source.go flattenAMIBlockDeviceMappings writes the size as a decimal string). An image may map
+    other volumes too, larger ones among them, so the root is found by its name, never by position or size."""
+    root = next((m for m in image.block_device_mappings or () if m.device_name == image.root_device_name), None)
+    size = str((root.ebs or {}).get("volume_size") or "") if root is not None else ""
+    return PinnedImage(ami_id, image.root_device_name, image.root_device_type, int(size) if size.isdigit() else None)
+
+
+def read_pinned_images(cfg: StackConfig, providers: dict) -> dict[str, PinnedImage]:
+    """Each pinned AMI as EC2 describes it, read through its region's provider (an AMI id is regional) before
+    any resource is declared. An image-id filter finds exactly that image: the account's own, one shared with
+    it, or a public one (DescribeImages); the provider fails when there is none."""
+    images = {}
+    for region, ami_id in sorted(cfg.ami_ids.items()):
+        try:
+            found = aws.ec2.get_ami(filters=[{"name": "image-id", "values": [ami_id]}],
+                                    opts=pulumi.InvokeOptions(provider=providers[region]))
+        except Exception as error:  # a failed invoke is a plain Exception (pulumi/runtime/invoke.py)
+            raise ProgramError(f"mlfleet:amiIds.{region}: {ami_id} cannot be read in {region} ({error}); pin an "
+                               "image that exists in that region and that this account may launch") from None
+        images[region] = pinned_image(ami_id, found)
+    return images
+
+
+def check_pinned_images(cfg: StackConfig, images: dict[str, PinnedImage]) -> None:
+    """A pinned AMI must boot the fleets' launch template: its root device is the one the template sizes and
+    encrypts (components/compute/fleet.py ROOT_DEVICE), and mlfleet:rootVolumeGiB holds its snapshot (EC2 refuses
+    a smaller one: botocore ec2 EbsBlockDevice.VolumeSize, "equal to or larger than the snapshot size")."""
+    problems, too_big = [], {}
+    for region, image in sorted(images.items()):
+        if image.root_device_name != ROOT_DEVICE:
+            problems.append(
+                f"mlfleet:amiIds.{region}: {image.ami_id} boots from {image.root_device_name}, and the fleets' launch "
+                f"template sizes and encrypts {ROOT_DEVICE}: the image's root would keep its own size and every "
+                f"instance would get an extra empty {cfg.root_volume_gib} GiB volume; pin an image whose root device "
+                f"is {ROOT_DEVICE} (mlfleet's build, make ami ENV={cfg.environment}, or the ECS GPU AMI)")
+        elif image.root_volume_gib is None:
+            problems.append(
+                f"mlfleet:amiIds.{region}: {image.ami_id}'s root device {image.root_device_name} has no EBS volume "
+                f"({image.root_device_type}); the fleets boot from an EBS root volume at {ROOT_DEVICE}, so pin an "
+                "EBS-backed image")
+        elif image.root_volume_gib > cfg.root_volume_gib:
+            too_big[region] = image
+    if too_big:
+        images_listed = ", ".join(f"{r}: {i.ami_id}, {i.root_volume_gib} GiB" for r, i in sorted(too_big.items()))
+        largest = max(i.root_volume_gib for i in too_big.values())
+        problems.insert(0, (
+            f"mlfleet:rootVolumeGiB={cfg.root_volume_gib} is smaller than the root volume of the AMI mlfleet:amiIds "
+            f"pins ({images_listed}), and EC2 refuses to launch an instance whose root volume is smaller than its "
+            f"image's snapshot, so no fleet instance would launch; set mlfleet:rootVolumeGiB to {largest} or more, "
+            f"or pin an image whose root volume is at most {cfg.root_volume_gib} GiB"))
+    if problems:
+        raise ProgramError(problems[0] if len(problems) == 1 else
+                           f"{len(problems)} problems with the pinned AMIs:\n  - " + "\n  - ".join(problems))
 
 
 def deploy(cfg: StackConfig) -> dict:
@@ -62,6 +132,9 @@ def deploy(cfg: StackConfig) -> dict:
 
     providers = regional_providers([cfg.home_region, *cfg.regions, BILLING_METRICS_REGION], cfg.base_tags(),
                                    cfg.aws_provider.provider_args())
+    # A pinned AMI is read through its region's provider (the providers are declared, nothing else yet): an image
+    # the fleets cannot boot stops the program here, not at the scheduler's first purchase.
+    check_pinned_images(cfg, read_pinned_images(cfg, providers))
     # Each new VPC's zones and endpoints come from AWS's offerings: planned for every region before the first
     # resource is declared, so that a region that cannot be built (plan_network's NetworkError) stops
     # `pulumi up` before anything is created. The engine starts creating each resource as it is declared

@@ -37,6 +37,17 @@ def stack_file_config(stack: str) -> dict[str, Any]:
     return {key: value if isinstance(value, str) else json.dumps(value) for key, value in config.items()}
 
 
+@dataclass(frozen=True)
+class Image:
+    """An AMI as DescribeImages describes it, for the mocks' answer to aws.ec2.get_ami. The default is an image
+    as mlfleet's Packer build makes it by default (packer/variables.pkr.hcl root_volume_gib, /dev/xvda)."""
+    root_volume_gib: int = 100
+    root_device_name: str = "/dev/xvda"
+    root_device_type: str = "ebs"  # "instance-store": the root mapping has no EBS volume
+    # Other EBS volumes the image maps (device -> GiB), listed before the root, as DescribeImages may.
+    data_volumes: tuple[tuple[str, int], ...] = ()
+
+
 @dataclass
 class Recorded:
     type: str
@@ -111,11 +122,16 @@ def _readable(value: Any) -> Any:
 class RecordingMocks(pulumi.runtime.Mocks):
     """Answers like AWS would, enough for the program to run, and records every resource."""
 
-    def __init__(self, account_images: dict[str, list[str]] | None = None) -> None:
+    def __init__(self, account_images: dict[str, list[str]] | None = None,
+                 images: dict[str, Image | None] | None = None) -> None:
         self.resources: list[Recorded] = []
         self.calls: list[tuple[str, dict]] = []
+        self.call_regions: list[tuple[str, str | None]] = []  # (token, region of the provider it went to)
         # region -> AMI ids this account built (newest first), answered to aws.ec2.get_ami_ids.
         self.account_images = account_images or {}
+        # AMI id -> the image aws.ec2.get_ami finds (None: none, as for an id that does not exist); an id not
+        # listed is an Image() with its defaults.
+        self.images = images or {}
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         inputs = dict(args.inputs)
@@ -138,6 +154,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
 
     def call(self, args: pulumi.runtime.MockCallArgs):
         self.calls.append((args.token, dict(args.args)))
+        self.call_regions.append((args.token, _region_of(args.provider)))
         region = _region_of(args.provider) or args.args.get("region") or "us-east-1"
         zones = [f"{region}{suffix}" for suffix in "abcd"]
         if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
@@ -162,7 +179,38 @@ class RecordingMocks(pulumi.runtime.Mocks):
             return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}
         if args.token == "aws:ec2/getAmiIds:getAmiIds":
             return {"ids": list(self.account_images.get(region, [])), "id": region}
+        if args.token == "aws:ec2/getAmi:getAmi":
+            return self._describe_image(args.args, region)
         raise NotImplementedError(f"the test mocks do not answer {args.token}")
+
+
+    def _describe_image(self, inputs: dict, region: str):
+        """aws.ec2.get_ami's answer for an `image-id` filter, in the provider's shape (pulumi_aws.ec2.get_ami
+        GetAmiResult; terraform-provider-aws ec2_ami_data_source.go flattenAMIBlockDeviceMappings): camelCase
+        fields, one block device mapping per device, the `ebs` of a mapping a map of strings with snake_case keys
+        (`ebs["volume_size"]`), no `ebs` on an instance-store mapping. No image: the provider's failure."""
+        ids = [v for f in inputs.get("filters") or () if f["name"] == "image-id" for v in f["values"]]
+        image = self.images.get(ids[0], Image()) if len(ids) == 1 else None
+        if image is None:
+            return {}, [("", "Your query returned no results. Please change your search criteria and try again.")]
+        ami_id, suffix = ids[0], ids[0].removeprefix("ami-")
+
+        def ebs(gib: int, snapshot: str) -> dict:
+            return {"delete_on_termination": "true", "encrypted": "true", "iops": "3000", "snapshot_id": snapshot,
+                    "throughput": "125", "volume_size": str(gib), "volume_type": "gp3"}
+
+        mappings = [{"deviceName": device, "virtualName": "", "ebs": ebs(gib, f"snap-{i}{suffix}")}
+                    for i, (device, gib) in enumerate(image.data_volumes, start=1)]
+        root = {"deviceName": image.root_device_name, "virtualName": ""}
+        if image.root_device_type == "ebs":
+            root["ebs"] = ebs(image.root_volume_gib, f"snap-0{suffix}")
+        mappings += [root, {"deviceName": "/dev/sdb", "virtualName": "ephemeral0"}]
+        return {"id": ami_id, "imageId": ami_id, "arn": f"arn:aws:ec2:{region}::image/{ami_id}",
+                "architecture": "x86_64", "blockDeviceMappings": mappings, "filters": inputs.get("filters"),
+                "name": f"mlfleet-gpu-{suffix}", "ownerId": ACCOUNT_ID, "state": "available",
+                "rootDeviceName": image.root_device_name, "rootDeviceType": image.root_device_type,
+                "rootSnapshotId": f"snap-0{suffix}" if image.root_device_type == "ebs" else "",
+                "virtualizationType": "hvm"}
 
 
 def _secret(value: Any) -> dict:

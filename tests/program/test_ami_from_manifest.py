@@ -1,5 +1,7 @@
 """The whole program picks up the Packer manifest per region, and refuses a malformed one before
-declaring anything (never a silent stale image)."""
+declaring anything (never a silent stale image). A pinned AMI is read from EC2 (aws.ec2.get_ami, answered by
+the mocks in the provider's shape: tests/pulumi_harness.py Image) and refused, before any resource, when the
+fleets' launch template cannot boot it."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import json
 import pytest
 
 import components.program as program
-from pulumi_harness import RecordingMocks, render_config, render_stack, stack_file_config
+from pulumi_harness import Image, RecordingMocks, render_config, render_stack, stack_file_config
 
 MANIFEST = {
     "builds": [{"name": "al2023_gpu", "builder_type": "amazon-ebs", "build_time": 1763830000,
@@ -82,3 +84,88 @@ def test_a_pinned_ami_is_not_held_to_the_manifests_root_volume(tmp_path, monkeyp
               "mlfleet:amiIds": json.dumps({"us-east-1": "ami-0cccccccccccccccc", "us-west-2": "ami-0dddddddddddddddd"})}
     rendering = render_config(values, "staging")
     assert rendering.outputs["regions"]["us-east-1"]["amiSource"] == "pinned"
+
+
+PINNED = {"us-east-1": "ami-0cccccccccccccccc", "us-west-2": "ami-0dddddddddddddddd"}
+
+
+def _pinned(images: dict, root_volume_gib: int = 200):
+    """Render staging with both regions pinned; (the error or None, the mocks)."""
+    values = {**stack_file_config("staging"), "mlfleet:rootVolumeGiB": str(root_volume_gib),
+              "mlfleet:amiIds": json.dumps(PINNED)}
+    mocks = RecordingMocks(images=images)
+    try:
+        render_config(values, "staging", mocks)
+    except program.ProgramError as error:
+        return str(error), mocks
+    return None, mocks
+
+
+def _declared(mocks) -> set[str]:
+    return {r.type for r in mocks.resources}
+
+
+@pytest.mark.parametrize(("snapshot", "configured"), [(300, 200), (201, 200)])
+def test_a_pinned_ami_larger_than_the_root_volume_stops_the_program_before_any_resource(snapshot, configured):
+    """Regression: a pinned AMI was not checked at all, and EC2 refuses every launch whose root volume is smaller
+    than the image's snapshot (botocore ec2 EbsBlockDevice.VolumeSize: "equal to or larger than the snapshot
+    size"): the stack deployed and no fleet instance ever launched."""
+    message, mocks = _pinned({PINNED["us-west-2"]: Image(root_volume_gib=snapshot)}, configured)
+    assert message is not None, "deployed"
+    assert f"mlfleet:rootVolumeGiB={configured} is smaller than the root volume of the AMI mlfleet:amiIds pins " \
+           f"(us-west-2: ami-0dddddddddddddddd, {snapshot} GiB)" in message
+    assert f"set mlfleet:rootVolumeGiB to {snapshot} or more" in message and "us-east-1" not in message
+    assert _declared(mocks) == {"pulumi:providers:aws"}
+
+
+def test_each_pinned_ami_is_read_by_its_id_through_its_regions_provider():
+    message, mocks = _pinned({})
+    assert message is None
+    reads = {region: call["filters"] for (token, call), (_, region) in zip(mocks.calls, mocks.call_regions)
+             if token == "aws:ec2/getAmi:getAmi"}
+    assert reads == {region: [{"name": "image-id", "values": [ami]}] for region, ami in PINNED.items()}
+
+
+@pytest.mark.parametrize("snapshot", [200, 100])
+def test_a_pinned_ami_the_root_volume_holds_deploys_with_the_configured_size(snapshot):
+    message, mocks = _pinned({ami: Image(root_volume_gib=snapshot) for ami in PINNED.values()})
+    assert message is None
+    sizes = {bdm["ebs"]["volumeSize"] for r in mocks.resources if r.type == "aws:ec2/launchTemplate:LaunchTemplate"
+             for bdm in r.inputs["blockDeviceMappings"]}
+    assert sizes == {200}
+
+
+def test_only_the_root_device_of_a_pinned_ami_counts():
+    """DescribeImages lists every mapping of the image, a data volume larger than the root among them."""
+    message, _ = _pinned({PINNED["us-east-1"]: Image(root_volume_gib=150, data_volumes=(("/dev/sdf", 500),))})
+    assert message is None
+
+
+def test_a_pinned_ami_booting_from_another_device_is_refused():
+    """The launch template sizes and encrypts /dev/xvda (components/compute/fleet.py ROOT_DEVICE); on an image
+    that boots from /dev/sda1 that mapping is an extra empty volume and the root keeps the image's own size."""
+    message, mocks = _pinned({PINNED["us-east-1"]: Image(root_device_name="/dev/sda1")})
+    assert message is not None and message.startswith("mlfleet:amiIds.us-east-1: ami-0cccccccccccccccc boots from "
+                                                      "/dev/sda1")
+    assert "pin an image whose root device is /dev/xvda" in message
+    assert _declared(mocks) == {"pulumi:providers:aws"}
+
+
+def test_every_problem_of_the_pinned_amis_is_listed_in_one_error():
+    message, _ = _pinned({PINNED["us-east-1"]: Image(root_device_type="instance-store"),
+                          PINNED["us-west-2"]: Image(root_volume_gib=500)})
+    assert message is not None
+    header, *lines = message.splitlines()
+    assert header == "2 problems with the pinned AMIs:"
+    assert lines[0].startswith("  - mlfleet:rootVolumeGiB=200 is smaller") and "500 GiB" in lines[0]
+    assert lines[1] == ("  - mlfleet:amiIds.us-east-1: ami-0cccccccccccccccc's root device /dev/xvda has no EBS "
+                        "volume (instance-store); the fleets boot from an EBS root volume at /dev/xvda, so pin an "
+                        "EBS-backed image")
+
+
+def test_a_pinned_ami_ec2_does_not_find_is_refused_with_the_key_and_the_providers_reason():
+    message, mocks = _pinned({PINNED["us-east-1"]: None})
+    assert message is not None
+    assert message.startswith("mlfleet:amiIds.us-east-1: ami-0cccccccccccccccc cannot be read in us-east-1 (")
+    assert "Your query returned no results" in message
+    assert _declared(mocks) == {"pulumi:providers:aws"}
