@@ -9,6 +9,12 @@ policy/venv/.installed: policy/requirements.txt
 	policy/venv/bin/pip install --quiet -r policy/requirements.txt
 	@touch $@
 
+# The pack's config comes from the stack file, as in CI (scripts/policy_config.py, docs/ci.md): one
+# --policy-pack-config per --policy-pack. Written under .pulumi-policy/, which Git ignores.
+POLICY_CONFIG = $(CURDIR)/.pulumi-policy/$(STACK).json
+
 policy-preview: policy-venv
 	$(require_stack)
-	pulumi preview -s $(STACK) --policy-pack policy
+	@mkdir -p $(dir $(POLICY_CONFIG))
+	$(PY) scripts/policy_config.py $(STACK) > $(POLICY_CONFIG)
+	pulumi preview -s $(STACK) --policy-pack policy --policy-pack-config $(POLICY_CONFIG)

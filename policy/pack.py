@@ -103,12 +103,14 @@ def stack_policy(name: str, rule: Callable[..., list[rules.StackViolation]], lev
 
 CEILING_SCHEMA = PolicyConfigSchema(properties={
     "maxSizeCeiling": {"type": "integer", "minimum": 1, "default": rules.DEFAULT_MAX_SIZE_CEILING,
-                       "description": "Largest maxSize a fleet ASG may declare"},
+                       "description": "Largest maxSize a fleet ASG may declare (CI passes the stack's largest "
+                                      "fleet maxInstances: scripts/policy_config.py)"},
 })
 BUDGET_SCHEMA = PolicyConfigSchema(properties={
     "actualPercents": {"type": "array", "items": {"type": "integer", "minimum": 1},
                        "default": list(rules.QUARTER_PERCENTS),
-                       "description": "Percents of the budget that need an ACTUAL notification"},
+                       "description": "Percents of the budget that need an ACTUAL notification (CI passes the "
+                                      "stack's budgetAlertPercents: scripts/policy_config.py)"},
 })
 
 POLICIES = [

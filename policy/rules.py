@@ -61,6 +61,9 @@ TAGGABLE_TYPES = frozenset({
     "aws:ssm/parameter:Parameter",
 })
 
+# Defaults for a run without the stack's config. CI and `make policy-preview` pass the stack's own values
+# (scripts/policy_config.py): the config model accepts up to 1000 instances per fleet and any increasing
+# budgetAlertPercents with 100, which these would refuse.
 DEFAULT_MAX_SIZE_CEILING = 64
 QUARTER_PERCENTS = (25, 50, 75, 100)
 
@@ -222,7 +225,11 @@ def tables_encrypted_with_kms(resource: Resource) -> list[str]:
 
 
 def fleet_capped(resource: Resource, ceiling: int = DEFAULT_MAX_SIZE_CEILING) -> list[str]:
-    """Every fleet ASG has a hard cap: maxSize set, above zero, and at most the configured ceiling."""
+    """Every fleet ASG has a hard cap: maxSize set, above zero, and at most the configured ceiling.
+
+    The ceiling CI passes is the stack's largest maxInstances (scripts/policy_config.py), so no group declares
+    more than the reviewed stack file allows; the default is for a run without the stack's config only.
+    """
     if resource.type != ASG:
         return []
     max_size = _number(resource.props.get("maxSize"), "maxSize")
@@ -231,8 +238,9 @@ def fleet_capped(resource: Resource, ceiling: int = DEFAULT_MAX_SIZE_CEILING) ->
     if max_size <= 0:
         return [f"maxSize is {max_size:g}; a fleet needs a cap above 0 (remove the fleet instead)"]
     if max_size > ceiling:
-        return [f"maxSize is {max_size:g}, above the policy ceiling of {ceiling}; raise the ceiling in the "
-                "policy configuration if this is intended"]
+        return [f"maxSize is {max_size:g}, above the policy ceiling of {ceiling} (maxSizeCeiling: the stack's "
+                "largest mlfleet:fleets maxInstances in the config CI and `make policy-preview` pass, from "
+                "scripts/policy_config.py; docs/ci.md)"]
     return []
 
 
@@ -380,7 +388,11 @@ def budget_problems(budget: Resource, actual_percents: Sequence[int] = QUARTER_P
 
 def environment_has_budget(resources: Iterable[Resource],
                            actual_percents: Sequence[int] = QUARTER_PERCENTS) -> list[StackViolation]:
-    """The environment has a budget that alerts at each quarter of actual spend and on the forecast."""
+    """The environment has a budget that alerts at each configured percent of actual spend and on the forecast.
+
+    The percents CI passes are the stack's budgetAlertPercents (scripts/policy_config.py); the default, each
+    quarter, is the model's default and is for a run without the stack's config only.
+    """
     budgets = [r for r in resources if r.type == BUDGET]
     if not budgets:
         return [("the environment declares no aws:budgets/budget:Budget", None)]

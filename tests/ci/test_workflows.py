@@ -159,6 +159,42 @@ def test_deploy_order_is_dev_then_staging_then_prod_behind_environments():
         assert pulumi["with"]["policyPacks"] == "policy"
 
 
+PACK_CONFIG = "${{ runner.temp }}/policy-config.json"
+
+
+def action_list(value) -> list[str]:
+    """A list input of pulumi/actions: one item a line, or separated by ';' (src/config.ts, getMultilineInput and
+    parseSemicolorToArray)."""
+    return [item.strip() for line in str(value or "").splitlines() for item in line.split(";") if item.strip()]
+
+
+@pytest.mark.parametrize("workflow, job, stack", [
+    (PR, "preview", '"$STACK"'), (DEPLOY, "dev", "dev"), (DEPLOY, "staging", "staging"), (DEPLOY, "prod", "prod"),
+])
+def test_every_policy_pack_run_gets_the_config_derived_from_its_stack(workflow, job, stack):
+    """Regression: the pulumi/actions steps passed `policyPacks: policy` and no `policyPackConfigs`, so the pack ran
+    with its defaults (maxSize at most 64, ACTUAL alerts at 25/50/75/100 %) and refused stacks the config model
+    accepts. The CLI takes one `--policy-pack-config` file per `--policy-pack`, in the same order, or none
+    (pulumi/pulumi pkg/cmd/pulumi/operations/up.go and preview.go, validatePolicyPackConfig); pulumi/actions
+    passes each line of `policyPackConfigs` as one (src/config.ts, sdk/nodejs/automation/stack.ts)."""
+    steps = workflow["jobs"][job]["steps"]
+    (pulumi,) = steps_using(workflow["jobs"][job], "pulumi/actions")
+    packs, configs = action_list(pulumi["with"]["policyPacks"]), action_list(pulumi["with"].get("policyPackConfigs"))
+    assert packs == ["policy"] and configs == [PACK_CONFIG]
+    # Written just before, for this stack, by the program's virtualenv (the model gives the stack's defaults).
+    written = steps[steps.index(pulumi) - 1]
+    assert written["run"] == f'venv/bin/python scripts/policy_config.py {stack} > "$RUNNER_TEMP/policy-config.json"'
+    if stack == '"$STACK"':
+        assert written["env"] == {"STACK": "${{ matrix.stack }}"}
+    assert any("venv/bin/pip install --quiet -r requirements.txt" in s.get("run", "") for s in steps[:steps.index(written)])
+
+
+def test_make_policy_preview_passes_the_stacks_pack_config():
+    recipe = (WORKFLOWS.parents[1] / "mk" / "policy.mk").read_text()
+    assert "$(PY) scripts/policy_config.py $(STACK) > $(POLICY_CONFIG)" in recipe
+    assert "pulumi preview -s $(STACK) --policy-pack policy --policy-pack-config $(POLICY_CONFIG)" in recipe
+
+
 def test_checkouts_do_not_persist_the_token():
     for workflow in ALL.values():
         for job in workflow["jobs"].values():

@@ -1,5 +1,6 @@
 """Every policy of the pack over every committed stack, rendered under the mocks (tests/pulumi_harness.py)
-and handed to the policies as CrossGuard hands them a real preview's resources.
+and handed to the policies as CrossGuard hands them a real preview's resources, with the config CI passes
+(scripts/policy_config.py, derived from the stack file).
 
 NOT_YET_DECLARED lists the (policy, stack) pairs that fail because the resources they look for are not in
 the program yet. Those cases are strict expected failures: once the resources exist the case passes,
@@ -23,7 +24,10 @@ from pulumi_policy import (
 from pulumi_policy.proxy import unknown_checking_proxy
 
 import pack
-from pulumi_harness import STACKS, _region_of, render_stack
+from cli_config import pack_config, policy_config, stack_pack_config
+from pulumi_harness import STACKS, _region_of, render_config, render_stack, stack_file_config
+
+from components.config import parse_stack_config
 
 # The idle alarms (mlfleet-<env>-<fleet>-idle) and reapers (mlfleet-<env>-reaper) are not declared yet.
 NOT_YET_DECLARED: set[tuple[str, str]] = set()
@@ -33,7 +37,10 @@ OPTS = PolicyResourceOptions(False, [], None, [], PolicyCustomTimeouts(0, 0, 0),
 
 @functools.cache
 def crossguard_resources(stack: str) -> tuple[PolicyResource, ...]:
-    rendering = render_stack(stack)
+    return as_crossguard_resources(render_stack(stack))
+
+
+def as_crossguard_resources(rendering) -> tuple[PolicyResource, ...]:
     providers = {
         p.name: PolicyProviderResource(p.type, unknown_checking_proxy(dict(p.inputs)), f"urn:{p.name}", p.name)
         for p in rendering.of_type("pulumi:providers:aws")
@@ -46,17 +53,25 @@ def crossguard_resources(stack: str) -> tuple[PolicyResource, ...]:
 
 
 def violations(policy, stack: str) -> list[str]:
+    """What `policy` reports on the committed stack, run with the config CI derives from its stack file."""
+    return violations_in(policy, crossguard_resources(stack), stack_pack_config(stack))
+
+
+def violations_in(policy, resources, file_config: dict | None) -> list[str]:
+    """What `policy` reports on `resources` when the CLI runs the pack with `file_config` (None: no
+    --policy-pack-config, the schema's defaults)."""
     found: list[str] = []
 
     def report(message, urn=None):
         found.append(message)
 
-    resources = crossguard_resources(stack)
+    config = policy_config(policy, file_config)
     if isinstance(policy, ResourceValidationPolicy):
         for r in resources:
-            policy.validate(ResourceValidationArgs(r.resource_type, r.props, r.urn, r.name, r.opts, r.provider), report)
+            policy.validate(ResourceValidationArgs(r.resource_type, r.props, r.urn, r.name, r.opts, r.provider,
+                                                   config), report)
     else:
-        policy.validate(StackValidationArgs(list(resources)), report)
+        policy.validate(StackValidationArgs(list(resources), config), report)
     return found
 
 
@@ -82,3 +97,23 @@ def test_coverage_rules_name_each_uncovered_fleet():
                             "mlfleet-dev-reaper in us-east-1"]
     else:
         assert messages == []
+
+
+def test_a_stack_the_model_accepts_passes_the_pack_with_the_config_derived_from_it():
+    """Regression: the workflows passed the pack no config, so its defaults (maxSize at most 64, ACTUAL alerts at
+    25/50/75/100 %) refused a stack the config model accepts (maxInstances up to 1000, budgetAlertPercents any
+    increasing list with 100) at the preview of its pull request and again at `up`. CI now passes the config
+    scripts/policy_config.py derives from the stack file; a fleet group the program declared above the stack's
+    own caps is still refused."""
+    values = {**stack_file_config("dev"),
+              "mlfleet:fleets": '{"gpu1": {"instanceTypes": ["g6.xlarge", "g5.xlarge"], "maxInstances": 1000}, '
+                                '"gpu4": {"instanceTypes": ["g6.12xlarge"], "maxInstances": 3}}',
+              "mlfleet:budgetAlertPercents": "[50, 100]"}
+    derived = pack_config(parse_stack_config(values, "dev"))
+    resources = as_crossguard_resources(render_config(values, "dev"))
+    assert {p.name: violations_in(p, resources, derived) for p in pack.POLICIES} == {p.name: [] for p in pack.POLICIES}
+    refused_by_default = {p.name for p in pack.POLICIES if violations_in(p, resources, None)}
+    assert refused_by_default == {"fleet-asg-capped", "environment-budget"}
+    below_the_stack = {**derived, "fleet-asg-capped": {"maxSizeCeiling": 999}}
+    (message,) = violations_in(next(p for p in pack.POLICIES if p.name == "fleet-asg-capped"), resources, below_the_stack)
+    assert "maxSize is 1000, above the policy ceiling of 999" in message and "scripts/policy_config.py" in message
