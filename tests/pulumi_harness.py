@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,13 +40,23 @@ def stack_file_config(stack: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Image:
-    """An AMI as DescribeImages describes it, for the mocks' answer to aws.ec2.get_ami. The default is an image
-    as mlfleet's Packer build makes it by default (packer/variables.pkr.hcl root_volume_gib, /dev/xvda)."""
+    """An AMI as DescribeImages describes it, for the mocks' answers to aws.ec2.get_ami and get_ami_ids. The
+    default is an image as mlfleet's Packer build makes it by default (packer/variables.pkr.hcl root_volume_gib,
+    /dev/xvda), without tags: packer_image() gives one the tags the build puts on it."""
     root_volume_gib: int = 100
     root_device_name: str = "/dev/xvda"
     root_device_type: str = "ebs"  # "instance-store": the root mapping has no EBS volume
     # Other EBS volumes the image maps (device -> GiB), listed before the root, as DescribeImages may.
     data_volumes: tuple[tuple[str, int], ...] = ()
+    tags: tuple[tuple[str, str], ...] = ()
+    creation_date: str = "2026-01-01T00:00:00.000Z"  # DescribeImages' CreationDate (ISO 8601)
+    state: str = "available"
+
+
+def packer_image(environment: str, creation_date: str = "2026-01-01T00:00:00.000Z", **image) -> Image:
+    """An image mlfleet's Packer build made for `environment`, with the tags packer/gpu.pkr.hcl puts on it."""
+    tags = (("mlfleet:environment", environment), ("mlfleet:managed-by", "packer"), ("mlfleet:image", "gpu"))
+    return Image(tags=tags, creation_date=creation_date, **image)
 
 
 @dataclass
@@ -122,15 +133,16 @@ def _readable(value: Any) -> Any:
 class RecordingMocks(pulumi.runtime.Mocks):
     """Answers like AWS would, enough for the program to run, and records every resource."""
 
-    def __init__(self, account_images: dict[str, list[str]] | None = None,
+    def __init__(self, account_images: dict[str, dict[str, Image]] | None = None,
                  images: dict[str, Image | None] | None = None) -> None:
         self.resources: list[Recorded] = []
         self.calls: list[tuple[str, dict]] = []
         self.call_regions: list[tuple[str, str | None]] = []  # (token, region of the provider it went to)
-        # region -> AMI ids this account built (newest first), answered to aws.ec2.get_ami_ids.
+        # region -> {AMI id: image} this account owns there: what aws.ec2.get_ami_ids with owners ["self"] selects
+        # from (by its filters, newest first), and what aws.ec2.get_ami finds by id in that region.
         self.account_images = account_images or {}
-        # AMI id -> the image aws.ec2.get_ami finds (None: none, as for an id that does not exist); an id not
-        # listed is an Image() with its defaults.
+        # AMI id -> the image aws.ec2.get_ami finds in any region (None: none, as for an id that does not exist);
+        # an id listed neither here nor in the region's account images is an Image() with its defaults.
         self.images = images or {}
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
@@ -178,7 +190,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
         if args.token == "aws:index/getPartition:getPartition":
             return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}
         if args.token == "aws:ec2/getAmiIds:getAmiIds":
-            return {"ids": list(self.account_images.get(region, [])), "id": region}
+            return self._list_images(args.args, region)
         if args.token == "aws:ec2/getAmi:getAmi":
             return self._describe_image(args.args, region)
         raise NotImplementedError(f"the test mocks do not answer {args.token}")
@@ -190,7 +202,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
         fields, one block device mapping per device, the `ebs` of a mapping a map of strings with snake_case keys
         (`ebs["volume_size"]`), no `ebs` on an instance-store mapping. No image: the provider's failure."""
         ids = [v for f in inputs.get("filters") or () if f["name"] == "image-id" for v in f["values"]]
-        image = self.images.get(ids[0], Image()) if len(ids) == 1 else None
+        own = self.account_images.get(region, {})
+        image = (own[ids[0]] if ids[0] in own else self.images.get(ids[0], Image())) if len(ids) == 1 else None
         if image is None:
             return {}, [("", "Your query returned no results. Please change your search criteria and try again.")]
         ami_id, suffix = ids[0], ids[0].removeprefix("ami-")
@@ -207,10 +220,41 @@ class RecordingMocks(pulumi.runtime.Mocks):
         mappings += [root, {"deviceName": "/dev/sdb", "virtualName": "ephemeral0"}]
         return {"id": ami_id, "imageId": ami_id, "arn": f"arn:aws:ec2:{region}::image/{ami_id}",
                 "architecture": "x86_64", "blockDeviceMappings": mappings, "filters": inputs.get("filters"),
-                "name": f"mlfleet-gpu-{suffix}", "ownerId": ACCOUNT_ID, "state": "available",
+                "name": f"mlfleet-gpu-{suffix}", "ownerId": ACCOUNT_ID, "state": image.state,
+                "creationDate": image.creation_date, "tags": dict(image.tags),
                 "rootDeviceName": image.root_device_name, "rootDeviceType": image.root_device_type,
                 "rootSnapshotId": f"snap-0{suffix}" if image.root_device_type == "ebs" else "",
                 "virtualizationType": "hvm"}
+
+    def _list_images(self, inputs: dict, region: str):
+        """aws.ec2.get_ami_ids' answer, as the provider makes it (pulumi_aws.ec2.get_ami_ids GetAmiIdsResult;
+        terraform-provider-aws ec2_ami_ids_data_source.go): the ids of the images DescribeImages selects by owners
+        and filters, sorted by creation date, newest first unless sort_ascending; the id a hash of the request;
+        the arguments in the answer with their defaults. Only this account's images are modelled (owner `self`
+        or its id), and a filter the mocks do not know fails rather than selecting everything."""
+        owners = list(inputs.get("owners") or ())
+        images = self.account_images.get(region, {}) if {"self", ACCOUNT_ID} & set(owners) else {}
+
+        def selected(image: Image) -> bool:
+            tags = dict(image.tags)
+            for f in inputs.get("filters") or ():
+                name, values = f["name"], f["values"]
+                if name.startswith("tag:"):
+                    if tags.get(name.removeprefix("tag:")) not in values:
+                        return False
+                elif name == "state":
+                    if image.state not in values:
+                        return False
+                else:
+                    raise NotImplementedError(f"the test mocks do not filter images by {name!r}")
+            return True
+
+        ascending = bool(inputs.get("sortAscending"))
+        found = sorted(((i.creation_date, ami) for ami, i in images.items() if selected(i)), reverse=not ascending)
+        return {"id": str(zlib.crc32(json.dumps(inputs, sort_keys=True).encode())),
+                "ids": [ami for _, ami in found], "owners": owners, "filters": inputs.get("filters"),
+                "includeDeprecated": bool(inputs.get("includeDeprecated")), "sortAscending": ascending,
+                "region": region}
 
 
 def _secret(value: Any) -> dict:

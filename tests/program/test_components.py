@@ -14,7 +14,7 @@ from components.config import FleetConfig
 from components.network import INTERFACE_ENDPOINT_SERVICES, Network, NetworkArgs
 from components.network.network import plan_subnets, rank_zones
 from components.providers import regional_provider
-from pulumi_harness import COMPONENT_TAGS, STOCK_AMI, RecordingMocks, render_program
+from pulumi_harness import COMPONENT_TAGS, STOCK_AMI, Image, RecordingMocks, packer_image, render_program
 from pulumi_harness import render_in_region as _in_region
 
 TAGS = COMPONENT_TAGS
@@ -174,7 +174,10 @@ def test_stock_ami_comes_from_the_public_ssm_parameter_with_a_warning():
 
 
 def _resolve_ami(account_images=(), **args):
-    mocks = RecordingMocks(account_images={"us-west-2": list(account_images)})
+    """`account_images`: the ids of images this account built for the environment, newest first."""
+    built = {ami: packer_image("test", f"2026-01-{31 - age:02d}T00:00:00.000Z")
+             for age, ami in enumerate(account_images)}
+    mocks = RecordingMocks(account_images={"us-west-2": built})
 
     def build(opts):
         ami = GpuAmi("ami", GpuAmiArgs(region="us-west-2", environment="test", **args), opts=opts)
@@ -208,6 +211,41 @@ def test_account_images_are_looked_up_by_the_packer_tags_of_this_environment():
     filters = {f["name"]: f["values"] for f in lookup["filters"]}
     assert filters == {"tag:mlfleet:environment": ["test"], "tag:mlfleet:managed-by": ["packer"],
                        "state": ["available"]}
+
+
+def test_the_newest_available_image_of_this_environment_is_the_account_image():
+    """The mocks select by get_ami_ids' owners and filters and sort by creation date, as the provider does, so
+    the choice is the newest available image of this environment, whatever order the account lists them in."""
+    images = {"ami-0000000000000000e": packer_image("test", "2026-02-01T00:00:00.000Z"),
+              "ami-0000000000000000f": packer_image("test", "2026-03-01T00:00:00.000Z"),
+              "ami-00000000000000010": packer_image("prod", "2026-04-01T00:00:00.000Z"),
+              "ami-00000000000000011": packer_image("test", "2026-05-01T00:00:00.000Z", state="pending"),
+              "ami-00000000000000012": Image(creation_date="2026-06-01T00:00:00.000Z")}
+    mocks = RecordingMocks(account_images={"us-west-2": images})
+
+    def build(opts):
+        ami = GpuAmi("ami", GpuAmiArgs(region="us-west-2", environment="test"), opts=opts)
+        return {"id": ami.image_id, "source": ami.source}
+
+    assert _in_region(build, mocks=mocks).outputs == {"id": "ami-0000000000000000f", "source": "account"}
+
+
+@pytest.mark.parametrize(("token", "result"), [("aws:ec2/getAmiIds:getAmiIds", "GetAmiIdsResult"),
+                                               ("aws:ec2/getAmi:getAmi", "GetAmiResult")])
+def test_the_mocks_answer_the_ami_lookups_with_the_providers_fields(token, result):
+    """Every field the mocks answer is one the provider's result declares (pulumi_aws.ec2, the getters' names)."""
+    import pulumi_aws as aws
+
+    fields = {getattr(member.fget, "_pulumi_name", None) for member in vars(getattr(aws.ec2, result)).values()
+              if isinstance(member, property)}
+    mocks = RecordingMocks(account_images={"us-west-2": {"ami-0000000000000000e": packer_image("test")}})
+    args = {"owners": ["self"], "filters": [{"name": "image-id", "values": ["ami-0000000000000000e"]}]}
+    if token.endswith("getAmiIds"):
+        args["filters"] = [{"name": "tag:mlfleet:environment", "values": ["test"]}]
+    answer = mocks.call(pulumi.runtime.MockCallArgs(token=token, args=args, provider="urn::aws-us-west-2::id"))
+    assert set(answer) <= fields
+    assert answer["ids" if token.endswith("getAmiIds") else "imageId"] in (["ami-0000000000000000e"],
+                                                                          "ami-0000000000000000e")
 
 
 def test_pinned_ami_wins_without_a_warning():
