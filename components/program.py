@@ -10,6 +10,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.alerts import SlackChannel, SlackChannelArgs
+from components.ami import choose_ami
 from components.billing import estimate, monthly_budget, over_budget_warning, unreachable_fleets_warning
 from components.compute.fleet import ROOT_DEVICE
 from components.config import StackConfig
@@ -135,6 +136,15 @@ def deploy(cfg: StackConfig) -> dict:
     # A pinned AMI is read through its region's provider (the providers are declared, nothing else yet): an image
     # the fleets cannot boot stops the program here, not at the scheduler's first purchase.
     check_pinned_images(cfg, read_pinned_images(cfg, providers))
+    # Each region's image is chosen here too, through the region's provider, and handed to its FleetRegion: the
+    # account's newest image is looked up before any resource is declared, so a failed lookup leaves nothing
+    # half-created (pulumi/pulumi#7050, below).
+    amis = {
+        region: choose_ami(cfg.environment, cfg.ami_ids.get(region),
+                           built[region].ami_id if region in built else None,
+                           pulumi.InvokeOptions(provider=providers[region]))
+        for region in cfg.regions
+    }
     # Each new VPC's zones and endpoints come from AWS's offerings: planned for every region before the first
     # resource is declared, so that a region that cannot be built (plan_network's NetworkError) stops
     # `pulumi up` before anything is created. The engine starts creating each resource as it is declared
@@ -161,7 +171,7 @@ def deploy(cfg: StackConfig) -> dict:
                 region=region,
                 config=cfg,
                 alert_topic_arn=region_topics.get(region),
-                manifest_ami_id=built[region].ami_id if region in built else None,
+                ami=amis[region],
                 network_plan=network_plans.get(region),
             ),
             opts=with_provider(providers[region]),

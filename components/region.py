@@ -9,7 +9,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.alerts import AlertTopic, AlertTopicArgs
-from components.ami import GpuAmi, GpuAmiArgs
+from components.ami import AmiChoice, GpuAmi, GpuAmiArgs
 from components.compute import (
     EcsGpuCluster,
     EcsGpuClusterArgs,
@@ -32,11 +32,11 @@ from lambdas.jobs import checkpoints
 class FleetRegionArgs:
     region: str
     config: StackConfig
+    # The region's image, chosen before anything was declared (components/program.py, components/ami choose_ami).
+    ami: AmiChoice
     # The home region's alert topic when this is the home region; otherwise None, and the region gets
     # its own (CloudWatch alarms can only notify a topic in their region).
     alert_topic_arn: pulumi.Input[str] | None = None
-    # The AMI the last Packer build recorded for this region (packer/manifest.json), if any.
-    manifest_ami_id: str | None = None
     # Where the new VPC's subnets and endpoints go, planned before anything was declared (components/program.py).
     network_plan: NetworkPlan | None = None
 
@@ -80,8 +80,7 @@ class FleetRegion(pulumi.ComponentResource):
             f"{name}-net", replace(network_args(cfg, region), plan=args.network_plan), opts=child(self))
         self.ami = GpuAmi(
             f"{name}-ami",
-            GpuAmiArgs(region=region, environment=cfg.environment, pinned_ami_id=cfg.ami_ids.get(region),
-                       manifest_ami_id=args.manifest_ami_id),
+            GpuAmiArgs(region=region, environment=cfg.environment, choice=args.ami),
             opts=child(self),
         )
         self.image_cache = ImageCache(

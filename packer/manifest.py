@@ -13,8 +13,9 @@ environment: the build of the last run (`last_run_uuid`) when that run built the
 the latest earlier build for it (builds are appended in run order, so one manifest serves every
 environment the team builds from this checkout).
 
-- No file: an empty mapping. That is the documented fallback: the AMI component then looks for the
-  newest image the account built for the environment (by tag), then the stock AMI with a warning.
+- No file: an empty mapping. That is the documented fallback: the program then looks for the newest
+  image the account built for the environment (by tag; components/ami choose_ami), then the stock AMI with
+  a warning.
 - A manifest holding builds for other environments only: an empty mapping too (same fallback).
 - A file that exists but cannot be trusted (bad JSON, a missing key, a bad artifact id or AMI id)
   raises ManifestError naming the file, the key and the bad value:

@@ -1,3 +1,3 @@
-from .gpu_ami import STOCK_GPU_AMI_PARAMETER, GpuAmi, GpuAmiArgs
+from .gpu_ami import STOCK_GPU_AMI_PARAMETER, AmiChoice, GpuAmi, GpuAmiArgs, choose_ami
 
-__all__ = ["STOCK_GPU_AMI_PARAMETER", "GpuAmi", "GpuAmiArgs"]
+__all__ = ["STOCK_GPU_AMI_PARAMETER", "AmiChoice", "GpuAmi", "GpuAmiArgs", "choose_ami"]

@@ -1,7 +1,9 @@
 """Which AMI a region's GPU fleets boot.
 
 The choice is made once per region, at preview time, so a new image shows up in `pulumi preview` as a
-launch-template change (and the ASG's instance refresh rolls it out). Resolution order, first match wins:
+launch-template change (and the ASG's instance refresh rolls it out). choose_ami makes it before any resource
+is declared (components/program.py deploy()) and hands it to GpuAmi, which looks nothing up but the stock image's
+id. Resolution order, first match wins:
 
 1. `pinned`: the AMI the stack config pins for the region (`mlfleet:amiIds`);
 2. `manifest`: the AMI the last Packer build recorded for the region in `packer/manifest.json`
@@ -38,11 +40,37 @@ def account_image_filters(environment: str) -> list[dict]:
 
 
 @dataclass(frozen=True)
+class AmiChoice:
+    """Where a region's image comes from: one of SOURCES, and its id (None for `stock`: GpuAmi reads it from the
+    public SSM parameter)."""
+    source: str
+    ami_id: str | None = None
+
+    def __post_init__(self):
+        if self.source not in SOURCES or (self.ami_id is None) != (self.source == "stock"):
+            raise ValueError(f"not an AMI choice: {self}; the source is one of {SOURCES}, with an id unless stock")
+
+
+def choose_ami(environment: str, pinned_ami_id: str | None, manifest_ami_id: str | None,
+               opts: pulumi.InvokeOptions) -> AmiChoice:
+    """A region's image, first match of the resolution order (module docstring). `opts` reach the region's
+    provider: an AMI id is regional, and so is the account's newest image. Without a pinned or manifest image it
+    lists the account's (aws.ec2.get_ami_ids, one invoke); a failed invoke raises, so call it before any resource
+    is declared."""
+    if pinned_ami_id:
+        return AmiChoice("pinned", pinned_ami_id)
+    if manifest_ami_id:
+        return AmiChoice("manifest", manifest_ami_id)
+    # Newest first (get_ami_ids sorts by creation date, descending, by default).
+    built = aws.ec2.get_ami_ids(owners=["self"], filters=account_image_filters(environment), opts=opts).ids
+    return AmiChoice("account", built[0]) if built else AmiChoice("stock")
+
+
+@dataclass(frozen=True)
 class GpuAmiArgs:
     region: str
     environment: str
-    pinned_ami_id: str | None = None
-    manifest_ami_id: str | None = None
+    choice: AmiChoice  # choose_ami's answer for the region
 
 
 class GpuAmi(pulumi.ComponentResource):
@@ -51,19 +79,7 @@ class GpuAmi(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: GpuAmiArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("mlfleet:ami:GpuAmi", name, None, opts)
-        if args.pinned_ami_id:
-            self.source, image_id = "pinned", args.pinned_ami_id
-        elif args.manifest_ami_id:
-            self.source, image_id = "manifest", args.manifest_ami_id
-        else:
-            # Newest first (get_ami_ids sorts by creation date, descending, by default).
-            built = aws.ec2.get_ami_ids(
-                owners=["self"], filters=account_image_filters(args.environment), opts=invoke(self)
-            ).ids
-            if built:
-                self.source, image_id = "account", built[0]
-            else:
-                self.source, image_id = "stock", None
+        self.source, image_id = args.choice.source, args.choice.ami_id
         if not image_id:
             pulumi.log.warn(
                 f"{args.region}: no mlfleet image pinned, in packer/manifest.json or built by this account for "

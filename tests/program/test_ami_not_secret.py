@@ -10,7 +10,7 @@ import pulumi
 import pulumi_aws as aws
 from pulumi_harness import STOCK_AMI, render_in_region
 
-from components.ami import GpuAmi, GpuAmiArgs
+from components.ami import AmiChoice, GpuAmi, GpuAmiArgs
 from components.ami.gpu_ami import STOCK_GPU_AMI_PARAMETER
 
 
@@ -30,7 +30,8 @@ def _secretness(build) -> dict:
 
 
 def _stock_ami(opts) -> dict:
-    return {"id": GpuAmi("ami", GpuAmiArgs(region="us-west-2", environment="test"), opts=opts).image_id}
+    return {"id": GpuAmi("ami", GpuAmiArgs(region="us-west-2", environment="test", choice=AmiChoice("stock")),
+                         opts=opts).image_id}
 
 
 def test_stock_ami_id_is_not_secret():

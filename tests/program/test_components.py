@@ -8,7 +8,7 @@ import json
 import pulumi
 import pytest
 
-from components.ami import STOCK_GPU_AMI_PARAMETER, GpuAmi, GpuAmiArgs
+from components.ami import STOCK_GPU_AMI_PARAMETER, AmiChoice, GpuAmi, GpuAmiArgs, choose_ami
 from components.compute import EcsGpuCluster, EcsGpuClusterArgs, GpuSpotFleet, GpuSpotFleetArgs, render_user_data
 from components.config import FleetConfig
 from components.network import INTERFACE_ENDPOINT_SERVICES, Network, NetworkArgs
@@ -166,68 +166,95 @@ def test_region_without_the_instance_types_fails_clearly():
 
 # --- AMI ----------------------------------------------------------------------------------------
 
+def _gpu_ami(choice: AmiChoice, mocks: RecordingMocks | None = None):
+    """GpuAmi for an AMI choice, as FleetRegion declares it; (its id and source, the rendering)."""
+    def build(opts):
+        ami = GpuAmi("ami", GpuAmiArgs(region="us-west-2", environment="test", choice=choice), opts=opts)
+        return {"id": ami.image_id, "source": ami.source}
+
+    rendering = _in_region(build, mocks=mocks)
+    return rendering.outputs, rendering
+
+
 def test_stock_ami_comes_from_the_public_ssm_parameter_with_a_warning():
-    rendering = _in_region(lambda opts: {"id": GpuAmi("ami", GpuAmiArgs(region="us-west-2", environment="test"), opts=opts).image_id})
-    assert rendering.outputs["id"] == STOCK_AMI
+    outputs, rendering = _gpu_ami(AmiChoice("stock"))
+    assert outputs == {"id": STOCK_AMI, "source": "stock"}
     assert STOCK_GPU_AMI_PARAMETER == "/aws/service/ecs/optimized-ami/amazon-linux-2023/gpu/recommended/image_id"
     assert any("stock ECS GPU AMI" in w for w in rendering.warnings)
 
 
-def _resolve_ami(account_images=(), **args):
-    """`account_images`: the ids of images this account built for the environment, newest first."""
+@pytest.mark.parametrize("choice", [AmiChoice("pinned", "ami-0000000000000000a"),
+                                    AmiChoice("manifest", "ami-0000000000000000b"),
+                                    AmiChoice("account", "ami-0000000000000000c")], ids=lambda c: c.source)
+def test_gpu_ami_boots_the_image_it_is_handed_and_looks_nothing_up(choice):
+    """The choice is made before any resource (components/program.py deploy()); the component does not make it a
+    second time: no invoke at all, no warning."""
+    mocks = RecordingMocks(account_images={"us-west-2": {"ami-0000000000000000d": packer_image("test")}})
+    outputs, rendering = _gpu_ami(choice, mocks)
+    assert outputs == {"id": choice.ami_id, "source": choice.source}
+    assert mocks.calls == [] and rendering.warnings == []
+
+
+def test_an_ami_choice_is_a_source_with_an_id_unless_stock():
+    for source, ami_id in (("stock", "ami-0000000000000000a"), ("account", None), ("newest", "ami-0000000000000000a")):
+        with pytest.raises(ValueError, match="not an AMI choice"):
+            AmiChoice(source, ami_id)
+
+
+def _choose(account_images=(), pinned=None, manifest=None):
+    """choose_ami in a region, as deploy() calls it; `account_images`: the ids of images this account built for
+    the environment, newest first. (The choice, the mocks.)"""
     built = {ami: packer_image("test", f"2026-01-{31 - age:02d}T00:00:00.000Z")
              for age, ami in enumerate(account_images)}
-    mocks = RecordingMocks(account_images={"us-west-2": built})
+    return _choose_among(built, pinned, manifest)
 
-    def build(opts):
-        ami = GpuAmi("ami", GpuAmiArgs(region="us-west-2", environment="test", **args), opts=opts)
-        return {"id": ami.image_id, "source": ami.source}
 
-    rendering = _in_region(build, mocks=mocks)
-    return rendering, mocks
+def _choose_among(images, pinned=None, manifest=None):
+    mocks = RecordingMocks(account_images={"us-west-2": images})
+    chosen = []
+    _in_region(lambda opts: chosen.append(choose_ami("test", pinned, manifest, pulumi.InvokeOptions(
+        parent=opts.parent))), mocks=mocks)
+    return chosen[0], mocks
 
 
 @pytest.mark.parametrize(
-    ("args", "account_images", "expected_id", "expected_source"),
+    ("args", "account_images", "expected"),
     [
-        ({"pinned_ami_id": "ami-0000000000000000a", "manifest_ami_id": "ami-0000000000000000b"},
-         ["ami-0000000000000000c"], "ami-0000000000000000a", "pinned"),
-        ({"manifest_ami_id": "ami-0000000000000000b"}, ["ami-0000000000000000c"], "ami-0000000000000000b", "manifest"),
-        ({}, ["ami-0000000000000000c", "ami-0000000000000000d"], "ami-0000000000000000c", "account"),
-        ({}, [], STOCK_AMI, "stock"),
+        ({"pinned": "ami-0000000000000000a", "manifest": "ami-0000000000000000b"},
+         ["ami-0000000000000000c"], AmiChoice("pinned", "ami-0000000000000000a")),
+        ({"manifest": "ami-0000000000000000b"}, ["ami-0000000000000000c"], AmiChoice("manifest", "ami-0000000000000000b")),
+        ({}, ["ami-0000000000000000c", "ami-0000000000000000d"], AmiChoice("account", "ami-0000000000000000c")),
+        ({}, [], AmiChoice("stock")),
     ],
     ids=["pinned-beats-all", "manifest-beats-account", "newest-account-image", "stock-last"],
 )
-def test_ami_resolution_order(args, account_images, expected_id, expected_source):
-    rendering, mocks = _resolve_ami(account_images, **args)
-    assert rendering.outputs == {"id": expected_id, "source": expected_source}
-    assert any("stock ECS GPU AMI" in w for w in rendering.warnings) == (expected_source == "stock")
+def test_ami_resolution_order(args, account_images, expected):
+    choice, mocks = _choose(account_images, **args)
+    assert choice == expected
+    lookups = [token for token, _ in mocks.calls]
+    assert lookups == ([] if args else ["aws:ec2/getAmiIds:getAmiIds"])
 
 
 def test_account_images_are_looked_up_by_the_packer_tags_of_this_environment():
-    _, mocks = _resolve_ami()
+    _, mocks = _choose()
     (lookup,) = [call for token, call in mocks.calls if token == "aws:ec2/getAmiIds:getAmiIds"]
     assert lookup["owners"] == ["self"]
     filters = {f["name"]: f["values"] for f in lookup["filters"]}
     assert filters == {"tag:mlfleet:environment": ["test"], "tag:mlfleet:managed-by": ["packer"],
                        "state": ["available"]}
+    assert mocks.call_regions == [("aws:ec2/getAmiIds:getAmiIds", "us-west-2")]
 
 
 def test_the_newest_available_image_of_this_environment_is_the_account_image():
     """The mocks select by get_ami_ids' owners and filters and sort by creation date, as the provider does, so
     the choice is the newest available image of this environment, whatever order the account lists them in."""
-    images = {"ami-0000000000000000e": packer_image("test", "2026-02-01T00:00:00.000Z"),
-              "ami-0000000000000000f": packer_image("test", "2026-03-01T00:00:00.000Z"),
-              "ami-00000000000000010": packer_image("prod", "2026-04-01T00:00:00.000Z"),
-              "ami-00000000000000011": packer_image("test", "2026-05-01T00:00:00.000Z", state="pending"),
-              "ami-00000000000000012": Image(creation_date="2026-06-01T00:00:00.000Z")}
-    mocks = RecordingMocks(account_images={"us-west-2": images})
-
-    def build(opts):
-        ami = GpuAmi("ami", GpuAmiArgs(region="us-west-2", environment="test"), opts=opts)
-        return {"id": ami.image_id, "source": ami.source}
-
-    assert _in_region(build, mocks=mocks).outputs == {"id": "ami-0000000000000000f", "source": "account"}
+    choice, _ = _choose_among({"ami-0000000000000000e": packer_image("test", "2026-02-01T00:00:00.000Z"),
+                               "ami-0000000000000000f": packer_image("test", "2026-03-01T00:00:00.000Z"),
+                               "ami-00000000000000010": packer_image("prod", "2026-04-01T00:00:00.000Z"),
+                               "ami-00000000000000011": packer_image("test", "2026-05-01T00:00:00.000Z",
+                                                                     state="pending"),
+                               "ami-00000000000000012": Image(creation_date="2026-06-01T00:00:00.000Z")})
+    assert choice == AmiChoice("account", "ami-0000000000000000f")
 
 
 @pytest.mark.parametrize(("token", "result"), [("aws:ec2/getAmiIds:getAmiIds", "GetAmiIdsResult"),
@@ -249,9 +276,8 @@ def test_the_mocks_answer_the_ami_lookups_with_the_providers_fields(token, resul
 
 
 def test_pinned_ami_wins_without_a_warning():
-    rendering = _in_region(lambda opts: {"id": GpuAmi("ami", GpuAmiArgs(
-        region="us-west-2", environment="test", pinned_ami_id="ami-0fedcba9876543210"), opts=opts).image_id})
-    assert rendering.outputs["id"] == "ami-0fedcba9876543210"
+    outputs, rendering = _gpu_ami(AmiChoice("pinned", "ami-0fedcba9876543210"))
+    assert outputs["id"] == "ami-0fedcba9876543210"
     assert rendering.warnings == []
 
 
