@@ -10,7 +10,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.alerts import SlackChannel, SlackChannelArgs
-from components.ami import choose_ami
+from components.ami import AmiChoice, choose_ami
 from components.billing import estimate, monthly_budget, over_budget_warning, unreachable_fleets_warning
 from components.compute.fleet import ROOT_DEVICE
 from components.config import StackConfig
@@ -37,7 +37,7 @@ def check_root_volume(cfg: StackConfig, built: dict) -> None:
     """The fleets' root volume must hold the image's snapshot: EC2 refuses a launch whose root volume is smaller
     (botocore ec2 EbsBlockDevice.VolumeSize: "equal to or larger than the snapshot size"), so every instance of
     the fleet would fail to launch. Checked here for the images packer/manifest.json records; a pinned AMI wins
-    over them and is checked by check_pinned_images, from what EC2 says of it."""
+    over them and is checked by check_images, from what EC2 says of it."""
     too_big = {region: image for region, image in built.items()
                if region in cfg.regions and region not in cfg.ami_ids
                and image.root_volume_gib is not None and image.root_volume_gib > cfg.root_volume_gib}
@@ -51,71 +51,119 @@ def check_root_volume(cfg: StackConfig, built: dict) -> None:
             f"the image with a smaller root_volume_gib (make ami ENV={cfg.environment})")
 
 
+# The sources whose image deploy() reads from EC2 before any resource is declared. A `manifest` image is held to
+# the root volume Packer recorded (check_root_volume); a `stock` one needs no read: its root is smaller than any
+# mlfleet:rootVolumeGiB the config model accepts (components/ami STOCK_ROOT_VOLUME_GIB).
+READ_SOURCES = ("pinned", "account")
+
+
 @dataclass(frozen=True)
-class PinnedImage:
-    """What the fleets need of an AMI mlfleet:amiIds pins: its root device and that device's snapshot size."""
+class FleetImage:
+    """What the fleets need of the image a region boots, as EC2 describes it: its root device and that device's
+    snapshot size. `source` says how the image was chosen (components/ami SOURCES): pinned or account."""
+    region: str
+    source: str
     ami_id: str
     root_device_name: str | None
     root_device_type: str | None
     root_volume_gib: int | None  # None: the root device's mapping has no EBS volume size
 
 
-def pinned_image(ami_id: str, image: Any) -> PinnedImage:
+def fleet_image(region: str, choice: AmiChoice, image: Any) -> FleetImage:
     """The root device of aws.ec2.get_ami's result: the block device mapping named `root_device_name`, whose `ebs`
     is a map of strings (`ebs["volume_size"]`: pulumi_aws.ec2.GetAmiBlockDeviceMappingResult; terraform-provider-aws
     ec2_ami_data_source.go flattenAMIBlockDeviceMappings writes the size as a decimal string). An image may map
     other volumes too, larger ones among them, so the root is found by its name, never by position or size."""
     root = next((m for m in image.block_device_mappings or () if m.device_name == image.root_device_name), None)
     size = str((root.ebs or {}).get("volume_size") or "") if root is not None else ""
-    return PinnedImage(ami_id, image.root_device_name, image.root_device_type, int(size) if size.isdigit() else None)
+    return FleetImage(region, choice.source, choice.ami_id, image.root_device_name, image.root_device_type,
+                      int(size) if size.isdigit() else None)
 
 
-def read_pinned_images(cfg: StackConfig, providers: dict) -> dict[str, PinnedImage]:
-    """Each pinned AMI as EC2 describes it, read through its region's provider (an AMI id is regional) before
-    any resource is declared. An image-id filter finds exactly that image: the account's own, one shared with
-    it, or a public one (DescribeImages); the provider fails when there is none."""
+def _named(cfg: StackConfig, region: str, source: str, ami_id: str) -> str:
+    """How an error names a region's image: by the key that pins it, or by how the account's image was found."""
+    if source == "pinned":
+        return f"mlfleet:amiIds.{region}: {ami_id}"
+    return f"{region}: the newest image this account built for {cfg.environment!r}, {ami_id}"
+
+
+def _instead(cfg: StackConfig, image: FleetImage, what: str) -> str:
+    """What to boot instead of `image`: `what` describes an image that would do."""
+    if image.source == "pinned":
+        return f"pin {what}"
+    return (f"build {what} (make ami ENV={cfg.environment}; the fleets take the newest) or pin one in "
+            f"mlfleet:amiIds.{image.region}")
+
+
+def read_images(cfg: StackConfig, choices: dict[str, AmiChoice], providers: dict) -> dict[str, FleetImage]:
+    """Each region's image of READ_SOURCES as EC2 describes it, read once, through the region's provider (an AMI
+    id is regional), before any resource is declared. An image-id filter finds exactly that image: the account's
+    own, one shared with it, or a public one (DescribeImages); the provider fails when there is none."""
     images = {}
-    for region, ami_id in sorted(cfg.ami_ids.items()):
+    for region, choice in sorted(choices.items()):
+        if choice.source not in READ_SOURCES:
+            continue
         try:
-            found = aws.ec2.get_ami(filters=[{"name": "image-id", "values": [ami_id]}],
+            found = aws.ec2.get_ami(filters=[{"name": "image-id", "values": [choice.ami_id]}],
                                     opts=pulumi.InvokeOptions(provider=providers[region]))
         except Exception as error:  # a failed invoke is a plain Exception (pulumi/runtime/invoke.py)
-            raise ProgramError(f"mlfleet:amiIds.{region}: {ami_id} cannot be read in {region} ({error}); pin an "
-                               "image that exists in that region and that this account may launch") from None
-        images[region] = pinned_image(ami_id, found)
+            fix = ("pin an image that exists in that region and that this account may launch"
+                   if choice.source == "pinned" else
+                   f"it was listed a moment before: run again, or pin an image in mlfleet:amiIds.{region}")
+            raise ProgramError(f"{_named(cfg, region, choice.source, choice.ami_id)} cannot be read in {region} "
+                               f"({error}); {fix}") from None
+        images[region] = fleet_image(region, choice, found)
     return images
 
 
-def check_pinned_images(cfg: StackConfig, images: dict[str, PinnedImage]) -> None:
-    """A pinned AMI must boot the fleets' launch template: its root device is the one the template sizes and
-    encrypts (components/compute/fleet.py ROOT_DEVICE), and mlfleet:rootVolumeGiB holds its snapshot (EC2 refuses
-    a smaller one: botocore ec2 EbsBlockDevice.VolumeSize, "equal to or larger than the snapshot size")."""
-    problems, too_big = [], {}
+def check_images(cfg: StackConfig, images: dict[str, FleetImage]) -> None:
+    """An image a region boots must suit the fleets' launch template: its root device is the one the template sizes
+    and encrypts (components/compute/fleet.py ROOT_DEVICE), and mlfleet:rootVolumeGiB holds its snapshot (EC2
+    refuses a smaller one: botocore ec2 EbsBlockDevice.VolumeSize, "equal to or larger than the snapshot size").
+    The same rules for a pinned image and for the account's; every problem of every image in one error."""
+    problems, too_big = [], {source: {} for source in READ_SOURCES}  # problems: (source, message)
     for region, image in sorted(images.items()):
+        named = _named(cfg, region, image.source, image.ami_id)
         if image.root_device_name != ROOT_DEVICE:
-            problems.append(
-                f"mlfleet:amiIds.{region}: {image.ami_id} boots from {image.root_device_name}, and the fleets' launch "
-                f"template sizes and encrypts {ROOT_DEVICE}: the image's root would keep its own size and every "
-                f"instance would get an extra empty {cfg.root_volume_gib} GiB volume; pin an image whose root device "
-                f"is {ROOT_DEVICE} (mlfleet's build, make ami ENV={cfg.environment}, or the ECS GPU AMI)")
+            fix = _instead(cfg, image, f"an image whose root device is {ROOT_DEVICE}")
+            if image.source == "pinned":
+                fix += f" (mlfleet's build, make ami ENV={cfg.environment}, or the ECS GPU AMI)"
+            problems.append((image.source, (
+                f"{named} boots from {image.root_device_name}, and the fleets' launch template sizes and encrypts "
+                f"{ROOT_DEVICE}: the image's root would keep its own size and every instance would get an extra "
+                f"empty {cfg.root_volume_gib} GiB volume; {fix}")))
         elif image.root_volume_gib is None:
-            problems.append(
-                f"mlfleet:amiIds.{region}: {image.ami_id}'s root device {image.root_device_name} has no EBS volume "
-                f"({image.root_device_type}); the fleets boot from an EBS root volume at {ROOT_DEVICE}, so pin an "
-                "EBS-backed image")
+            problems.append((image.source, (
+                f"{named}'s root device {image.root_device_name} has no EBS volume ({image.root_device_type}); the "
+                f"fleets boot from an EBS root volume at {ROOT_DEVICE}, so "
+                f"{_instead(cfg, image, 'an EBS-backed image')}")))
         elif image.root_volume_gib > cfg.root_volume_gib:
-            too_big[region] = image
-    if too_big:
-        images_listed = ", ".join(f"{r}: {i.ami_id}, {i.root_volume_gib} GiB" for r, i in sorted(too_big.items()))
-        largest = max(i.root_volume_gib for i in too_big.values())
-        problems.insert(0, (
-            f"mlfleet:rootVolumeGiB={cfg.root_volume_gib} is smaller than the root volume of the AMI mlfleet:amiIds "
-            f"pins ({images_listed}), and EC2 refuses to launch an instance whose root volume is smaller than its "
-            f"image's snapshot, so no fleet instance would launch; set mlfleet:rootVolumeGiB to {largest} or more, "
-            f"or pin an image whose root volume is at most {cfg.root_volume_gib} GiB"))
+            too_big[image.source][region] = image
+    sizes = []  # listed first: one fix, a larger mlfleet:rootVolumeGiB, mends them all
+    for source, found in too_big.items():
+        if not found:
+            continue
+        listed = ", ".join(f"{r}: {i.ami_id}, {i.root_volume_gib} GiB" for r, i in sorted(found.items()))
+        largest = max(i.root_volume_gib for i in found.values())
+        if source == "pinned":
+            whose = "the AMI mlfleet:amiIds pins"
+            fix = f"pin an image whose root volume is at most {cfg.root_volume_gib} GiB"
+        else:
+            whose = f"the newest image this account built for {cfg.environment!r}"
+            fix = (f"build one with a root_volume_gib of at most {cfg.root_volume_gib} (make ami "
+                   f"ENV={cfg.environment}; the fleets take the newest), or pin one in mlfleet:amiIds")
+        sizes.append((source, (
+            f"mlfleet:rootVolumeGiB={cfg.root_volume_gib} is smaller than the root volume of {whose} ({listed}), and "
+            f"EC2 refuses to launch an instance whose root volume is smaller than its image's snapshot, so no fleet "
+            f"instance would launch; set mlfleet:rootVolumeGiB to {largest} or more, or {fix}")))
+    problems = sizes + problems
+    if len(problems) == 1:
+        raise ProgramError(problems[0][1])
     if problems:
-        raise ProgramError(problems[0] if len(problems) == 1 else
-                           f"{len(problems)} problems with the pinned AMIs:\n  - " + "\n  - ".join(problems))
+        which = " and ".join(label for source, label in (("pinned", "the pinned AMIs"),
+                                                          ("account", "the images this account built"))
+                             if any(s == source for s, _ in problems))
+        raise ProgramError(f"{len(problems)} problems with {which}:\n  - " + "\n  - ".join(m for _, m in problems))
 
 
 def deploy(cfg: StackConfig) -> dict:
@@ -133,18 +181,16 @@ def deploy(cfg: StackConfig) -> dict:
 
     providers = regional_providers([cfg.home_region, *cfg.regions, BILLING_METRICS_REGION], cfg.base_tags(),
                                    cfg.aws_provider.provider_args())
-    # A pinned AMI is read through its region's provider (the providers are declared, nothing else yet): an image
-    # the fleets cannot boot stops the program here, not at the scheduler's first purchase.
-    check_pinned_images(cfg, read_pinned_images(cfg, providers))
-    # Each region's image is chosen here too, through the region's provider, and handed to its FleetRegion: the
-    # account's newest image is looked up before any resource is declared, so a failed lookup leaves nothing
-    # half-created (pulumi/pulumi#7050, below).
+    # Each region's image is chosen, and a pinned or account image read, through the region's provider (the
+    # providers are declared, nothing else yet): an image the fleets cannot boot stops the program here, not at the
+    # scheduler's first purchase, and a lookup that fails leaves nothing half-created (pulumi/pulumi#7050, below).
     amis = {
         region: choose_ami(cfg.environment, cfg.ami_ids.get(region),
                            built[region].ami_id if region in built else None,
                            pulumi.InvokeOptions(provider=providers[region]))
         for region in cfg.regions
     }
+    check_images(cfg, read_images(cfg, amis, providers))
     # Each new VPC's zones and endpoints come from AWS's offerings: planned for every region before the first
     # resource is declared, so that a region that cannot be built (plan_network's NetworkError) stops
     # `pulumi up` before anything is created. The engine starts creating each resource as it is declared

@@ -1,16 +1,18 @@
 """The whole program picks up the Packer manifest per region, and refuses a malformed one before
-declaring anything (never a silent stale image). A pinned AMI is read from EC2 (aws.ec2.get_ami, answered by
-the mocks in the provider's shape: tests/pulumi_harness.py Image) and refused, before any resource, when the
-fleets' launch template cannot boot it."""
+declaring anything (never a silent stale image). A pinned AMI, and without a pin or a manifest the newest image
+this account built (aws.ec2.get_ami_ids), is read from EC2 (aws.ec2.get_ami; both answered by the mocks in the
+provider's shape: tests/pulumi_harness.py Image) and refused, before any resource, when the fleets' launch
+template cannot boot it."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 import components.program as program
-from pulumi_harness import Image, RecordingMocks, render_config, render_stack, stack_file_config
+from pulumi_harness import Image, RecordingMocks, packer_image, render_config, render_stack, stack_file_config
 
 MANIFEST = {
     "builds": [{"name": "al2023_gpu", "builder_type": "amazon-ebs", "build_time": 1763830000,
@@ -169,3 +171,119 @@ def test_a_pinned_ami_ec2_does_not_find_is_refused_with_the_key_and_the_provider
     assert message.startswith("mlfleet:amiIds.us-east-1: ami-0cccccccccccccccc cannot be read in us-east-1 (")
     assert "Your query returned no results" in message
     assert _declared(mocks) == {"pulumi:providers:aws"}
+
+
+# --- The newest image this account built (no pin, no manifest) ---------------------------------------------
+
+ACCOUNT = {"us-east-1": "ami-0eeeeeeeeeeeeeeee", "us-west-2": "ami-0ffffffffffffffff"}
+OLDER = {"us-east-1": "ami-0e0000000000000ee", "us-west-2": "ami-0f0000000000000ff"}
+
+
+def _account(monkeypatch, tmp_path, images: dict, root_volume_gib: int = 200, pinned: dict | None = None):
+    """Render staging without a manifest. Each region's newest image of this account is ACCOUNT's, described by
+    `images` (region -> Image; the build's tags and a creation date are added), with an older image beside it that
+    would boot; `pinned`: region -> (AMI id, Image) pinned in mlfleet:amiIds. (The error or None, the mocks.)"""
+    monkeypatch.setattr(program, "PACKER_MANIFEST", tmp_path / "no-manifest.json")
+    tags = packer_image("staging").tags
+    account = {region: {ACCOUNT[region]: replace(images.get(region, Image()), tags=tags,
+                                                 creation_date="2026-03-01T00:00:00.000Z"),
+                        OLDER[region]: packer_image("staging", "2026-02-01T00:00:00.000Z", root_volume_gib=30)}
+               for region in ACCOUNT}
+    values = {**stack_file_config("staging"), "mlfleet:rootVolumeGiB": str(root_volume_gib)}
+    if pinned:
+        values["mlfleet:amiIds"] = json.dumps({region: ami for region, (ami, _) in pinned.items()})
+    mocks = RecordingMocks(account_images=account, images={ami: image for ami, image in (pinned or {}).values()})
+    try:
+        render_config(values, "staging", mocks)
+    except program.ProgramError as error:
+        return str(error), mocks
+    return None, mocks
+
+
+@pytest.mark.parametrize(("snapshot", "configured"), [(300, 200), (201, 200)])
+def test_an_account_image_larger_than_the_root_volume_stops_the_program_before_any_resource(
+        monkeypatch, tmp_path, snapshot, configured):
+    """Regression: the newest image this account built was looked up inside the region's GpuAmi, after resources
+    were declared, and never checked: the stack deployed and EC2 refused every launch (botocore ec2
+    EbsBlockDevice.VolumeSize). It is now chosen and read before any resource (an error raised among the declared
+    resources would leave `pulumi up` half-done: pulumi/pulumi#7050) and held to the pinned images' rules."""
+    message, mocks = _account(monkeypatch, tmp_path, {"us-west-2": Image(root_volume_gib=snapshot)}, configured)
+    assert message is not None, "deployed"
+    assert message == (
+        f"mlfleet:rootVolumeGiB={configured} is smaller than the root volume of the newest image this account built "
+        f"for 'staging' (us-west-2: ami-0ffffffffffffffff, {snapshot} GiB), and EC2 refuses to launch an instance "
+        f"whose root volume is smaller than its image's snapshot, so no fleet instance would launch; set "
+        f"mlfleet:rootVolumeGiB to {snapshot} or more, or build one with a root_volume_gib of at most {configured} "
+        "(make ami ENV=staging; the fleets take the newest), or pin one in mlfleet:amiIds")
+    assert _declared(mocks) == {"pulumi:providers:aws"}
+
+
+def test_each_account_image_is_found_and_read_once_through_its_regions_provider(monkeypatch, tmp_path):
+    message, mocks = _account(monkeypatch, tmp_path, {})
+    assert message is None
+    lookups = [(token, region, call) for (token, call), (_, region) in zip(mocks.calls, mocks.call_regions)
+               if token in ("aws:ec2/getAmiIds:getAmiIds", "aws:ec2/getAmi:getAmi")]
+    assert sorted((token, region) for token, region, _ in lookups) == sorted(
+        (token, region) for region in ACCOUNT for token in ("aws:ec2/getAmiIds:getAmiIds", "aws:ec2/getAmi:getAmi"))
+    reads = {region: call["filters"] for token, region, call in lookups if token == "aws:ec2/getAmi:getAmi"}
+    assert reads == {region: [{"name": "image-id", "values": [ami]}] for region, ami in ACCOUNT.items()}
+
+
+def test_an_account_image_the_root_volume_holds_boots_the_fleets(monkeypatch, tmp_path):
+    monkeypatch.setattr(program, "PACKER_MANIFEST", tmp_path / "no-manifest.json")
+    account = {region: {ami: packer_image("staging", root_volume_gib=200)} for region, ami in ACCOUNT.items()}
+    rendering = render_config({**stack_file_config("staging"), "mlfleet:rootVolumeGiB": "200"}, "staging",
+                              RecordingMocks(account_images=account))
+    assert {region: (r["amiId"], r["amiSource"]) for region, r in rendering.outputs["regions"].items()} == {
+        region: (ami, "account") for region, ami in ACCOUNT.items()}
+    templates = rendering.of_type("aws:ec2/launchTemplate:LaunchTemplate")
+    assert templates and {lt.inputs["imageId"] for lt in templates} == set(ACCOUNT.values())
+    assert {bdm["ebs"]["volumeSize"] for lt in templates for bdm in lt.inputs["blockDeviceMappings"]} == {200}
+    assert not any("stock ECS GPU AMI" in w for w in rendering.warnings)
+
+
+def test_an_account_image_booting_from_another_device_is_refused(monkeypatch, tmp_path):
+    message, mocks = _account(monkeypatch, tmp_path, {"us-east-1": Image(root_device_name="/dev/sda1")})
+    assert message is not None and message.startswith(
+        "us-east-1: the newest image this account built for 'staging', ami-0eeeeeeeeeeeeeeee boots from /dev/sda1")
+    assert message.endswith("build an image whose root device is /dev/xvda (make ami ENV=staging; the fleets take "
+                            "the newest) or pin one in mlfleet:amiIds.us-east-1")
+    assert _declared(mocks) == {"pulumi:providers:aws"}
+
+
+def test_the_problems_of_pinned_and_account_images_are_listed_in_one_error(monkeypatch, tmp_path):
+    """One check for both sources: a pinned image and an account image too large, and an account image with no
+    EBS root, in one error; the fix that mends both sizes first."""
+    message, mocks = _account(monkeypatch, tmp_path, {"us-west-2": Image(root_volume_gib=400)},
+                              pinned={"us-east-1": (PINNED["us-east-1"], Image(root_volume_gib=300))})
+    assert message is not None
+    header, *lines = message.splitlines()
+    assert header == "2 problems with the pinned AMIs and the images this account built:"
+    assert lines[0].startswith("  - mlfleet:rootVolumeGiB=200 is smaller than the root volume of the AMI "
+                               "mlfleet:amiIds pins (us-east-1: ami-0cccccccccccccccc, 300 GiB)")
+    assert lines[1].startswith("  - mlfleet:rootVolumeGiB=200 is smaller than the root volume of the newest image "
+                               "this account built for 'staging' (us-west-2: ami-0ffffffffffffffff, 400 GiB)")
+    assert _declared(mocks) == {"pulumi:providers:aws"}
+    message, _ = _account(monkeypatch, tmp_path, {"us-west-2": Image(root_device_type="instance-store")})
+    assert message == ("us-west-2: the newest image this account built for 'staging', ami-0ffffffffffffffff's root "
+                       "device /dev/xvda has no EBS volume (instance-store); the fleets boot from an EBS root volume "
+                       "at /dev/xvda, so build an EBS-backed image (make ami ENV=staging; the fleets take the newest) "
+                       "or pin one in mlfleet:amiIds.us-west-2")
+
+
+def test_a_pinned_region_does_not_look_for_the_accounts_images(monkeypatch, tmp_path):
+    """The pin wins: the account's newest image of a pinned region is neither listed nor held to the rules."""
+    message, mocks = _account(monkeypatch, tmp_path, {"us-east-1": Image(root_volume_gib=900)},
+                              pinned={"us-east-1": (PINNED["us-east-1"], Image())})
+    assert message is None
+    assert ("aws:ec2/getAmiIds:getAmiIds", "us-east-1") not in mocks.call_regions
+
+
+def test_a_region_without_an_image_of_its_own_boots_the_stock_ami_unread(monkeypatch, tmp_path):
+    """The stock image's root (30 GiB) is below any mlfleet:rootVolumeGiB the model accepts: not read from EC2."""
+    monkeypatch.setattr(program, "PACKER_MANIFEST", tmp_path / "no-manifest.json")
+    mocks = RecordingMocks()
+    rendering = render_config(stack_file_config("staging"), "staging", mocks)
+    assert {r["amiSource"] for r in rendering.outputs["regions"].values()} == {"stock"}
+    assert "aws:ec2/getAmi:getAmi" not in [token for token, _ in mocks.calls]
+    assert any("stock ECS GPU AMI" in w for w in rendering.warnings)
