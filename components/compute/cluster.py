@@ -46,22 +46,41 @@ def job_log_group_name(environment: str) -> str:
 def job_secrets_policy(environment: str, account: str) -> str:
     """What ECS needs to inject a job's secrets (the container definition's `secrets`), and no more: the
     environment's SSM parameters and Secrets Manager secrets, any region (a job may run in every fleet
-    region), and their KMS keys only when SSM or Secrets Manager decrypts on the role's behalf.
+    region), and a KMS key only when SSM or Secrets Manager decrypts one of those on the role's behalf.
     ("Required IAM permissions for Amazon ECS secrets", https://docs.aws.amazon.com/AmazonECS/latest/
     developerguide/specifying-sensitive-data.html and .../task_execution_IAM_role.html.) Job specs can
-    only name references inside these prefixes (lambdas/jobs/credentials.py)."""
+    only name references inside these prefixes (lambdas/jobs/credentials.py).
+
+    kms:ViaService alone would let the role decrypt, through either service, any SecureString parameter or
+    secret of the account encrypted with a customer managed key, whatever its name (the resource
+    statements bound what the role reads, not what it may decrypt). Each service names what it decrypts in
+    the encryption context of its KMS requests, so each decrypt statement is held to its service and to
+    the same ARNs as its read statement:
+    - Parameter Store: `PARAMETER_ARN`, the parameter's ARN, arn:aws:ssm:<region>:<account>:parameter/<name>
+      with the path in the name ("How AWS Systems Manager Parameter Store uses AWS KMS", Parameter Store
+      encryption context, https://docs.aws.amazon.com/kms/latest/developerguide/services-parameter-store.html);
+    - Secrets Manager: `SecretARN`, the secret's ARN, which ends in "-" and 6 random characters after the
+      name, and `SecretVersionId` ("Secret encryption and decryption in AWS Secrets Manager", Secrets
+      Manager encryption context, https://docs.aws.amazon.com/secretsmanager/latest/userguide/security-encryption.html).
+    The IAM reference lists kms:ViaService and kms:EncryptionContext:${EncryptionContextKey} for kms:Decrypt
+    (tests/rules/iam_lint.py checks every statement against it). Two statements, not one: the keys of one
+    condition must all hold, and a Parameter Store request carries no SecretARN."""
+    # Parameter /mlfleet/dev/x has the ARN ...:parameter/mlfleet/dev/x.
+    parameters = f"arn:aws:ssm:*:{account}:parameter{ssm_prefix(environment)}*"
+    # Secret mlfleet/dev/x has the ARN ...:secret:mlfleet/dev/x-AbCdEf; the trailing * takes the suffix.
+    secrets = f"arn:aws:secretsmanager:*:{account}:secret:{secrets_manager_prefix(environment)}*"
+    keys = f"arn:aws:kms:*:{account}:key/*"
     return json.dumps({
         "Version": "2012-10-17",
         "Statement": [
-            {"Sid": "ReadJobParameters", "Effect": "Allow", "Action": "ssm:GetParameters",
-             # Parameter /mlfleet/dev/x has the ARN ...:parameter/mlfleet/dev/x.
-             "Resource": f"arn:aws:ssm:*:{account}:parameter{ssm_prefix(environment)}*"},
-            {"Sid": "ReadJobSecrets", "Effect": "Allow", "Action": "secretsmanager:GetSecretValue",
-             "Resource": f"arn:aws:secretsmanager:*:{account}:secret:{secrets_manager_prefix(environment)}*"},
-            {"Sid": "DecryptJobSecrets", "Effect": "Allow", "Action": "kms:Decrypt",
-             "Resource": f"arn:aws:kms:*:{account}:key/*",
-             "Condition": {"StringLike": {"kms:ViaService": ["ssm.*.amazonaws.com",
-                                                             "secretsmanager.*.amazonaws.com"]}}},
+            {"Sid": "ReadJobParameters", "Effect": "Allow", "Action": "ssm:GetParameters", "Resource": parameters},
+            {"Sid": "ReadJobSecrets", "Effect": "Allow", "Action": "secretsmanager:GetSecretValue", "Resource": secrets},
+            {"Sid": "DecryptJobParameters", "Effect": "Allow", "Action": "kms:Decrypt", "Resource": keys,
+             "Condition": {"StringLike": {"kms:ViaService": "ssm.*.amazonaws.com",
+                                          "kms:EncryptionContext:PARAMETER_ARN": parameters}}},
+            {"Sid": "DecryptJobSecrets", "Effect": "Allow", "Action": "kms:Decrypt", "Resource": keys,
+             "Condition": {"StringLike": {"kms:ViaService": "secretsmanager.*.amazonaws.com",
+                                          "kms:EncryptionContext:SecretARN": secrets}}},
         ],
     }, sort_keys=True)
 

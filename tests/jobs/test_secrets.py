@@ -12,6 +12,7 @@ import json
 
 import pytest
 from conftest import CLUSTER, ENV, HOME, aws_client, build_fleet, fleets_json, open_admission, scheduler_settings
+from iam_conditions import allows
 
 from components.compute.cluster import job_secrets_policy
 from lambdas.common.catalog import load_catalog
@@ -136,8 +137,51 @@ def test_the_execution_role_reads_exactly_the_references_a_spec_may_name():
                       f"arn:aws:secretsmanager:us-east-1:{ACCOUNT}:secret:mlfleet/prod/x",
                       "arn:aws:ssm:us-east-1:999999999999:parameter/mlfleet/dev/x"]:
         assert not readable(reference), reference
-    kms = next(s for s in policy["Statement"] if s["Action"] == "kms:Decrypt")
-    assert kms["Condition"] == {"StringLike": {"kms:ViaService": ["ssm.*.amazonaws.com", "secretsmanager.*.amazonaws.com"]}}
+
+
+def decrypt_request(reference: str, via: str | None = None) -> tuple[str, dict]:
+    """The key ARN and request context of the kms:Decrypt that SSM or Secrets Manager sends, on the role's
+    behalf, when ECS reads `reference` (an SSM name is read in the region the job runs in): Parameter
+    Store's encryption context is PARAMETER_ARN, the parameter's ARN (the KMS developer guide, "How AWS
+    Systems Manager Parameter Store uses AWS KMS"); Secrets Manager's SecretARN and SecretVersionId (the
+    Secrets Manager user guide, "Secret encryption and decryption in AWS Secrets Manager")."""
+    if reference.startswith("/"):
+        reference = f"arn:aws:ssm:{HOME}:{ACCOUNT}:parameter{reference}"
+    service, region = reference.split(":")[2:4]
+    if service == "ssm":
+        context = {"kms:EncryptionContext:PARAMETER_ARN": reference}
+    else:  # the secret's ARN, without ECS's :json-key:version-stage:version-id
+        context = {"kms:EncryptionContext:SecretARN": ":".join(reference.split(":")[:7]),
+                   "kms:EncryptionContext:SecretVersionId": "EXAMPLE1-90ab-cdef-fedc-ba987SECRET1"}
+    if via != "":
+        context["kms:ViaService"] = f"{via or service}.{region}.amazonaws.com"
+    return f"arn:aws:kms:{region}:{ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab", context
+
+
+def test_the_execution_role_decrypts_only_the_references_a_spec_may_name():
+    """KMS lets the role decrypt through SSM or Secrets Manager only what they decrypt for a reference of the
+    environment: any SecureString parameter or secret of the account encrypted with a customer managed key
+    was decryptable through either service before (kms:ViaService was the only condition)."""
+    statements = json.loads(job_secrets_policy(ENV, ACCOUNT))["Statement"]
+
+    def decryptable(reference: str, via: str | None = None) -> bool:
+        return allows(statements, "kms:Decrypt", *decrypt_request(reference, via))
+
+    for reference in ["/mlfleet/dev/wandb-key", "/mlfleet/dev/team/db.password", SSM_ARN, SECRET_ARN,
+                      SECRET_ARN + ":api_key::", SECRET_ARN + ":api_key:AWSCURRENT:"]:
+        assert reference_kind(reference, ENV) and decryptable(reference), reference
+    # Another environment's, another prefix's, another account's (a spec may name it, the role reads none).
+    for reference in ["/mlfleet/prod/x", "/mlfleet/devel/x", "/other/dev/x",
+                      f"arn:aws:ssm:us-east-1:{ACCOUNT}:parameter/mlfleet/prod/x",
+                      "arn:aws:ssm:us-east-1:999999999999:parameter/mlfleet/dev/x",
+                      f"arn:aws:secretsmanager:us-east-1:{ACCOUNT}:secret:mlfleet/prod/x-AbCdEf",
+                      f"arn:aws:secretsmanager:us-east-1:{ACCOUNT}:secret:other/dev/x-AbCdEf",
+                      "arn:aws:secretsmanager:us-east-1:999999999999:secret:mlfleet/dev/x-AbCdEf"]:
+        assert not decryptable(reference), reference
+    # Only through the service that holds the reference, and never directly.
+    assert not decryptable(SSM_ARN, via="secretsmanager") and not decryptable(SECRET_ARN, via="ssm")
+    assert not decryptable(SSM_ARN, via="") and not decryptable(SECRET_ARN, via="")
+    assert {s["Sid"] for s in statements if s["Action"] == "kms:Decrypt"} == {"DecryptJobParameters", "DecryptJobSecrets"}
 
 
 @pytest.fixture
