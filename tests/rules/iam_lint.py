@@ -22,7 +22,14 @@ A statement fails on:
   next rule still fails a Deny whose resources none of its actions apply to;
 - a resource that none of the statement's actions can be authorized on (a dead or mistyped ARN);
 - a service condition key the action does not support (a key absent from the request makes the
-  condition false: an Allow never applies, a Deny never protects). Global `aws:` keys are accepted;
+  condition false: an Allow never applies, a Deny never protects): the keys the reference lists for the
+  action on the resource types the statement names. The tag keys `aws:RequestTag/${TagKey}` and
+  `aws:TagKeys` are checked the same way: the reference lists them action by action, for the requests
+  that carry tags (ecs:StartTask and ecs:RegisterTaskDefinition do, ecs:StopTask does not), and a
+  condition on a key the request never carries refuses every call. `aws:ResourceTag/${TagKey}` is
+  checked against the action's keys and those of its resource types (the reference's "Resource types"
+  table: kms:Decrypt's own list lacks it, the key resource type has it). Other global `aws:` keys are
+  in every request context that has them and are accepted;
 - in an identity policy, an Allow on "*" of an action the reference authorizes on a resource type (so
   it could be granted on ARNs), unless a request condition key of the action's own service narrows it
   (`ecs:ListTasks` on "*" with `ecs:cluster`: a listing of a whole cluster is not authorized on a
@@ -270,6 +277,24 @@ def resource_types(action: str) -> Mapping[str, Mapping[str, Any]]:
     return service(prefix)["privileges"][name]["resource_types"]
 
 
+def resource_condition_keys(action: str, resource_type: str) -> tuple[str, ...]:
+    """The condition keys the reference lists for a resource type itself (its "Resource types" table)."""
+    if not resource_type:
+        return ()
+    data = service(action.partition(":")[0])
+    return tuple((data.get("resources") or {}).get(resource_type, {}).get("condition_keys") or ())
+
+
+@functools.cache
+def per_action_global_keys() -> frozenset[str]:
+    """The global `aws:` keys the reference lists action by action: aws:RequestTag/${TagKey},
+    aws:ResourceTag/${TagKey}, aws:TagKeys (read from the reference, not assumed)."""
+    return frozenset(key for data in reference().values() if isinstance(data, Mapping)
+                     for privilege in (data.get("privileges") or {}).values()
+                     for types in privilege["resource_types"].values()
+                     for key in types["condition_keys"] if key.lower().startswith("aws:"))
+
+
 def arn_format(action: str, resource_type: str) -> str:
     prefix = action.partition(":")[0]
     return service(prefix)["resources"][resource_type]["arn"]
@@ -462,13 +487,15 @@ def lint_statement(statement: Mapping[str, Any], *, where: str, kind: str, index
         if not _operator_known(operator):
             fail("condition-operator", f"{operator} is not an IAM condition operator")
         for key in tests or {}:
-            if key.lower().startswith("aws:"):
+            if key.lower().startswith("aws:") and not _key_supported(key, per_action_global_keys()):
                 continue  # global condition keys
             for action in actions:
                 types = resource_types(action)
                 applicable = [t for t in types if not t or "Resource" not in statement or "*" in resources
                               or any(arn_matches(r, arn_format(action, t)) for r in resources)]
                 supported = {k for t in applicable for k in types[t]["condition_keys"]}
+                if _key_supported(key, ("aws:ResourceTag/${TagKey}",)):
+                    supported |= {k for t in applicable for k in resource_condition_keys(action, t)}
                 if not _key_supported(key, supported) and not excepted("condition-key", action, key):
                     fail("condition-key", f"{action} does not support the condition key {key}")
 

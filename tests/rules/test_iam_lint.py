@@ -250,6 +250,14 @@ def test_a_good_statement_has_no_findings():
             Condition={"ForAllValues:StringEquals": {"aws:TagKeys": ["a"]}, "StringEquals": {"ec2:CreateAction": "x"}}),
      "condition-key", "ec2:StopInstances does not support the condition key ec2:CreateAction"),
     (broken(Condition={"ArnLikes": {"ecs:cluster": "x"}}), "condition-operator", "ArnLikes"),
+    # a request tag on an action whose request carries none: the reference lists aws:RequestTag/${TagKey}
+    # and aws:TagKeys for ecs:StartTask, not for ecs:StopTask; the condition would refuse every stop
+    (broken(Action=["ecs:StopTask"], Resource=["arn:aws:ecs:*:1:task/mlfleet-dev/*"],
+            Condition={"StringEquals": {"aws:RequestTag/mlfleet:environment": "dev"}}),
+     "condition-key", "ecs:StopTask does not support the condition key aws:RequestTag/mlfleet:environment"),
+    (broken(Action=["ecs:StopTask"], Resource=["arn:aws:ecs:*:1:task/mlfleet-dev/*"],
+            Condition={"ForAllValues:StringEquals": {"aws:TagKeys": ["a"]}}),
+     "condition-key", "ecs:StopTask does not support the condition key aws:TagKeys"),
     # "*" where the action takes ARNs: every group of the account, whatever the tag condition says
     (broken(Action=["autoscaling:SetDesiredCapacity"],
             Condition={"StringEquals": {"aws:ResourceTag/mlfleet:environment": "dev"}}), "wildcard-resource",
