@@ -26,7 +26,9 @@ from ..jobs.ledger import JobRecord
 from ..jobs.spec import OVERRIDES_LIMIT, JobSpec, container_overrides, gpu_requirement, overrides_size
 from .state import SCALING_PAUSED_TAG
 
-JOB_ID_TAG, ATTEMPT_TAG = "mlfleet:job-id", "mlfleet:attempt"
+JOB_ID_TAG, ATTEMPT_TAG, SUBMISSION_ID_TAG = "mlfleet:job-id", "mlfleet:attempt", "mlfleet:submission-id"
+# The tags every task the scheduler starts carries (start_job), and the only ones its StartTask may carry.
+TASK_TAGS = (JOB_ID_TAG, ATTEMPT_TAG, ENVIRONMENT_TAG, SUBMISSION_ID_TAG)
 # Revisions looked at (newest first) for one whose image matches, before registering a new one.
 REVISIONS_SEARCHED = 25
 # Task-definition fields copied from the family's latest revision into a per-image revision.
@@ -43,8 +45,15 @@ JOB_FAMILY_REVISIONS = "arn:{partition}:ecs:*:{account}:task-definition/mlfleet-
 FLEET_GROUPS = "arn:{partition}:autoscaling:*:{account}:autoScalingGroup:*:autoScalingGroupName/mlfleet-{environment}-*"
 
 PERMISSIONS = (
+    # Conditions the request must meet (the IAM reference lists ecs:cluster, aws:RequestTag/${TagKey} and
+    # aws:TagKeys for StartTask): the environment's clusters, the task tagged with its environment
+    # (start_job always sends the tag, and ECS puts a request's `tags` in aws:RequestTag and aws:TagKeys:
+    # https://docs.aws.amazon.com/AmazonECS/latest/developerguide/supported-iam-actions-tagging.html), and
+    # no tag but the job's own (tag_keys: ForAllValues aws:TagKeys, with Null aws:TagKeys false).
     needs("ecs:StartTask", resources=(JOB_FAMILY_REVISIONS,),
-          condition={"ArnLike": {"ecs:cluster": CLUSTER_ARN}}, why="start jobs on the chosen container instances"),
+          condition={"ArnLike": {"ecs:cluster": CLUSTER_ARN},
+                     "StringEquals": {f"aws:RequestTag/{ENVIRONMENT_TAG}": "{environment}"}},
+          tag_keys=TASK_TAGS, why="start jobs on the chosen container instances, tagged with the environment"),
     needs("ecs:StopTask", resources=("arn:{partition}:ecs:*:{account}:task/mlfleet-{environment}/*",),
           condition={"ArnLike": {"ecs:cluster": CLUSTER_ARN}}, why="stop a task whose job was cancelled while starting, or is moved to another machine"),
     needs("ecs:TagResource", resources=("arn:{partition}:ecs:*:{account}:task/mlfleet-{environment}/*", JOB_FAMILY_REVISIONS),
@@ -213,6 +222,14 @@ def _overrides_refused(error: ClientError) -> bool:
         "overrides length" in describe(error).lower()
 
 
+def task_tags(record: JobRecord, attempt: int, environment: str) -> list[dict[str, str]]:
+    """StartTask's `tags`: the keys of TASK_TAGS, each once. The scheduler's role starts only tasks tagged
+    with its environment (PERMISSIONS: aws:RequestTag), so every start carries the tag."""
+    values = {JOB_ID_TAG: record.job_id, ATTEMPT_TAG: str(attempt), ENVIRONMENT_TAG: environment,
+              SUBMISSION_ID_TAG: record.submission_id}
+    return [{"key": key, "value": values[key]} for key in TASK_TAGS]
+
+
 def start_job(ecs, *, cluster: str, task_definition_arn: str, container_instance_arn: str, record: JobRecord,
               attempt: int, container_name: str, environment: str, checkpoint_uri: str) -> Started:
     """StartTask for one job on one container instance. `ecs` must send the request once (aws.single_attempt_client).
@@ -229,9 +246,7 @@ def start_job(ecs, *, cluster: str, task_definition_arn: str, container_instance
         response = ecs.start_task(
             cluster=cluster, taskDefinition=task_definition_arn, containerInstances=[container_instance_arn],
             startedBy=record.job_id, overrides=job_overrides,
-            tags=[{"key": JOB_ID_TAG, "value": record.job_id}, {"key": ATTEMPT_TAG, "value": str(attempt)},
-                  {"key": "mlfleet:environment", "value": environment},
-                  {"key": "mlfleet:submission-id", "value": record.submission_id}])
+            tags=task_tags(record, attempt, environment))
     except ClientError as error:
         if _overrides_refused(error):
             return Started(None, f"StartTask refused: {describe(error)}", PERMANENT)

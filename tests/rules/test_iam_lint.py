@@ -8,8 +8,11 @@ import copy
 import fnmatch
 import json
 import re
+from types import SimpleNamespace
 
 import pytest
+from iam_conditions import allows as evaluate
+from iam_conditions import request_tag_context
 from iam_lint import (
     AWS_MANAGED_POLICIES, EXCEPTIONS, IDENTITY, RESOURCE, ROOT, RULE_SOURCE, TRUST, Document, arn_matches,
     documented_policies, excepted, expand_action, is_tagging, lambda_permission_statement, lint,
@@ -23,6 +26,7 @@ from lambdas.common.catalog import load_catalog
 from lambdas.common.lease import LEASE_KEY
 from lambdas.jobs import cli
 from lambdas.jobs.spec import assign_ids, parse_spec
+from lambdas.scheduler import actions
 from lambdas.scheduler.headroom import WAITS_KEY
 from lambdas.scheduler.teams import USAGE_KEY
 from pulumi_harness import ACCOUNT_ID
@@ -152,6 +156,59 @@ def test_task_definitions_are_registered_in_the_job_family_only(renderings, stac
     (pass_role,) = [s for _, s in allows(documents, "iam:PassRole")]
     assert pass_role["Condition"] == {"StringEquals": {"iam:PassedToService": "ecs-tasks.amazonaws.com"}}
     assert pass_role["Resource"] == [f"arn:aws:iam::{ACCOUNT_ID}:role/mlfleet/{stack}/*"]
+
+
+def start_request(stack: str, tags: list[dict] | None = None, cluster: str | None = None) -> tuple[str, dict]:
+    """The resource and request context of a StartTask as the scheduler sends it (actions.start_job's tags)."""
+    record = SimpleNamespace(job_id="sub-20261122120000-abcdef-00000", submission_id="sub-20261122120000-abcdef")
+    tags = actions.task_tags(record, 1, stack) if tags is None else tags
+    return (f"arn:aws:ecs:us-east-1:{ACCOUNT_ID}:task-definition/mlfleet-{stack}-gpu-job:7",
+            {"ecs:cluster": f"arn:aws:ecs:us-east-1:{ACCOUNT_ID}:cluster/{cluster or f'mlfleet-{stack}'}",
+             **request_tag_context(tags)})
+
+
+@pytest.mark.parametrize("stack", RULE_STACKS)
+def test_tasks_are_started_only_tagged_with_the_environment(renderings, stack_configs, stack):
+    """StartTask was conditioned on ecs:cluster only: the role could start the job family's revisions
+    untagged or tagged as another environment. It now asks for the environment's tag in the request, and
+    for no tag keys but the job's own (the IAM reference lists aws:RequestTag/${TagKey} and aws:TagKeys for
+    ecs:StartTask; the lint checks both keys against it)."""
+    documents = every_document(renderings[stack], stack_configs[stack])
+    (grant,) = [s for _, s in allows(documents, "ecs:StartTask")]
+    assert grant["Resource"] == [f"arn:aws:ecs:*:{ACCOUNT_ID}:task-definition/mlfleet-{stack}-gpu-job:*"]
+    assert grant["Condition"] == {
+        "ArnLike": {"ecs:cluster": f"arn:aws:ecs:*:{ACCOUNT_ID}:cluster/mlfleet-{stack}"},
+        "StringEquals": {f"aws:RequestTag/{tags.ENVIRONMENT}": stack},
+        "ForAllValues:StringEquals": {"aws:TagKeys": sorted(actions.TASK_TAGS)},
+        "Null": {"aws:TagKeys": "false"}}
+    # The scheduler's own start passes; one tagged for another environment, untagged, with a tag more, or
+    # in another environment's cluster does not.
+    assert evaluate([grant], "ecs:StartTask", *start_request(stack))
+    ours = actions.task_tags(SimpleNamespace(job_id="j", submission_id="s"), 1, stack)
+    refused = [[{**t, "value": "other"} if t["key"] == tags.ENVIRONMENT else t for t in ours],
+               [t for t in ours if t["key"] != tags.ENVIRONMENT], [], [*ours, {"key": tags.KEEP_ALIVE, "value": "true"}]]
+    for request_tags in refused:
+        assert not evaluate([grant], "ecs:StartTask", *start_request(stack, request_tags)), request_tags
+    assert not evaluate([grant], "ecs:StartTask", *start_request(stack, cluster=f"mlfleet-{stack}x"))
+
+
+@pytest.mark.parametrize("misspelt", [
+    ("StringEquals", "aws:RequestTag/mlfleet:environment", "aws:RequestTags/mlfleet:environment"),
+    ("StringEquals", "aws:RequestTag/mlfleet:environment", "aws:RequestTag/mlfleet:enviroment"),
+    ("Null", "aws:TagKeys", "aws:TagKey"),
+    ("ArnLike", "ecs:cluster", "ecs:clusters"),
+])
+def test_a_misspelt_start_task_condition_key_fails(misspelt):
+    """A condition key misspelt in PERMISSIONS: the lint names a service key the reference does not list for
+    the action; any key the request does not carry refuses the scheduler's own start."""
+    operator, key, wrong = misspelt
+    (grant,) = [s for s in statements(actions.PERMISSIONS, **ENV_ARGS) if s["Action"] == ["ecs:StartTask"]]
+    assert evaluate([grant], "ecs:StartTask", *start_request("dev"))
+    broken_grant = copy.deepcopy(grant)
+    broken_grant["Condition"][operator][wrong] = broken_grant["Condition"][operator].pop(key)
+    assert not evaluate([broken_grant], "ecs:StartTask", *start_request("dev"))
+    if not wrong.startswith("aws:"):
+        assert ("condition-key", f"ecs:StartTask does not support the condition key {wrong}") in findings_of(broken_grant)
 
 
 @pytest.mark.parametrize("stack", RULE_STACKS)
