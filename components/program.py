@@ -185,7 +185,7 @@ def deploy(cfg: StackConfig) -> dict:
     # providers are declared, nothing else yet): an image the fleets cannot boot stops the program here, not at the
     # scheduler's first purchase, and a lookup that fails leaves nothing half-created (pulumi/pulumi#7050, below).
     amis = {
-        region: choose_ami(cfg.environment, cfg.ami_ids.get(region),
+        region: choose_ami(region, cfg.environment, cfg.ami_ids.get(region),
                            built[region].ami_id if region in built else None,
                            pulumi.InvokeOptions(provider=providers[region]))
         for region in cfg.regions

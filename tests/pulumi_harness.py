@@ -134,7 +134,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
     """Answers like AWS would, enough for the program to run, and records every resource."""
 
     def __init__(self, account_images: dict[str, dict[str, Image]] | None = None,
-                 images: dict[str, Image | None] | None = None) -> None:
+                 images: dict[str, Image | None] | None = None,
+                 regions_without_stock_parameter: frozenset[str] = frozenset()) -> None:
         self.resources: list[Recorded] = []
         self.calls: list[tuple[str, dict]] = []
         self.call_regions: list[tuple[str, str | None]] = []  # (token, region of the provider it went to)
@@ -144,6 +145,9 @@ class RecordingMocks(pulumi.runtime.Mocks):
         # AMI id -> the image aws.ec2.get_ami finds in any region (None: none, as for an id that does not exist);
         # an id listed neither here nor in the region's account images is an Image() with its defaults.
         self.images = images or {}
+        # Regions where the stock AMI's public SSM parameter is not published: GetParameter answers
+        # ParameterNotFound, which the provider turns into a failed invoke.
+        self.regions_without_stock_parameter = regions_without_stock_parameter
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         inputs = dict(args.inputs)
@@ -181,6 +185,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
             return {"serviceName": args.args["serviceName"], "serviceType": args.args.get("serviceType", "Interface"),
                     "availabilityZones": zones, "id": args.args["serviceName"]}
         if args.token == "aws:ssm/getParameter:getParameter":
+            if region in self.regions_without_stock_parameter:
+                return {}, [("", f"reading SSM Parameter ({args.args['name']}): couldn't find resource")]
             # Like the provider: `value` is always secret, whatever the parameter's type; `insecureValue`
             # never is (pulumi_aws.ssm.GetParameterResult docstrings).
             return {"name": args.args["name"], "value": _secret(STOCK_AMI), "insecureValue": STOCK_AMI,

@@ -287,3 +287,20 @@ def test_a_region_without_an_image_of_its_own_boots_the_stock_ami_unread(monkeyp
     assert {r["amiSource"] for r in rendering.outputs["regions"].values()} == {"stock"}
     assert "aws:ec2/getAmi:getAmi" not in [token for token, _ in mocks.calls]
     assert any("stock ECS GPU AMI" in w for w in rendering.warnings)
+
+
+# --- The stock image ----------------------------------------------------------------------------------------
+
+def test_a_stock_parameter_that_cannot_be_read_stops_the_program_before_any_resource(monkeypatch, tmp_path):
+    """Regression: the stock image's public parameter was read inside GpuAmi, after the home region and the
+    region's network had been declared, so a region where it cannot be read (not published there, or the deploy
+    role denied ssm:GetParameter) stopped `pulumi up` half-done (pulumi/pulumi#7050). choose_ami reads it with the
+    other lookups, before any resource."""
+    from components.ami.gpu_ami import AmiLookupError
+
+    monkeypatch.setattr(program, "PACKER_MANIFEST", tmp_path / "no-manifest.json")
+    mocks = RecordingMocks(regions_without_stock_parameter=frozenset({"us-east-1"}))
+    with pytest.raises(AmiLookupError, match=r"^us-east-1: no mlfleet image pinned, in packer/manifest.json or "
+                                             r"built by this account, and the stock ECS GPU AMI's parameter"):
+        render_config(stack_file_config("staging"), "staging", mocks)
+    assert _declared(mocks) == {"pulumi:providers:aws"}

@@ -10,7 +10,7 @@ import pulumi
 import pulumi_aws as aws
 from pulumi_harness import STOCK_AMI, render_in_region
 
-from components.ami import AmiChoice, GpuAmi, GpuAmiArgs
+from components.ami import GpuAmi, GpuAmiArgs, choose_ami
 from components.ami.gpu_ami import STOCK_GPU_AMI_PARAMETER
 
 
@@ -30,7 +30,8 @@ def _secretness(build) -> dict:
 
 
 def _stock_ami(opts) -> dict:
-    return {"id": GpuAmi("ami", GpuAmiArgs(region="us-west-2", environment="test", choice=AmiChoice("stock")),
+    choice = choose_ami("us-west-2", "test", None, None, pulumi.InvokeOptions(parent=opts.parent))
+    return {"id": GpuAmi("ami", GpuAmiArgs(region="us-west-2", environment="test", choice=choice),
                          opts=opts).image_id}
 
 
@@ -40,7 +41,7 @@ def test_stock_ami_id_is_not_secret():
 
 
 def test_the_output_form_of_the_lookup_would_be_secret_even_for_insecure_value():
-    # Why GpuAmi uses the plain invoke: an invoke *output* is secret as a whole when any field is.
+    # Why choose_ami uses the plain invoke: an invoke *output* is secret as a whole when any field is.
     def lookup(opts):
         result = aws.ssm.get_parameter_output(name=STOCK_GPU_AMI_PARAMETER, opts=pulumi.InvokeOutputOptions(parent=opts.parent))
         return {"value": result.value, "insecure": result.insecure_value}

@@ -177,11 +177,12 @@ def _gpu_ami(choice: AmiChoice, mocks: RecordingMocks | None = None):
     return rendering.outputs, rendering
 
 
-def test_stock_ami_comes_from_the_public_ssm_parameter_with_a_warning():
-    outputs, rendering = _gpu_ami(AmiChoice("stock"))
+def test_stock_ami_boots_with_a_warning_and_no_lookup():
+    mocks = RecordingMocks()
+    outputs, rendering = _gpu_ami(AmiChoice("stock", STOCK_AMI), mocks)
     assert outputs == {"id": STOCK_AMI, "source": "stock"}
-    assert STOCK_GPU_AMI_PARAMETER == "/aws/service/ecs/optimized-ami/amazon-linux-2023/gpu/recommended/image_id"
     assert any("stock ECS GPU AMI" in w for w in rendering.warnings)
+    assert mocks.calls == []
 
 
 @pytest.mark.parametrize("choice", [AmiChoice("pinned", "ami-0000000000000000a"),
@@ -196,8 +197,8 @@ def test_gpu_ami_boots_the_image_it_is_handed_and_looks_nothing_up(choice):
     assert mocks.calls == [] and rendering.warnings == []
 
 
-def test_an_ami_choice_is_a_source_with_an_id_unless_stock():
-    for source, ami_id in (("stock", "ami-0000000000000000a"), ("account", None), ("newest", "ami-0000000000000000a")):
+def test_an_ami_choice_is_a_source_with_an_id():
+    for source, ami_id in (("stock", None), ("account", None), ("account", ""), ("newest", "ami-0000000000000000a")):
         with pytest.raises(ValueError, match="not an AMI choice"):
             AmiChoice(source, ami_id)
 
@@ -210,10 +211,10 @@ def _choose(account_images=(), pinned=None, manifest=None):
     return _choose_among(built, pinned, manifest)
 
 
-def _choose_among(images, pinned=None, manifest=None):
-    mocks = RecordingMocks(account_images={"us-west-2": images})
+def _choose_among(images, pinned=None, manifest=None, mocks=None):
+    mocks = mocks or RecordingMocks(account_images={"us-west-2": images})
     chosen = []
-    _in_region(lambda opts: chosen.append(choose_ami("test", pinned, manifest, pulumi.InvokeOptions(
+    _in_region(lambda opts: chosen.append(choose_ami("us-west-2", "test", pinned, manifest, pulumi.InvokeOptions(
         parent=opts.parent))), mocks=mocks)
     return chosen[0], mocks
 
@@ -225,7 +226,7 @@ def _choose_among(images, pinned=None, manifest=None):
          ["ami-0000000000000000c"], AmiChoice("pinned", "ami-0000000000000000a")),
         ({"manifest": "ami-0000000000000000b"}, ["ami-0000000000000000c"], AmiChoice("manifest", "ami-0000000000000000b")),
         ({}, ["ami-0000000000000000c", "ami-0000000000000000d"], AmiChoice("account", "ami-0000000000000000c")),
-        ({}, [], AmiChoice("stock")),
+        ({}, [], AmiChoice("stock", STOCK_AMI)),
     ],
     ids=["pinned-beats-all", "manifest-beats-account", "newest-account-image", "stock-last"],
 )
@@ -233,7 +234,24 @@ def test_ami_resolution_order(args, account_images, expected):
     choice, mocks = _choose(account_images, **args)
     assert choice == expected
     lookups = [token for token, _ in mocks.calls]
-    assert lookups == ([] if args else ["aws:ec2/getAmiIds:getAmiIds"])
+    assert lookups == ([] if args else ["aws:ec2/getAmiIds:getAmiIds"] + (
+        ["aws:ssm/getParameter:getParameter"] if expected.source == "stock" else []))
+
+
+def test_the_stock_image_is_the_public_parameter_s_read_in_the_region():
+    choice, mocks = _choose([])
+    assert choice == AmiChoice("stock", STOCK_AMI)
+    assert STOCK_GPU_AMI_PARAMETER == "/aws/service/ecs/optimized-ami/amazon-linux-2023/gpu/recommended/image_id"
+    assert ("aws:ssm/getParameter:getParameter", "us-west-2") in mocks.call_regions
+
+
+def test_a_stock_parameter_that_cannot_be_read_is_one_error_naming_the_region_and_the_fix():
+    from components.ami.gpu_ami import AmiLookupError
+
+    mocks = RecordingMocks(regions_without_stock_parameter=frozenset({"us-west-2"}))
+    with pytest.raises(AmiLookupError, match=r"us-west-2: .* the stock ECS GPU AMI's parameter .* cannot be read "
+                                             r"there .*couldn't find resource.*mlfleet:amiIds.us-west-2"):
+        _choose_among({}, mocks=mocks)
 
 
 def test_account_images_are_looked_up_by_the_packer_tags_of_this_environment():
@@ -243,7 +261,7 @@ def test_account_images_are_looked_up_by_the_packer_tags_of_this_environment():
     filters = {f["name"]: f["values"] for f in lookup["filters"]}
     assert filters == {"tag:mlfleet:environment": ["test"], "tag:mlfleet:managed-by": ["packer"],
                        "state": ["available"]}
-    assert mocks.call_regions == [("aws:ec2/getAmiIds:getAmiIds", "us-west-2")]
+    assert mocks.call_regions[0] == ("aws:ec2/getAmiIds:getAmiIds", "us-west-2")
 
 
 def test_the_newest_available_image_of_this_environment_is_the_account_image():
