@@ -174,6 +174,9 @@ class MlfleetStrategy(_Reaped):
         current = Counter((b.type.name, b.lifecycle) for b in usable)
         pending = Counter((b.type.name, b.lifecycle) for b in coming)
         fleets = []
+        # No removing_instances nor terminating_instances: the simulation ends a released or reclaimed box at
+        # once (Simulation.terminate), so none is ever in flight or terminating when the release stage counts
+        # them against the disruption budget (lambdas.removal.decide.room, the rule production applies).
         for name in self.types:
             for lifecycle in ("spot", ON_DEMAND) if self.on_demand_max else ("spot",):
                 fleet = name if lifecycle == "spot" else f"{name}/{ON_DEMAND}"

@@ -419,7 +419,8 @@ class StackConfig(_Model):
         "release acts before the reaper marks the machine idle.")
     disruption_budget_percent: int = Field(
         default=10, ge=1, le=100,
-        description="Share of a fleet group (rounded up, at least one instance) that removals may drain at once.")
+        description="Share of a fleet group (rounded up, at least one instance) that removals may drain at once; "
+        "instances already terminating count against it.")
     # Headroom trades dollars for waits (lambdas/scheduler/planning/headroom.py); its bounds are the scheduler's.
     headroom_window_minutes: int = Field(
         default=0, ge=0, le=HEADROOM_MAX_WINDOW_MINUTES,

@@ -2,9 +2,10 @@
 
 - `validate`: which proposed candidates may be drained now. Per group, never below its minimum (the
   group's desired capacity and its in-service instances, minus removals in flight and these, stay at
-  or above `min_size`), at most the disruption budget in flight at once (Karpenter's `nodes: "10%"`
-  default, kubernetes-sigs/karpenter pkg/apis/v1/nodepool.go, at least one machine), never a machine
-  already being removed, a machine not in service in its group, or one `mlfleet:keep-alive` protects.
+  or above `min_size`), at most the disruption budget disrupted at once (Karpenter's `nodes: "10%"`
+  default, kubernetes-sigs/karpenter pkg/apis/v1/nodepool.go, at least one machine): removals in flight,
+  members already terminating, and these; never a machine already being removed, a machine not in
+  service in its group, or one `mlfleet:keep-alive` protects.
 - `to_resume`: the removals a previous run left half-done (the Lambda was cut short) that this run
   finishes: its own method's, and, for the safety net, any other whose mark is older than a bound.
 - `recheck`: after the drain, under the placement lease, terminate only a machine read again as
@@ -98,6 +99,14 @@ class Group:
         """Members a removal is draining: tagged, not yet terminating (their decrement is still to come)."""
         return tuple(sorted(i for i, m in self.members.items() if m.mark is not None and not m.terminating))
 
+    @property
+    def terminating(self) -> int:
+        """Members terminating (Terminating, Terminating:Wait, :Proceed, :Retained: botocore's autoscaling
+        model, LifecycleState), whoever ended them (a removal, the spot market, a health check): capacity
+        still being lost, in Terminating:Wait as long as a lifecycle hook holds it (an hour by default:
+        PutLifecycleHook HeartbeatTimeout). They count against the disruption budget (`room`)."""
+        return sum(1 for m in self.members.values() if m.terminating)
+
 
 def disruption_budget(group_size: int, percent: int = DEFAULT_BUDGET_PERCENT) -> int:
     """Removals a group may have in flight at once: `percent` of it rounded up, at least one."""
@@ -106,24 +115,34 @@ def disruption_budget(group_size: int, percent: int = DEFAULT_BUDGET_PERCENT) ->
     return max(1, -(-max(0, group_size) * percent // 100))
 
 
-def room(*, desired: int, in_service: int, min_size: int, in_flight: int, budget_percent: int) -> tuple[int, str]:
+def room(*, desired: int, in_service: int, min_size: int, in_flight: int, terminating: int,
+         budget_percent: int) -> tuple[int, str]:
     """How many more removals a group allows now, and what binds: its desired capacity and in-service
-    instances, less the removals in flight, stay at or above its minimum, and the removals in flight stay
-    within the disruption budget. The rule for both the release stage's proposals (from the planner's
-    counts) and `validate` (from the group read again)."""
+    instances, less the removals in flight, stay at or above its minimum, and the removals in flight plus
+    the members already terminating stay within the disruption budget. The rule for both the release
+    stage's proposals (from the planner's counts) and `validate` (from the group read again).
+
+    Terminating members count against the budget as Karpenter counts nodes being deleted against a
+    NodePool's (kubernetes-sigs/karpenter pkg/controllers/disruption/helpers.go, BuildDisruptionBudgetMapping:
+    "taking the max disruptions allowed ... and subtracting the number of nodes that are NotReady and
+    already being deleted"): they are capacity being lost, whoever ended them. Not again against the
+    minimum: `in_service` leaves them out, and so does `desired` once a terminate with
+    ShouldDecrementDesiredCapacity took them off it (a spot reclaim or a health replacement leaves them in
+    `desired`, and `in_service` is then the lower of the two)."""
     above_min = min(desired, in_service) - min_size - in_flight
-    budget = disruption_budget(desired, budget_percent) - in_flight
+    limit = disruption_budget(desired, budget_percent)
+    budget = limit - in_flight - terminating
     if above_min <= budget:
         return max(0, above_min), (f"group at its minimum: desired {desired}, in service {in_service}, "
                                    f"min {min_size}, {in_flight} removal(s) in flight")
-    return max(0, budget), (f"disruption budget of {disruption_budget(desired, budget_percent)} "
-                            f"({budget_percent}% of {desired}) reached with {in_flight} removal(s) in flight")
+    return max(0, budget), (f"disruption budget of {limit} ({budget_percent}% of {desired}) reached with "
+                            f"{in_flight} removal(s) in flight and {terminating} member(s) terminating")
 
 
 def headroom(group: Group, budget_percent: int) -> tuple[int, str]:
     """`room` for a group as read."""
     return room(desired=group.desired, in_service=group.in_service, min_size=group.min_size,
-                in_flight=len(group.in_flight), budget_percent=budget_percent)
+                in_flight=len(group.in_flight), terminating=group.terminating, budget_percent=budget_percent)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,9 @@ minutes: it is counted against its fleet's cap and priced in the dollars per hou
 
 Removals (docs/removal.md): a machine tagged `mlfleet:removing` is being drained by the removal protocol;
 it is `removing`, never placed onto, and counted in its fleet's `removing_instances`, neither usable nor
-launching (its group's desired capacity still counts it until the terminate decrements it). The release
+launching (its group's desired capacity still counts it until the terminate decrements it). Members
+terminating are in no count but `terminating_instances`: the release stage counts them against the
+disruption budget, as the executor does (lambdas.removal.decide.room). The release
 method reads `tasks` (running + pending), `empty_since` (the `mlfleet:empty-since` tag the scheduler
 writes, lambdas/scheduler/releases.py), the launch time, `mlfleet:keep-alive`, and each group's minimum.
 
@@ -170,6 +172,7 @@ class FleetView:
     scaling_paused: bool = False
     min_size: int = 0
     removing_instances: int = 0  # being drained by a removal: neither usable nor launching
+    terminating_instances: int = 0  # members terminating: in no other count, still against the disruption budget
     # Detached from the group at their spot notice (`mlfleet:detached-at`), still running out their last
     # two minutes: outside the desired capacity, so taken off `max_instances` and priced in `hourly_usd`.
     detached_instances: int = 0
@@ -475,6 +478,7 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
             log_decision("skip-fleet", region=region, fleet=fleet.fleet, asg=fleet.asg_name, reason="group not found")
             continue
         members = [i for i in group.get("Instances", []) if not i["LifecycleState"].startswith("Terminat")]
+        terminating = len(group.get("Instances", [])) - len(members)
         usable = sum(1 for m in view.machines if m.fleet == fleet.fleet and not m.draining and not m.removing)
         removing = sum(1 for i in members if any(t["Key"] == tag_keys.REMOVING for t in
                                                   instances.get(i["InstanceId"], {}).get("Tags", [])))
@@ -498,7 +502,7 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
             max_instances=max(0, min(int(group["MaxSize"]), fleet.max_instances - len(gone_from_group))),
             hourly_usd=hourly, detached_instances=len(gone_from_group),
             scaling_paused=any(t["Key"] == SCALING_PAUSED_TAG for t in group.get("Tags", [])),
-            min_size=int(group.get("MinSize", 0)), removing_instances=removing))
+            min_size=int(group.get("MinSize", 0)), removing_instances=removing, terminating_instances=terminating))
     return view
 
 

@@ -103,6 +103,22 @@ def test_each_method_resumes_its_own_and_the_safety_net_adopts_stale_or_unreadab
     assert [(r.instance_id, r.adopted) for r in adopted] == [("i-000", False), ("i-002", True), ("i-003", True)]
 
 
+def test_members_terminating_count_against_the_budget_but_not_again_against_the_minimum():
+    """Karpenter counts nodes being deleted against a NodePool's budget; a member in Terminating:Wait (a
+    lifecycle hook may hold it an hour) is capacity being lost all the same. This group terminated two with
+    the decrement (desired 20 -> 18): 10% of 18 is 2, both taken."""
+    held = group(20, desired=18, states={"i-018": "Terminating:Wait", "i-019": "Terminating"})
+    validation = decide.validate([candidate(0)], {ASG: held}, NOW, 10)
+    assert validation.accepted == ()
+    assert "disruption budget of 2 (10% of 18) reached with 0 removal(s) in flight and 2 member(s) terminating" \
+        in validation.dropped[0].reason
+    # The minimum: a terminating member is in neither `in_service` nor (decremented) `desired`, so it is
+    # not taken off them again: 9 in service, min 7, two may go.
+    decremented = group(10, desired=9, min_size=7, states={"i-009": "Terminating:Wait"})
+    assert accepted_ids(decide.validate([candidate(0), candidate(1), candidate(2)], {ASG: decremented}, NOW, 100)) \
+        == ["i-000", "i-001"]
+
+
 def test_a_terminating_member_is_no_longer_in_flight():
     g = group(2, removing={"i-000": "idle@2026-11-22T11:55:00+00:00"}, states={"i-000": "Terminating"})
     assert g.in_flight == () and decide.to_resume([g], decide.IDLE, NOW) == ()
@@ -159,7 +175,8 @@ def cluster(draw):
     n = draw(st.integers(0, 30))
     min_size = draw(st.integers(0, n))
     desired = draw(st.integers(min_size, n))
-    states = {f"i-{k:03d}": draw(st.sampled_from(["InService"] * 6 + ["Pending", "Terminating", "Standby"]))
+    states = {f"i-{k:03d}": draw(st.sampled_from(["InService"] * 6 + ["Pending", "Terminating", "Terminating:Wait",
+                                                                     "Standby"]))
               for k in range(n)}
     removing = {i: draw(st.sampled_from(["idle@2026-11-22T11:00:00+00:00", "release@2026-11-22T11:59:00+00:00", "?"]))
                 for i in states if draw(st.integers(0, 9)) == 0}
@@ -180,7 +197,9 @@ def test_validation_never_goes_below_min_nor_over_budget_nor_twice(state):
     if accepted:
         assert g.desired - in_flight - len(ids) >= g.min_size, "below the group's minimum (desired)"
         assert g.in_service - in_flight - len(ids) >= g.min_size, "below the group's minimum (in service)"
-        assert in_flight + len(ids) <= decide.disruption_budget(g.desired, percent), "over the disruption budget"
+        terminating = sum(1 for m in g.members.values() if m.lifecycle_state.startswith("Terminat"))
+        assert in_flight + terminating + len(ids) <= decide.disruption_budget(g.desired, percent), \
+            "over the disruption budget (removals in flight and members terminating count)"
     for i in ids:
         member = g.members[i]
         assert member.lifecycle_state == "InService" and member.mark is None

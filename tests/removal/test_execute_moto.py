@@ -173,6 +173,27 @@ def test_the_disruption_budget_and_the_minimum_bound_one_run(fleet_aws):
     assert group_state()[0] == 7
 
 
+def test_members_terminating_count_against_the_budget(fleet_aws):
+    """Two members were terminated with the decrement and a lifecycle hook holds them in Terminating:Wait
+    (up to an hour): capacity still being lost. 20% of the 8 desired is 2, both taken: nothing more is
+    drained. moto terminates at once (no Terminating state): the group's answer is made to say so."""
+    world = build(size=10)
+    held = set(world.ids[8:])
+
+    def two_terminating(answer):
+        for group in answer["AutoScalingGroups"]:
+            group["DesiredCapacity"] = 8
+            for member in group["Instances"]:
+                if member["InstanceId"] in held:
+                    member["LifecycleState"] = "Terminating:Wait"
+
+    stale_read("autoscaling", "DescribeAutoScalingGroups", two_terminating)
+    outcome = run(world, *world.ids[:2], budget_percent=20)
+    assert outcome.terminated == [] and set(outcome.dropped) == set(world.ids[:2])
+    assert all("2 member(s) terminating" in reason for reason in outcome.dropped.values())
+    assert all(settled(world, i) for i in world.ids[:2]), "nothing tagged or drained"
+
+
 def test_a_lease_running_out_defers_everything_before_any_write(fleet_aws):
     world = build(size=3)
     outcome = run(world, world.ids[0], lease_seconds=5)

@@ -18,7 +18,7 @@ from jobs.conftest import (
     ASG, CLUSTER, FAMILY, HOME, build_fleet, create_queues, create_table, open_admission, scheduler_settings, set_teams,
     teams_json,
 )
-from removal.world import aws, record_calls
+from removal.world import aws, record_calls, stale_read
 
 from lambdas.common import lease
 from lambdas.common.catalog import load_catalog
@@ -98,6 +98,28 @@ def test_a_machine_being_removed_is_never_placed_onto_nor_counted_as_launching(f
     (fleet,) = view.fleets
     assert fleet.removing_instances == 1 and fleet.pending_instances == 0, "not capacity on its way"
     assert {m.instance_id: m.removing for m in view.machines} == {removing: True, free: False}
+
+
+def test_members_terminating_are_counted_apart_for_the_release_stage_s_budget(fleet_aws):
+    """A member in Terminating:Wait (a lifecycle hook holds it, up to an hour) is in no count the planner
+    had (not usable, not launching, not being removed), so the release stage never counted it against the
+    disruption budget while the executor's validation would. moto terminates at once: the answer is made to
+    say what AWS says of a member terminated with the decrement."""
+    home = home_world()
+    instances = build_fleet(size=3)
+    held = next(iter(instances))
+
+    def one_terminating(answer):
+        for group in answer["AutoScalingGroups"]:
+            group["DesiredCapacity"] -= 1
+            for member in group["Instances"]:
+                if member["InstanceId"] == held:
+                    member["LifecycleState"] = "Terminating:Wait"
+
+    stale_read("autoscaling", "DescribeAutoScalingGroups", one_terminating, region=HOME)
+    view = state.read_region(HOME, parse_fleets(scheduler_settings(home).fleets), load_catalog(), {}, NOW)
+    (fleet,) = view.fleets
+    assert fleet.terminating_instances == 1 and fleet.removing_instances == 0
 
 
 def machine(instance_id: str, *, tasks: int = 0, empty_since: float | None = None, launched: float | None = 1000.0,

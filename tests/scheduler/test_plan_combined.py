@@ -47,6 +47,7 @@ def fleets_st(draw):
                             on_demand_percent_above_base=100 if mix == "on-demand" else 0,
                             min_size=draw(st.sampled_from([0, 0, 1, 3])),
                             removing_instances=draw(st.sampled_from([0, 0, 0, 1, 2])),
+                            terminating_instances=draw(st.sampled_from([0, 0, 0, 1, 2])),
                             gpu_sharing=draw(st.sampled_from([True, True, False]))))
     return fleets
 
@@ -291,7 +292,8 @@ def check(jobs, machines, fleets, limits, kwargs, result):
             desired = f.current_instances + f.pending_instances + f.removing_instances
             assert min(desired, f.current_instances + f.removing_instances) - f.removing_instances - released \
                 >= f.min_size
-            assert f.removing_instances + released <= disruption_budget(desired, policy.budget_percent)
+            assert f.removing_instances + f.terminating_instances + released <= \
+                disruption_budget(desired, policy.budget_percent)
 
 
 @settings(max_examples=200, deadline=None)

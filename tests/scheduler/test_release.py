@@ -32,9 +32,9 @@ def machine(key="m1", instance_type="g5.12xlarge", *, fleet="gpu4", empty_for=60
     return Machine(**fields)
 
 
-def group(fleet="gpu4", *, current=5, pending=0, min_size=0, removing=0, types=("g5.12xlarge",)):
+def group(fleet="gpu4", *, current=5, pending=0, min_size=0, removing=0, terminating=0, types=("g5.12xlarge",)):
     return Fleet("us-east-1", fleet, f"mlfleet-dev-{fleet}", types, current, pending, 50, min_size=min_size,
-                 removing_instances=removing)
+                 removing_instances=removing, terminating_instances=terminating)
 
 
 def test_an_empty_machine_past_the_delay_is_proposed_with_the_protocol_names():
@@ -92,6 +92,19 @@ def test_the_disruption_budget_counts_removals_in_flight_and_the_dearest_go_firs
     busy_removing = group(current=28, removing=2)  # two already draining: one more
     assert len(propose_releases(machines, [busy_removing], CATALOG, NOW, POLICY, ())) == 1
     assert disruption_budget(0) == 1 and disruption_budget(10) == 1 and disruption_budget(11) == 2
+
+
+def test_members_terminating_count_against_the_budget_as_the_executor_counts_them():
+    """Three may go in a group of 30 (10%); two members still terminating (Terminating:Wait, held by a
+    lifecycle hook) take two of them, as in the executor's validation (lambdas.removal.decide.room). They are
+    in no other count (not usable, not pending, not being removed), so the minimum is not touched."""
+    machines = [machine(f"m{i}", price_per_hour=float(i + 1)) for i in range(20)]
+    assert [c.container_instance_arn for c in propose_releases(machines, [group(current=30, terminating=2)], CATALOG,
+                                                               NOW, POLICY, ())] == ["m19"]
+    unbudgeted = ReleasePolicy(after_empty_s=180, budget_percent=100)
+    # 100% of the 5 desired less 2 terminating leaves 3; the minimum leaves 3 in service - 1 = 2.
+    assert len(propose_releases(machines, [group(current=3, pending=2, min_size=1, terminating=2)], CATALOG, NOW,
+                                unbudgeted, ())) == 2
 
 
 def test_a_machine_of_an_unknown_fleet_is_not_released():
@@ -172,8 +185,10 @@ machine_st = st.builds(
         draining=flags == 1, removing=flags == 2, protected=flags == 3, rebalance_recommended=rebalance),
     st.integers(0, 10**6), st.sampled_from(["gpu4", "gpu1"]), st.integers(0, 4),
     st.one_of(st.none(), st.floats(0, 7200)), st.floats(0, 7200), st.integers(0, 6), st.booleans())
-fleet_st = st.builds(lambda fleet, pending, min_size, removing: (fleet, pending, min_size, removing),
-                     st.sampled_from(["gpu4", "gpu1"]), st.integers(0, 3), st.integers(0, 8), st.integers(0, 3))
+fleet_st = st.builds(lambda fleet, pending, min_size, removing, terminating: (fleet, pending, min_size, removing,
+                                                                            terminating),
+                     st.sampled_from(["gpu4", "gpu1"]), st.integers(0, 3), st.integers(0, 8), st.integers(0, 3),
+                     st.integers(0, 3))
 
 
 @settings(max_examples=300, deadline=None)
@@ -181,12 +196,13 @@ fleet_st = st.builds(lambda fleet, pending, min_size, removing: (fleet, pending,
        unique_by=lambda f: f[0]), st.floats(0, 600), st.sets(st.integers(0, 10**6)))
 def test_never_below_min_never_with_work_never_over_budget_never_twice(machines, fleet_specs, delay, placed):
     fleets = []
-    for name, pending, min_size, removing in fleet_specs:
+    for name, pending, min_size, removing, terminating in fleet_specs:
         mine = [m for m in machines if m.fleet == name]
         usable = sum(1 for m in mine if not (m.draining or m.removing))
         in_flight = max(removing, sum(1 for m in mine if m.removing))
         fleets.append(group(name, current=usable, pending=pending, min_size=min(min_size, usable + pending),
-                            removing=in_flight, types=("g5.12xlarge",) if name == "gpu4" else ("g5.xlarge",)))
+                            removing=in_flight, terminating=terminating,
+                            types=("g5.12xlarge",) if name == "gpu4" else ("g5.xlarge",)))
     placed_on = {f"m{n}" for n in placed}
     policy = ReleasePolicy(after_empty_s=delay)
     releases = propose_releases(machines, fleets, CATALOG, NOW, policy, placed_on)
@@ -204,7 +220,8 @@ def test_never_below_min_never_with_work_never_over_budget_never_twice(machines,
         assert in_service - fleet.removing_instances - released >= fleet.min_size or released == 0  # minimum
         desired = fleet.current_instances + fleet.pending_instances + fleet.removing_instances
         budget = max(1, math.ceil(0.1 * desired))
-        assert fleet.removing_instances + released <= max(budget, fleet.removing_instances)  # within the budget
+        disrupted = fleet.removing_instances + fleet.terminating_instances  # what the budget already holds
+        assert disrupted + released <= max(budget, disrupted)  # within the budget
 
 
 def test_givable_is_what_the_group_s_minimum_and_protection_leave_dearest_first():

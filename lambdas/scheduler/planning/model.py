@@ -134,6 +134,9 @@ class Fleet:
     # Instances of the group a removal is draining (tagged `mlfleet:removing`): neither usable nor
     # launching; they count against the disruption budget until terminated.
     removing_instances: int = 0
+    # Members terminating (lifecycle Terminating*): in no other count, they still count against the
+    # disruption budget until they are gone (lambdas.removal.decide.room).
+    terminating_instances: int = 0
     # False when the group's machines cannot share GPUs whatever their types (its AMI does not advertise
     # `ecs.capability.gpu-sharing-mps`): nothing is bought from it for jobs that share a GPU.
     gpu_sharing: bool = True

@@ -14,9 +14,9 @@ A degraded machine (`Machine.degraded`: fewer GPUs registered than its type has,
 start ECS refused for the machine) takes no job, so no queued job is kept it for: once empty it is
 proposed without the release delay, before the group's healthy empty machines.
 Then, per group, the protocol's own rule (`lambdas.removal.decide.room`, which the executor's
-validation applies too): never below the group's minimum, and removals in flight plus these within the
-disruption budget (`DISRUPTION_BUDGET_PERCENT` of the group, rounded up, at least one). When it binds,
-degraded machines go first, then the dearest: they cost most to keep.
+validation applies too): never below the group's minimum, and removals in flight, members terminating
+and these within the disruption budget (`DISRUPTION_BUDGET_PERCENT` of the group, rounded up, at least
+one). When it binds, degraded machines go first, then the dearest: they cost most to keep.
 
 Why the delay is the boot time (`ReleasePolicy.after_empty_s`): keeping an empty machine as long as a
 replacement takes to boot, then releasing it, pays at most twice what the best choice made in
@@ -131,7 +131,8 @@ def propose_releases(machines: Sequence[Machine], fleets: Sequence[Fleet], catal
         # service and in the desired capacity until their terminate decrements it.
         allowed, _ = room(desired=fleet.current_instances + fleet.pending_instances + fleet.removing_instances,
                           in_service=fleet.current_instances + fleet.removing_instances, min_size=fleet.min_size,
-                          in_flight=fleet.removing_instances, budget_percent=policy.budget_percent)
+                          in_flight=fleet.removing_instances, terminating=fleet.terminating_instances,
+                          budget_percent=policy.budget_percent)
         chosen = sorted(eligible[key], key=lambda m: (not m.degraded, -m.price_per_hour, m.empty_since, m.key))
         candidates += [Candidate(m.instance_id, m.key, m.region, fleet.asg_name, RELEASE,
                                  f"empty since {m.empty_since:.0f} ({now - m.empty_since:.0f} s, release delay "
