@@ -10,7 +10,8 @@ KEEP_ALIVE = "mlfleet:keep-alive"
 # Written by the reaper when it first finds an instance idle; removed when it is busy again.
 IDLE_SINCE = "mlfleet:idle-since"
 # On an instance a removal is draining (docs/removal.md): `<method>@<ISO-8601 time>`, written before the
-# drain, removed when the machine is re-activated. The scheduler never places onto a machine carrying it.
+# drain, removed when the machine is re-activated (never while EC2 is taking it away: a spot notice keeps
+# it, drained). The scheduler never places onto a machine carrying it.
 REMOVING = "mlfleet:removing"
 # Written by the scheduler when it first sees a fleet instance with no task; removed when it runs one.
 # The release method gives an instance back once it has been empty for the release delay.

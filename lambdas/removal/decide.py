@@ -12,6 +12,11 @@
   DRAINING with no task, no job placed on it and no keep-alive. Gained work, or anything unread, means busy.
 - `may_terminate`: right before the terminate, the group read again must stay at or above its
   minimum after the decrement.
+- `reactivation`: a machine the protocol keeps (gained work, protected, unread, refused) is set ACTIVE
+  again only while EC2 is not taking it away: never under a spot interruption notice (its Spot request's
+  status), never when its instance is not running, and never when that is unknown. Such a machine stays
+  DRAINING and tagged, and the method's next run resumes it (it is gone by then, or terminated once
+  empty): the drain ECS's agent or job-events made at the notice is never undone.
 
 The candidate order is the method's (the reaper's longest-idle first, the release method's dearest
 first): when a group's budget binds, the first candidates go.
@@ -275,6 +280,60 @@ def may_terminate(group: Group | None, instance_id: str, terminated_in_group: in
         return Verdict(REACTIVATE, f"group at its minimum right before the terminate: desired {desired}, "
                                    f"min {group.min_size}")
     return Verdict(TERMINATE, f"desired {desired} -> {desired - 1}, min {group.min_size}")
+
+
+# The Spot request status codes of a Spot Instance that keeps running (EC2 User Guide, "Spot request status",
+# https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-request-status.html, the Fulfilled and
+# Fulfilled-terminal tables). Every other code of a running instance means EC2 is stopping or terminating it:
+# marked-for-stop, marked-for-termination, and instance-terminated-no-capacity, which an instance that
+# terminates on interruption gets at the notice, while it runs out its two minutes, instead of
+# marked-for-termination ("it is not set to marked-for-termination"). So the rule lists what keeps running,
+# not what is being taken: any other code keeps the machine drained. botocore's EC2 model leaves
+# SpotInstanceStatus.Code a free string and points to that page.
+SPOT_KEEPS_RUNNING = frozenset({"fulfilled", "request-canceled-and-instance-running"})
+RUNNING = "running"  # EC2 InstanceStateName (botocore's EC2 model): pending, running, shutting-down, stopping, ...
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A machine about to be re-activated, as EC2 describes it. None: not read."""
+    state: str | None  # DescribeInstances State.Name
+    spot: bool | None  # InstanceLifecycle is "spot"
+    spot_status: str | None = None  # its Spot request's Status.Code (DescribeSpotInstanceRequests); spot only
+    detached_at: str | None = None  # `mlfleet:detached-at`: job-events took it out of its group at its notice
+
+
+def why_kept_drained(instance: Instance | None) -> str | None:
+    """Why a machine must stay drained rather than be set ACTIVE: EC2 is taking it away, or whether it is
+    cannot be known. None: it may be re-activated."""
+    if instance is None or instance.state is None or instance.spot is None:
+        return "its EC2 instance could not be read (a spot interruption cannot be ruled out)"
+    if instance.detached_at:
+        return f"detached from its group at its spot notice ({tag_keys.DETACHED_AT}={instance.detached_at})"
+    if instance.state != RUNNING:
+        return f"its instance is {instance.state}"
+    if instance.spot and instance.spot_status is None:
+        return "its Spot request's status could not be read or found (a spot interruption cannot be ruled out)"
+    if instance.spot and instance.spot_status not in SPOT_KEEPS_RUNNING:
+        return f"under a spot interruption: its Spot request is {instance.spot_status}"
+    return None
+
+
+def reactivation(reason: str, instance: Instance | None) -> Verdict:
+    """What to do with a machine the protocol keeps for `reason` (gained work, protected, unread, a refused
+    terminate): REACTIVATE it (ACTIVE again, the tag removed), or LEAVE it DRAINING and tagged while EC2 is
+    taking it away. Its DRAINING status may then be ECS's own (ECS_ENABLE_SPOT_INSTANCE_DRAINING: "Amazon ECS
+    receives the Spot Instance interruption notice and places the instance in DRAINING status",
+    docs.aws.amazon.com/AmazonECS/latest/developerguide/spot-instance-draining-linux-container.html) or
+    job-events' at the "EC2 Spot Instance Interruption Warning", which ECS does not tell apart from ours
+    (UpdateContainerInstancesState takes no reason): undone, the scheduler would place jobs on a machine
+    gone within two minutes. Left tagged, it stays in flight (never placed onto, counted against the budget
+    and the minimum) and the method's next run resumes it: the spot market has ended it by then, or it is
+    terminated once empty, or left again."""
+    why = why_kept_drained(instance)
+    if why is None:
+        return Verdict(REACTIVATE, reason)
+    return Verdict(LEAVE, f"{reason}; not re-activated: {why}; left DRAINING and tagged for the next run")
 
 
 # TerminateInstanceInAutoScalingGroup answers ValidationError both for an instance that already left its

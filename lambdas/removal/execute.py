@@ -7,11 +7,17 @@ One call of `remove` acts on one fleet region for one method (docs/removal.md, "
 2. tag each new one `mlfleet:removing=<method>@<time>` BEFORE draining it, so every machine this
    protocol drains carries the tag and a run cut short at any point is resumed by the next;
 3. set the container instances DRAINING, 10 per call (the API's limit);
-4. read each again: its container instance (status, running + pending tasks), ListTasks on it, its tags
-   (a keep-alive written since validation) and the jobs the ledger places on it (STARTING or RUNNING);
-   keep (re-activate) anything that gained work, is protected, or could not be read (decide.recheck);
+4. read each again: its container instance (status, running + pending tasks), ListTasks on it, its instance
+   (tags: a keep-alive written since validation; state and lifecycle) and the jobs the ledger places on it
+   (STARTING or RUNNING); keep (re-activate) anything that gained work, is protected, or could not be read
+   (decide.recheck);
 5. read the groups again and TerminateInstanceInAutoScalingGroup(ShouldDecrementDesiredCapacity=True)
    only where the group stays at or above its minimum (decide.may_terminate); a refusal re-activates.
+
+Re-activation reads, right before it, the Spot request of each spot machine to re-activate (one batched
+DescribeSpotInstanceRequests): a machine EC2 is taking away (a spot interruption notice), or whose state
+is unknown, stays DRAINING and tagged for the next run (decide.reactivation), so a drain made at the
+notice (ECS's agent, job-events) is never undone.
 
 The caller holds the placement lease (lambdas/common/lease.py) and passes its expiry: no scheduler run
 can start a task between the re-check and the terminate. The executor stops acting when the lease has
@@ -27,7 +33,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -59,6 +65,9 @@ INSTANCES = ("arn:{partition}:ec2:*:{account}:instance/*",)
 PERMISSIONS = (
     needs("autoscaling:DescribeAutoScalingGroups", "ec2:DescribeInstances",
           why="read the fleet groups (desired, minimum, members) and their instances' tags (no resource scoping)"),
+    # Describe* actions of EC2 take no resource (the IAM reference).
+    needs("ec2:DescribeSpotInstanceRequests",
+          why="before re-activating a spot machine: is EC2 interrupting it (its Spot request's status)"),
     needs("ecs:DescribeContainerInstances", resources=(CONTAINER_INSTANCES,),
           why="re-check a drained machine: its status and task counts"),
     # As in lambdas/scheduler/state.py: IAM authorizes ListTasks on "*" narrowed by ecs:cluster.
@@ -127,6 +136,7 @@ class _Target:
     resumed: bool = False
     status: str | None = None  # the container instance's status, as last read
     drained_here: bool = False  # this call set it DRAINING (a spot drain by ECS is not ours to undo)
+    instance: decide.Instance | None = None  # its EC2 instance as the re-check read it (None: unread)
 
 
 def _error(step: str, instance_id: str | None, error: Exception, **fields) -> str:
@@ -188,12 +198,14 @@ def remove(candidates: Sequence[Candidate], scope: Scope, *, registered: Mapping
     drained = _drain(ec2, ecs, scope, targets, now, outcome)
     observed = _observe(ec2, ecs, scope.cluster, drained, ledger)
     to_terminate: list[_Target] = []
+    to_keep: list[tuple[_Target, str]] = []
     for t in drained:
         verdict = decide.recheck(observed[t.instance_id], now)
         if verdict.action == decide.TERMINATE:
             to_terminate.append(t)
         else:
-            _reactivate(ec2, ecs, scope.cluster, t, verdict.reason, outcome)
+            to_keep.append((t, verdict.reason))
+    _keep(ec2, ecs, scope.cluster, to_keep, outcome)
     if to_terminate:
         _terminate(ec2, ecs, scope, to_terminate, lease_left, outcome)
     return outcome
@@ -305,18 +317,39 @@ def placed_jobs(ledger: LedgerSource) -> dict[str, list[str]] | None:
     return found
 
 
-def _tags(ec2, instance_ids: Iterable[str]) -> dict[str, dict[str, str]] | None:
-    """Instance id -> its tags, read again; None when the read failed (unknown)."""
-    found: dict[str, dict[str, str]] = {}
+def _instances(ec2, instance_ids: Iterable[str]) -> dict[str, dict] | None:
+    """Instance id -> its DescribeInstances description, read again; None when the read failed (unknown)."""
+    found: dict[str, dict] = {}
     ids = sorted(set(instance_ids))
     try:
         for batch in chunks(ids, FILTER_VALUES):
             for reservation in paginate(ec2, "describe_instances", "Reservations",
                                         Filters=[{"Name": "instance-id", "Values": batch}]):
                 for instance in reservation["Instances"]:
-                    found[instance["InstanceId"]] = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+                    found[instance["InstanceId"]] = instance
     except AWS_ERRORS as error:
-        _error("read-tags", None, error, instance_ids=ids)
+        _error("read-instances", None, error, instance_ids=ids)
+        return None
+    return found
+
+
+def _spot_statuses(ec2, instance_ids: Sequence[str]) -> dict[str, str] | None:
+    """Instance id -> its Spot request's status code; None when the read failed (unknown). Filtered by
+    instance id (DescribeSpotInstanceRequests' `instance-id` filter), so a request that is gone leaves its
+    instance out instead of failing the call, as SpotInstanceRequestIds would."""
+    found: dict[str, str] = {}
+    try:
+        for batch in chunks(sorted(set(instance_ids)), FILTER_VALUES):
+            for request in paginate(ec2, "describe_spot_instance_requests", "SpotInstanceRequests",
+                                    Filters=[{"Name": "instance-id", "Values": batch}]):
+                instance_id, code = request.get("InstanceId"), request.get("Status", {}).get("Code")
+                if not instance_id or not code:
+                    continue
+                # One request fulfils one instance; should two name it, a code that takes it away wins.
+                if found.get(instance_id) in (None, *decide.SPOT_KEEPS_RUNNING):
+                    found[instance_id] = code
+    except AWS_ERRORS as error:
+        _error("read-spot-requests", None, error, instance_ids=list(instance_ids))
         return None
     return found
 
@@ -327,7 +360,8 @@ def _observe(ec2, ecs, cluster: str, drained: Sequence[_Target], ledger: LedgerS
     described = _describe(ecs, cluster, (t.arn for t in drained))
     jobs = placed_jobs(ledger)
     # Read again, as the tasks are: a keep-alive written since validation read the tags keeps the machine.
-    tags = _tags(ec2, (t.instance_id for t in drained))
+    # The same read says whether the instance is spot and still running, for a re-activation (_keep).
+    instances = _instances(ec2, (t.instance_id for t in drained))
     observed = {}
     for t in drained:
         ci = described.get(t.arn)
@@ -336,7 +370,12 @@ def _observe(ec2, ecs, cluster: str, drained: Sequence[_Target], ledger: LedgerS
         except AWS_ERRORS as error:
             _error("list-tasks", t.instance_id, error)
             listed = None
-        instance_tags = tags.get(t.instance_id) if tags is not None else None
+        raw = instances.get(t.instance_id) if instances is not None else None
+        instance_tags = {tag["Key"]: tag["Value"] for tag in raw.get("Tags", [])} if raw is not None else None
+        if raw is not None:
+            t.instance = decide.Instance(state=raw.get("State", {}).get("Name"),
+                                         spot=raw.get("InstanceLifecycle") == "spot",
+                                         detached_at=instance_tags.get(tag_keys.DETACHED_AT))
         observed[t.instance_id] = Observed(
             ecs_status=ci.get("status") if ci else None,
             ecs_tasks=(ci.get("runningTasksCount", 0) + ci.get("pendingTasksCount", 0)) if ci else None,
@@ -349,11 +388,33 @@ def _observe(ec2, ecs, cluster: str, drained: Sequence[_Target], ledger: LedgerS
     return observed
 
 
+def _keep(ec2, ecs, cluster: str, kept: Sequence[tuple[_Target, str]], outcome: Outcome) -> None:
+    """Machines the protocol keeps (each with why): re-activate them, except those EC2 is taking away or
+    whose state is unknown (decide.reactivation), which stay DRAINING and tagged for the next run. The
+    Spot requests are read here, right before the writes, in one batched call."""
+    spot = [t.instance_id for t, _ in kept if t.instance is not None and t.instance.spot]
+    statuses = _spot_statuses(ec2, spot) if spot else {}
+    for t, reason in kept:
+        instance = t.instance
+        if instance is not None and instance.spot:
+            instance = replace(instance, spot_status=statuses.get(t.instance_id) if statuses is not None else None)
+        verdict = decide.reactivation(reason, instance)
+        if verdict.action == decide.REACTIVATE:
+            _reactivate(ec2, ecs, cluster, t, reason, outcome)
+        else:
+            outcome.left[t.instance_id] = verdict.reason
+            log_decision("removal-kept-draining", instance_id=t.instance_id, asg=t.asg_name, method=t.method,
+                         reason=verdict.reason, resumed=t.resumed)
+
+
 def _reactivate(ec2, ecs, cluster: str, t: _Target, reason: str, outcome: Outcome) -> None:
     """ACTIVE again (when this protocol drained it), then the tag removed. A failure leaves the tag:
     the machine is still never placed onto, and the next run resumes it. A drain this call made is undone
     whatever the status read since says: ECS reads are eventually consistent, and one that still said
-    ACTIVE would leave the machine DRAINING with its tag gone, never placed onto and never released."""
+    ACTIVE would leave the machine DRAINING with its tag gone, never placed onto and never released.
+    A resumed machine found DRAINING was drained by an earlier run: _keep has ruled out a spot drain (the
+    agent's or job-events'). Called directly only for a machine not registered with the cluster (nothing
+    to set ACTIVE, and nothing is placed onto it)."""
     try:
         if t.arn is not None and (t.drained_here or (t.resumed and t.status == decide.DRAINING)):
             response = ecs.update_container_instances_state(cluster=cluster, containerInstances=[t.arn], status="ACTIVE")
@@ -378,6 +439,7 @@ def _terminate(ec2, ecs, scope: Scope, targets: list[_Target], lease_left: Calla
         return
     autoscaling = client("autoscaling", scope.region)
     done: dict[str, int] = {}
+    kept: list[tuple[_Target, str]] = []
     for t in targets:
         if not lease_left():
             outcome.left[t.instance_id] = "placement lease running out before the terminate: left for the next run"
@@ -403,7 +465,7 @@ def _terminate(ec2, ecs, scope: Scope, targets: list[_Target], lease_left: Calla
                              reason=t.reason, group=verdict.reason)
                 continue
         if verdict.action == decide.REACTIVATE:
-            _reactivate(ec2, ecs, scope.cluster, t, verdict.reason, outcome)
+            kept.append((t, verdict.reason))
         elif verdict.action == decide.GONE:
             outcome.gone.append(t.instance_id)
             log_decision("removal-terminate", instance_id=t.instance_id, asg=t.asg_name, method=t.method,
@@ -411,3 +473,4 @@ def _terminate(ec2, ecs, scope: Scope, targets: list[_Target], lease_left: Calla
         else:
             outcome.left[t.instance_id] = verdict.reason
             log_decision("removal-deferred", instance_id=t.instance_id, asg=t.asg_name, reason=verdict.reason)
+    _keep(ec2, ecs, scope.cluster, kept, outcome)

@@ -148,6 +148,24 @@ def build_fleet(size: int = 2, max_size: int = 6, region: str = HOME) -> dict:
     return instances
 
 
+def attach_spot_instance(region: str = HOME) -> tuple[str, str]:
+    """One more member of build_fleet's group, a Spot Instance, registered with the cluster: (instance id,
+    container instance ARN). moto's groups launch on-demand instances whatever the launch template asks (no
+    InstanceLifecycle), so it is requested as a Spot Instance and attached (the group's desired capacity
+    grows by one); moto's Spot requests only ever say `fulfilled`."""
+    ec2, autoscaling, ecs = (aws_client(s, region) for s in ("ec2", "autoscaling", "ecs"))
+    (request,) = ec2.request_spot_instances(InstanceCount=1, LaunchSpecification={
+        "ImageId": "ami-12c6146b", "InstanceType": FLEET_TYPE, "Placement": {"AvailabilityZone": f"{region}a"}})[
+        "SpotInstanceRequests"]
+    instance_id = request["InstanceId"]
+    ec2.create_tags(Resources=[instance_id], Tags=[{"Key": "mlfleet:environment", "Value": ENV}])
+    autoscaling.attach_instances(AutoScalingGroupName=ASG, InstanceIds=[instance_id])
+    arn = ecs.register_container_instance(cluster=CLUSTER, instanceIdentityDocument=json.dumps(
+        {"instanceId": instance_id, "region": region, "availabilityZone": f"{region}a"}))["containerInstance"][
+        "containerInstanceArn"]
+    return instance_id, arn
+
+
 def open_admission(region: str = HOME, state: str = "open") -> None:
     aws_client("ssm", region).put_parameter(
         Name=f"/mlfleet/{ENV}/admission", Type="String", Overwrite=True,

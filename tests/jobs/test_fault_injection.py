@@ -38,8 +38,8 @@ from types import SimpleNamespace
 
 import pytest
 from conftest import (
-    ASG, CLUSTER, ENV, FAMILY, HOME, aws_client, build_fleet, create_queues, create_table, open_admission,
-    scheduler_settings, set_teams, teams_json, two_fleets_json,
+    ASG, CLUSTER, ENV, FAMILY, HOME, attach_spot_instance, aws_client, build_fleet, create_queues, create_table,
+    open_admission, scheduler_settings, set_teams, teams_json, two_fleets_json,
 )
 from faults import KINDS, Faults
 from moto import mock_aws
@@ -144,6 +144,12 @@ def scheduler_world(home, variant: str = "main") -> dict:
                                              "Value": f"release@{(NOW - timedelta(minutes=2)).isoformat(timespec='seconds')}"}])
     ec2.create_tags(Resources=[a_id], Tags=[{"Key": tag_keys.EMPTY_SINCE,
                                              "Value": (NOW - timedelta(hours=1)).isoformat(timespec="seconds")}])
+    # d: a Spot Instance whose release an earlier run began (tagged, not yet drained), and which a task
+    # started by hand has taken since: this run keeps it, re-activated once its Spot request says it runs on.
+    d_id, d_arn = attach_spot_instance()
+    ec2.create_tags(Resources=[d_id], Tags=[{"Key": tag_keys.REMOVING,
+                                             "Value": f"release@{(NOW - timedelta(minutes=2)).isoformat(timespec='seconds')}"}])
+    start_task(d_arn, "a task started by hand", 0)
     open_admission()
     # Two teams without quotas (the jobs are the default team's): each run also reads the teams' running and
     # starting jobs and reads and writes their decayed use (one ledger item), so those calls fail here too.
@@ -166,7 +172,7 @@ def scheduler_world(home, variant: str = "main") -> dict:
         aws_client("autoscaling", HOME).create_or_update_tags(Tags=[{
             "ResourceId": ASG, "ResourceType": "auto-scaling-group", "Key": SCALING_PAUSED_TAG,
             "Value": "2026-11-22T11:00:00+00:00", "PropagateAtLaunch": False}])
-    return {"home": home, "jobs": [*jobs, found, lost], "broken": broken, "busy": [a_id], "released": c_id}
+    return {"home": home, "jobs": [*jobs, found, lost], "broken": broken, "busy": [a_id, d_id], "released": c_id}
 
 
 def spot_prices(params: dict) -> dict:
@@ -198,7 +204,9 @@ def scheduler_run(world: dict, minutes: int = 0) -> dict:
     invocation: then Lambda's next scheduled run, a minute later, is the one that acts."""
     try:
         world["raised"] = None
-        return scheduler.handler({"source": "aws.events"}, LambdaContext(), settings=scheduler_settings(world["home"]),
+        # Five instances at most: the world's four (scheduler_world) and the one its last job is bought.
+        return scheduler.handler({"source": "aws.events"}, LambdaContext(),
+                                 settings=scheduler_settings(world["home"], max_instances=5),
                                  now=NOW + timedelta(minutes=minutes))
     except Exception as error:
         world["raised"] = error
@@ -492,9 +500,11 @@ def reaper_world(home) -> dict:
     """busy: runs a task, still marked idle (unmarked); idle: marked past the grace period (removed through
     the protocol); fresh: idle, unmarked (marked); loose: a standalone machine marked long ago (stopped);
     raced: idle like `idle`, but a task is placed on it as the reaper drains it (the race of issue 13: the
-    protocol's re-check after the drain re-activates it, ACTIVE again and untagged, never terminated)."""
-    instances = build_fleet(size=4, max_size=6)
-    (busy, busy_arn), (idle, _), (fresh, _), (raced, raced_arn) = sorted(instances.items())
+    protocol's re-check after the drain re-activates it, ACTIVE again and untagged, never terminated); it is
+    a Spot Instance, so the re-activation reads its Spot request first."""
+    instances = build_fleet(size=3, max_size=6)
+    (busy, busy_arn), (idle, _), (fresh, _) = sorted(instances.items())
+    raced, raced_arn = attach_spot_instance()
     alert_topic()
     ec2 = aws_client("ec2", HOME)
     (loose,) = [i["InstanceId"] for i in ec2.run_instances(

@@ -157,6 +157,50 @@ def test_may_terminate_reads_the_group_right_before(g, done, action):
     assert decide.may_terminate(g, "i-000", done).action == action
 
 
+@pytest.mark.parametrize("instance, action, why", [
+    (dict(state="running", spot=False), decide.REACTIVATE, None),
+    (dict(state="running", spot=True, spot_status="fulfilled"), decide.REACTIVATE, None),
+    (dict(state="running", spot=True, spot_status="request-canceled-and-instance-running"), decide.REACTIVATE, None),
+    # The notice: EC2 User Guide, "Spot request status" (Fulfilled-terminal).
+    (dict(state="running", spot=True, spot_status="marked-for-termination"), decide.LEAVE,
+     "Spot request is marked-for-termination"),
+    (dict(state="running", spot=True, spot_status="marked-for-stop"), decide.LEAVE, "marked-for-stop"),
+    # Set at the notice instead of marked-for-termination when the instance terminates on interruption.
+    (dict(state="running", spot=True, spot_status="instance-terminated-no-capacity"), decide.LEAVE,
+     "instance-terminated-no-capacity"),
+    (dict(state="running", spot=True, spot_status="a-code-added-later"), decide.LEAVE, "a-code-added-later"),
+    (dict(state="running", spot=True), decide.LEAVE, "Spot request's status could not be read"),
+    (dict(state="shutting-down", spot=False), decide.LEAVE, "its instance is shutting-down"),
+    (dict(state="stopping", spot=True, spot_status="fulfilled"), decide.LEAVE, "its instance is stopping"),
+    (dict(state="running", spot=True, spot_status="fulfilled", detached_at="2026-11-22T11:59:00+00:00"), decide.LEAVE,
+     "detached from its group at its spot notice"),
+    (dict(state=None, spot=None), decide.LEAVE, "could not be read"),
+    (None, decide.LEAVE, "could not be read"),
+], ids=["on-demand", "spot-fulfilled", "spot-request-cancelled", "marked-for-termination", "marked-for-stop",
+        "terminated-no-capacity-still-running", "unknown-code", "spot-status-unread", "shutting-down", "stopping",
+        "detached-at-notice", "instance-unread", "instance-missing"])
+def test_a_kept_machine_is_re_activated_only_while_ec2_is_not_taking_it(instance, action, why):
+    instance = None if instance is None else decide.Instance(**instance)
+    verdict = decide.reactivation("gained work: 1 ECS task(s) running or pending", instance)
+    assert verdict.action == action and verdict.reason.startswith("gained work: 1 ECS task")
+    if why is not None:
+        assert why in verdict.reason and "left DRAINING and tagged for the next run" in verdict.reason
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.none(), st.fixed_dictionaries(dict(
+    state=st.sampled_from([None, "running", "pending", "shutting-down", "stopping", "stopped"]),
+    spot=st.sampled_from([None, True, False]),
+    spot_status=st.sampled_from([None, "fulfilled", "request-canceled-and-instance-running", "marked-for-termination",
+                                 "marked-for-stop", "instance-terminated-no-capacity", "pending-evaluation"]),
+    detached_at=st.sampled_from([None, None, "2026-11-22T11:59:00+00:00"])))))
+def test_reactivation_never_sets_active_a_machine_ec2_may_be_taking(fields):
+    instance = None if fields is None else decide.Instance(**fields)
+    if decide.reactivation("kept", instance).action == decide.REACTIVATE:
+        assert instance is not None and instance.state == "running" and not instance.detached_at
+        assert instance.spot is False or instance.spot_status in ("fulfilled", "request-canceled-and-instance-running")
+
+
 @pytest.mark.parametrize("code, message, action", [
     ("ValidationError", "Instance Id not found - No managed instance found for instance ID: i-0abc", decide.GONE),
     ("ValidationError", "Currently, desiredSize equals minSize (1). Terminating instance without replacement will "

@@ -6,8 +6,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from removal.world import (ASG, FAULTS, FLEET_REGION, HOME, aws, build, decisions, group_state, inject,
-                           on_call, place_job_in_ledger, record_calls, run, stale_read, start_task_on, status_of, tags_of)
+from removal.world import (ASG, CLUSTER, FAULTS, FLEET_REGION, HOME, aws, build, decisions, group_state, inject,
+                           interrupt, on_call, place_job_in_ledger, record_calls, run, stale_read, start_task_on,
+                           status_of, tags_of)
 
 from lambdas.removal import decide
 
@@ -138,6 +139,81 @@ def test_a_resumed_removal_whose_machine_gained_work_is_re_activated(fleet_aws):
     assert "gained work" in outcome.reactivated[machine] and settled(world, machine)
 
 
+# At a spot interruption notice ECS's agent (ECS_ENABLE_SPOT_INSTANCE_DRAINING) and job-events drain the
+# machine; the Spot request's status says so at once (EC2 User Guide, "Spot request status": marked-for-stop,
+# marked-for-termination, or instance-terminated-no-capacity while the instance runs out its two minutes).
+NOTICE_CODES = ["marked-for-termination", "marked-for-stop", "instance-terminated-no-capacity"]
+
+
+def spot_drain(world, machine: str) -> None:
+    """What the notice does to the container instance, by the agent's hand or job-events' (the tests' own client)."""
+    aws("ecs").update_container_instances_state(cluster=CLUSTER, containerInstances=[world.instances[machine]],
+                                               status="DRAINING")
+
+
+@pytest.mark.parametrize("code", NOTICE_CODES)
+def test_race_a_resumed_removal_never_undoes_the_drain_of_a_spot_interruption(fleet_aws, code, caplog):
+    """A run tagged the machine and stopped (the Lambda's timeout) before draining it; then its spot notice
+    came, and ECS's agent drained it. The next run resumes the removal and finds it DRAINING with work on it
+    (a task started by hand): it keeps the machine, but must not set it ACTIVE, or the scheduler places jobs
+    on a machine gone within two minutes. It stays DRAINING and tagged, and is finished later (terminated
+    here once empty; in AWS the spot market ends it first)."""
+    world = build(size=3, spot=True)
+    machine = world.ids[0]
+    inject("ecs", "UpdateContainerInstancesState", lambda op: Killed())
+    with pytest.raises(Killed):
+        run(world, machine)
+    assert status_of(world, machine) == "ACTIVE" and "mlfleet:removing" in tags_of(machine), "tagged, not drained"
+    spot_drain(world, machine)
+    interrupt(machine, code)
+    task = start_task_on(world, machine)
+    outcome = run(world)
+    assert machine not in outcome.reactivated, "the notice's drain was undone"
+    assert f"under a spot interruption: its Spot request is {code}" in outcome.left[machine]
+    assert status_of(world, machine) == "DRAINING" and tags_of(machine)["mlfleet:removing"].startswith("idle@")
+    (kept,) = [d for d in decisions(caplog) if d["decision"] == "removal-kept-draining"]
+    assert kept["instance_id"] == machine and kept["resumed"] is True
+
+    aws("ecs").stop_task(cluster=CLUSTER, task=task)  # the notice stopped it; the removal is finished
+    assert run(world).terminated == [machine] and group_state() == (2, set(world.ids[1:]))
+
+
+def test_race_a_spot_notice_during_the_removal_s_own_drain_is_never_undone(fleet_aws):
+    """The run drains the machine; the notice comes at once, and a task started before the drain is found
+    by the re-check. The drain is the run's own, but undoing it now would undo the notice's too."""
+    world = build(size=3, spot=True)
+    machine = world.ids[0]
+
+    def task_and_notice(params):
+        start_task_on(world, machine)
+        interrupt(machine)
+
+    on_call("ecs", "UpdateContainerInstancesState", task_and_notice)
+    outcome = run(world, machine)
+    assert machine not in outcome.reactivated, "the notice's drain was undone"
+    assert "gained work: 1 ECS task" in outcome.left[machine] and "marked-for-termination" in outcome.left[machine]
+    assert status_of(world, machine) == "DRAINING" and "mlfleet:removing" in tags_of(machine)
+
+
+def test_a_machine_under_a_spot_interruption_stays_drained_when_its_group_reaches_its_minimum(fleet_aws):
+    """The terminate is not made (the minimum was raised since validation): the machine is kept, drained,
+    for the spot market to end; its group then replaces it, the minimum holding."""
+    world = build(size=3, spot=True)
+    machine = world.ids[0]
+
+    def minimum_and_notice(params):
+        aws("autoscaling").update_auto_scaling_group(AutoScalingGroupName=ASG, MinSize=3)
+        interrupt(machine, "instance-terminated-no-capacity")
+
+    on_call("ecs", "UpdateContainerInstancesState", minimum_and_notice)
+    outcome = run(world, machine)
+    assert machine not in outcome.reactivated, "the notice's drain was undone"
+    assert "group at its minimum right before the terminate" in outcome.left[machine]
+    assert "instance-terminated-no-capacity" in outcome.left[machine]
+    assert status_of(world, machine) == "DRAINING" and "mlfleet:removing" in tags_of(machine)
+    assert group_state()[0] == 3
+
+
 def test_another_method_s_removal_is_left_to_it_until_stale_then_adopted_by_the_safety_net(fleet_aws):
     world = build(size=3)
     machine = world.ids[0]
@@ -229,6 +305,7 @@ CALLS = [
     ("ecs", "DescribeContainerInstances", 0), ("ecs", "DescribeContainerInstances", 1), ("ecs", "UpdateContainerInstancesState", 0),
     ("ecs", "UpdateContainerInstancesState", 1), ("ecs", "ListTasks", 0), ("dynamodb", "Query", 0),
     ("autoscaling", "TerminateInstanceInAutoScalingGroup", 0), ("ec2", "DeleteTags", 0),
+    ("ec2", "DescribeSpotInstanceRequests", 0),
 ]
 WRITES = {"CreateTags", "UpdateContainerInstancesState", "TerminateInstanceInAutoScalingGroup", "DeleteTags"}
 # Only a timeout can follow a write AWS applied (its answer lost); a throttle or a refusal means it was not.
@@ -240,7 +317,7 @@ CASES = [(service, operation, skip, fault, applied) for service, operation, skip
                          ids=[f"{o}#{s}-{f}{'-applied' if a else ''}" for _, o, s, f, a in CASES])
 def test_fault_on_each_call_never_kills_work_and_the_next_run_settles_everything(fleet_aws, service, operation, skip,
                                                                                     fault, applied):
-    world = build(size=4)
+    world = build(size=4, spot=True)  # as the fleets are: a re-activation reads the Spot requests
     idle, busy, claimed = world.ids[:3]
     start_task_on(world, busy)
     place_job_in_ledger("sub-20261122120000-abcdef-00001", claimed)
@@ -262,7 +339,7 @@ def test_fault_on_each_call_never_kills_work_and_the_next_run_settles_everything
 
 def test_each_call_the_executor_makes_is_one_the_fault_matrix_covers(fleet_aws):
     """The matrix above is only complete if it names every call a removal makes; record them."""
-    world = build(size=3)
+    world = build(size=3, spot=True)
     start_task_on(world, world.ids[1])
     made = record_calls(("autoscaling", FLEET_REGION), ("ec2", FLEET_REGION), ("ecs", FLEET_REGION), ("dynamodb", HOME))
     run(world, world.ids[0], world.ids[1], budget_percent=100)

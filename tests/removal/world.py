@@ -7,6 +7,12 @@ Where moto differs from AWS, and what the tests do about it:
   refusal inject it (`inject`).
 - moto terminates at once (no Terminating lifecycle state) and detaches the instance from its group.
 - moto does not model GPUs on container instances; the protocol reads task counts only.
+- moto's Auto Scaling groups launch on-demand instances whatever the launch template asks (no
+  InstanceLifecycle), so `build(spot=True)` requests Spot Instances and attaches them to the group. moto's
+  Spot requests only ever say `fulfilled` (no interruption notice: no marked-for-termination, no
+  instance-terminated-no-capacity while the instance runs out its two minutes), and it reports no
+  SpotInstanceRequestId on the instance; tests of an interruption make the requests' answer say so
+  (`interrupt`), and the executor finds a machine's request by the `instance-id` filter.
 
 Speed: the `fleet_aws` fixture skips moto's 5,200 default AMIs (MOTO_EC2_LOAD_DEFAULT_AMIS=false; the
 launch template's image is never looked up) and keeps boto3 clients across tests (moto patches botocore
@@ -79,14 +85,24 @@ class World:
         return list(self.instances)
 
 
-def build(size: int = 4, min_size: int = 0, region: str = FLEET_REGION, ledger: bool = True) -> World:
+def build(size: int = 4, min_size: int = 0, region: str = FLEET_REGION, ledger: bool = True,
+          spot: bool = False) -> World:
+    """A group of `size` registered instances; Spot Instances with `spot` (see the module docstring)."""
     ec2, autoscaling, ecs = (aws(s, region) for s in ("ec2", "autoscaling", "ecs"))
     ec2.create_launch_template(LaunchTemplateName=ASG, LaunchTemplateData={"ImageId": "ami-12c6146b",
                                                                            "InstanceType": "g5.xlarge"})
     autoscaling.create_auto_scaling_group(
-        AutoScalingGroupName=ASG, LaunchTemplate={"LaunchTemplateName": ASG}, MinSize=min_size, MaxSize=size + 5,
-        DesiredCapacity=size, AvailabilityZones=[f"{region}a"], NewInstancesProtectedFromScaleIn=True,
+        AutoScalingGroupName=ASG, LaunchTemplate={"LaunchTemplateName": ASG}, MinSize=0 if spot else min_size,
+        MaxSize=size + 5, DesiredCapacity=0 if spot else size, AvailabilityZones=[f"{region}a"],
+        NewInstancesProtectedFromScaleIn=True,
         Tags=[{"Key": "mlfleet:environment", "Value": ENV, "PropagateAtLaunch": True}])
+    if spot:
+        requests = ec2.request_spot_instances(InstanceCount=size, LaunchSpecification={
+            "ImageId": "ami-12c6146b", "InstanceType": "g5.xlarge", "Placement": {"AvailabilityZone": f"{region}a"}})
+        ids = [r["InstanceId"] for r in requests["SpotInstanceRequests"]]
+        ec2.create_tags(Resources=ids, Tags=[{"Key": "mlfleet:environment", "Value": ENV}])
+        autoscaling.attach_instances(AutoScalingGroupName=ASG, InstanceIds=ids)  # desired capacity += size
+        autoscaling.update_auto_scaling_group(AutoScalingGroupName=ASG, MinSize=min_size)
     ecs.create_cluster(clusterName=CLUSTER)
     ecs.register_task_definition(family=f"mlfleet-{ENV}-gpu-job",
                                  containerDefinitions=[{"name": "job", "image": "busybox", "memory": 512}])
@@ -217,6 +233,17 @@ def stale_read(service: str, operation: str, change: Callable[[dict], None], *, 
             change(parsed)
 
     _register(service, region, "after-call", operation, after)
+
+
+def interrupt(instance_id: str, code: str = "marked-for-termination", *, region: str = FLEET_REGION) -> None:
+    """EC2's interruption notice for `instance_id`, as its Spot request's status (moto's are only ever
+    `fulfilled`): every answer of the function's DescribeSpotInstanceRequests from now on says `code`."""
+    def notice(parsed, **_):
+        for request in parsed.get("SpotInstanceRequests", []):
+            if request.get("InstanceId") == instance_id:
+                request["Status"] = {**request.get("Status", {}), "Code": code}
+
+    _register("ec2", region, "after-call", "DescribeSpotInstanceRequests", notice)
 
 
 def decisions(caplog) -> list[dict]:
