@@ -105,6 +105,28 @@ def test_a_sharing_job_counts_on_the_smallest_gpu_it_could_take_live_machines_in
     assert dict(result.waiting)["a1"].startswith("team a is at its quota")
 
 
+@pytest.mark.parametrize(("held", "second", "free", "waiting", "reason"), [
+    # a1 keeps the machine closest to holding it (one of four GPUs free): its two GPUs are promised to it
+    # within the quota, not held, and the reason says which is which.
+    (1, 2, [1], "a2", "team a is at its quota: it holds 1 of its 4 GPUs, 2 more are kept for its earlier jobs "
+                   "waiting for room, and this job needs 2"),
+    (0, 3, [1], "a2", "team a is at its quota: it holds 0 of its 4 GPUs, 2 more are kept for its earlier jobs "
+                   "waiting for room, and this job needs 3"),
+    # Nothing kept: what it holds is all the quota counts.
+    (3, 1, [1], "a1", "team a is at its quota: it holds 3 of its 4 GPUs and this job needs 2"),
+    (2, 3, [], "a2", "team a is at its quota: it holds 2 of its 4 GPUs and this job needs 3"),
+])
+def test_the_quota_reason_tells_the_gpus_held_from_those_kept_for_waiting_jobs(held, second, free, waiting, reason):
+    """The quota counts what the team holds (running, starting, reserved, offered this run) and the GPUs its
+    earlier waiting jobs keep machines for; kept GPUs are not held. Before, the reason added the kept GPUs to
+    what the team 'holds' (3 of 4 held, with 1 running)."""
+    jobs = [job("a1", "a", gpus=2, at=1), job("a2", "a", gpus=second, at=2)]
+    offer = offer_jobs(jobs, [machine(f"m{n}", free_gpus=f) for n, f in enumerate(free)], [fleet()], CATALOG, LIMITS,
+                       shares({"a": (1.0, 4)}, held_gpus={"a": held}))
+    assert offer.jobs == ()
+    assert dict(offer.waiting)[waiting] == reason
+
+
 def test_reserved_jobs_count_against_the_quota_and_are_always_offered():
     reservation = Reservation("us-east-1", "gpu4", "box-1")
     jobs = [job("a1", "a", gpus=4, reserved=reservation), job("a2", "a")]

@@ -5,6 +5,7 @@ sentence it holds the stage to."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 
 from hypothesis import given, settings
@@ -89,11 +90,11 @@ def live(key: str, kind, free_gpus: int, **kw) -> Machine:
                    empty_since=0.0 if free_gpus == kind.gpus else None, **kw)
 
 
-def fleets_of(draw, machines: list[Machine]) -> list[Fleet]:
-    """The two fleets, with room to buy and instances launching, or (one time in two) at their caps: the
-    live machines are then all the room there is, and waiting jobs keep machines."""
+def fleets_of(draw, machines: list[Machine], capped: bool = False) -> list[Fleet]:
+    """The two fleets, with room to buy and instances launching, or (one time in two, or always when
+    `capped`) at their caps: the live machines are then all the room there is, and waiting jobs keep machines."""
     fours = sum(1 for m in machines if m.fleet == "gpu4")
-    grow = draw(st.booleans())
+    grow = not capped and draw(st.booleans())
     return [Fleet("us-east-1", "gpu4", "mlfleet-dev-gpu4", (FOUR.name,), fours, draw(st.integers(0, 1)) * grow,
                   fours + draw(st.integers(0, 3)) * grow),
             Fleet("us-east-1", "gpu1", "mlfleet-dev-gpu1", ("g5.2xlarge",), 0, draw(st.integers(0, 1)) * grow,
@@ -101,16 +102,18 @@ def fleets_of(draw, machines: list[Machine]) -> list[Fleet]:
 
 
 @st.composite
-def worlds(draw, *, shared=True, teams=TEAM_NAMES, big=False, sharing=False):
+def worlds(draw, *, shared=True, teams=TEAM_NAMES, big=False, sharing=False, tight=False):
     """Teams (weights, quotas), what they hold and have used, a queue of whole and GPU-sharing jobs of
     those teams, of no team and of a team no longer listed (some reserved), live machines of two GPU
-    sizes, fleets with room or at their caps, and a dollar cap."""
+    sizes, fleets with room or at their caps, and a dollar cap. `tight`: quotas of a few GPUs, little held, the
+    fleets at their caps and machines part full, so that jobs keep machines and then meet their team's quota."""
     names = teams[:draw(st.integers(1, len(teams)))]
     listed = list(names) + ([DEFAULT_TEAM] if draw(st.booleans()) else [])
-    quotas = st.integers(1, 3) if sharing else st.none() | st.integers(1, 12)
+    quotas = st.integers(1, 3) if sharing else st.integers(2, 8) if tight else st.none() | st.integers(1, 12)
     policies = {name: Team(draw(st.sampled_from([0.25, 0.5, 1.0, 3.0])), draw(quotas)) for name in listed}
     default = draw(st.sampled_from([DEFAULT_TEAM, *names]))
-    held = {name: draw(st.sampled_from([0.0, 0.25, 1.0, 2.5, 4.0, 7.0])) for name in {*listed, default}}
+    held = {name: draw(st.sampled_from([0.0, 1.0] if tight else [0.0, 0.25, 1.0, 2.5, 4.0, 7.0]))
+            for name in {*listed, default}}
     usage = {name: draw(st.sampled_from([0.0, 0.5, 3.0, 12.0])) for name in {*listed, default}}
     jobs = []
     for n in range(draw(st.integers(0, 24))):
@@ -123,10 +126,11 @@ def worlds(draw, *, shared=True, teams=TEAM_NAMES, big=False, sharing=False):
         jobs.append(request(f"j{n:02d}", team, gpus, priority=draw(st.integers(0, 9)),
                             at=draw(st.integers(0, int(NOW))), reserved=reserved, gpu_memory_mib=memory,
                             vcpus=2, memory_mib=4096))
-    machines = [live(f"m{n}", FOUR, draw(st.integers(0, 4)), rebalance_recommended=draw(st.integers(0, 5)) == 0)
+    machines = [live(f"m{n}", FOUR, draw(st.integers(1, 3) if tight else st.integers(0, 4)),
+                     rebalance_recommended=draw(st.integers(0, 5)) == 0)
                 for n in range(draw(st.integers(0, 5)))]
     machines += [live(f"t{n}", T4, draw(st.integers(0, 1))) for n in range(draw(st.integers(int(sharing), 2)))]
-    fleets = fleets_of(draw, machines)
+    fleets = fleets_of(draw, machines, capped=tight)
     limits = Limits(max_hourly_usd=draw(st.sampled_from([3.0, 20.0, 1000.0])), current_hourly_usd=0.0)
     return jobs, machines, fleets, limits, Shares(policies, default, held_gpus=held, usage=usage, now=NOW)
 
@@ -179,6 +183,36 @@ def test_a_team_never_holds_more_than_its_quota_fractional_jobs_counted_as_the_c
     # Every job is placed or waits, once: nothing is lost.
     assert sorted([p.job_id for p in result.placements] + [i for i, _ in result.waiting]) == \
         sorted(j.job_id for j in jobs)
+
+
+QUOTA_REASON = re.compile(r"team (?P<team>\S+) is at its quota: it holds (?P<holds>[\d.e+-]+) of its (?P<quota>\d+) "
+                          r"GPUs(, (?P<kept>[\d.e+-]+) more are kept for its earlier jobs waiting for room,)? and "
+                          r"this job needs (?P<needs>[\d.e+-]+)")
+
+
+@settings(max_examples=150, deadline=None)
+@given(worlds(big=True, tight=True) | worlds(tight=True) | worlds() | worlds(sharing=True))
+def test_a_quota_reason_counts_what_the_quota_counts_and_calls_held_only_what_is_held(world):
+    """"past its quota (held + reserved + offered + kept for its earlier waiting jobs + this job > maxGpus)":
+    the reason's "holds" is the team's running and starting GPUs, its reserved jobs and what this run offers
+    it, never the GPUs of machines kept for its waiting jobs, which it names apart; the three pass the quota."""
+    jobs, machines, fleets, limits, shares = world
+    offer = offer_jobs(jobs, machines, fleets, CATALOG, limits, shares)
+    offered = {j.job_id for j in offer.jobs}
+    reasons = dict(offer.waiting)
+    for name, policy in shares.teams.items():
+        mine = [j for j in jobs if shares.team_of(j) == name]
+        quota_reasons = {reasons[j.job_id] for j in mine if reasons.get(j.job_id, "").startswith(f"team {name} is at")}
+        if not quota_reasons:
+            continue
+        (reason,) = quota_reasons  # one reason for the team's job at the quota and the ones behind it
+        found = QUOTA_REASON.fullmatch(reason)
+        assert found is not None and found["team"] == name and int(found["quota"]) == policy.max_gpus, reason
+        holds = shares.held_gpus.get(name, 0) + sum(counted(j, machines, fleets) for j in mine if j.job_id in offered)
+        kept = sum(counted(j, machines, fleets) for j in mine if "is kept for it" in reasons.get(j.job_id, ""))
+        assert math.isclose(float(found["holds"]), holds, abs_tol=1e-4), reason
+        assert math.isclose(float(found["kept"] or 0), kept, abs_tol=1e-4), reason
+        assert float(found["holds"]) + float(found["kept"] or 0) + float(found["needs"]) > policy.max_gpus, reason
 
 
 @settings(max_examples=100, deadline=None)

@@ -7,7 +7,8 @@ belongs to one team; a job of no team, or of a team the config no longer lists, 
 - Quota: a team never holds more GPUs than its `max_gpus`, counting its running and starting jobs, the
   queued jobs an earlier run bought an instance for (reserved) and what this run offers, even when
   capacity is free. A quota bounds a team's spend, and since running jobs are never preempted, GPUs lent
-  past a quota could not be taken back before the borrower's jobs end.
+  past a quota could not be taken back before the borrower's jobs end. The GPUs of its earlier jobs that
+  wait on kept machines (below) count too, though not held: the quota is theirs first, in the team's order.
 - Fair share: among teams with queued work, capacity goes first to the team with the least use per
   weight: (use + GPUs reserved and offered this run) / weight. Use is what the team holds now, or its
   holding decayed over the configured half-life (`decayed_usage`) where that is more: a team that has just
@@ -271,9 +272,11 @@ def offer_jobs(jobs: Sequence[JobRequest], machines: Sequence[Machine], fleets: 
         quota = queue.policy.max_gpus
         gpus = room.gpus_of(job)
         if quota is not None and queue.holds + queue.promised + gpus > quota + 1e-9:
-            # The team's next jobs wait for its own jobs to end, so that its quota frees for this one.
-            reason = (f"team {queue.name} is at its quota: it holds {queue.holds + queue.promised:g} of its {quota} "
-                      f"GPUs and this job needs {gpus:g}")
+            # The team's next jobs wait for its own jobs to end, so that its quota frees for this one. The GPUs
+            # promised to its earlier waiting jobs (kept machines) count against the quota but are not held.
+            kept = f", {queue.promised:g} more are kept for its earlier jobs waiting for room," if queue.promised else ""
+            reason = (f"team {queue.name} is at its quota: it holds {queue.holds:g} of its {quota} GPUs{kept} "
+                      f"and this job needs {gpus:g}")
             waiting += [(j.job_id, reason) for j in queue.jobs[queue.next - 1:]]
             del active[queue.name]
             continue
