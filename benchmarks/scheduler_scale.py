@@ -150,9 +150,14 @@ class Account:
                         "agentConnected": True, "region": region, "cluster": cluster,
                         "remainingResources": [{"name": "CPU", "type": "INTEGER", "integerValue": max(0, cpu_free)},
                                                {"name": "MEMORY", "type": "INTEGER", "integerValue": max(0, memory_free)}],
+                        # What ECS reports of an agent with GPU support: its GPUs as the STRINGSET "GPU" (botocore's
+                        # ecs model, ContainerInstance.registeredResources); without it, a GPU machine that
+                        # registered none and runs no GPU task (lambdas/scheduler/state.py registered_gpus).
                         "registeredResources": [{"name": "CPU", "type": "INTEGER", "integerValue": entry.schedulable_vcpus * 1024},
                                                 {"name": "MEMORY", "type": "INTEGER",
-                                                 "integerValue": entry.schedulable_memory_mib}],
+                                                 "integerValue": entry.schedulable_memory_mib},
+                                                {"name": "GPU", "type": "STRINGSET",
+                                                 "stringSetValue": [f"GPU-{instance_id}-{g}" for g in range(entry.gpus)]}],
                         "runningTasksCount": used, "pendingTasksCount": 0,
                         "attributes": [{"name": f"ecs.capability.{c}"} for c in ("docker-remote-api.1.44", "gpu-driver",
                                                                                 "task-eni", "execution-role-ecr-pull")]}

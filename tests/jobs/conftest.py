@@ -9,6 +9,7 @@ import json
 import boto3
 import botocore.loaders
 import pytest
+import ecs_agent
 
 from benchmarks.submission import create_queues, create_table, linear_moto
 
@@ -140,8 +141,7 @@ def build_fleet(size: int = 2, max_size: int = 6, region: str = HOME) -> dict:
     instances = {}
     group = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[ASG])["AutoScalingGroups"][0]
     for member in group["Instances"]:
-        ecs.register_container_instance(cluster=CLUSTER, instanceIdentityDocument=json.dumps(
-            {"instanceId": member["InstanceId"], "region": region, "availabilityZone": f"{region}a"}))
+        ecs_agent.register(ecs, CLUSTER, member["InstanceId"], region)  # its GPUs too, which moto leaves out
     arns = ecs.list_container_instances(cluster=CLUSTER)["containerInstanceArns"]
     for ci in ecs.describe_container_instances(cluster=CLUSTER, containerInstances=arns)["containerInstances"] if arns else []:
         instances[ci["ec2InstanceId"]] = ci["containerInstanceArn"]

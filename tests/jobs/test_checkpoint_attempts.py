@@ -17,6 +17,7 @@ from datetime import datetime, timedelta, timezone
 
 import boto3
 import pytest
+import ecs_agent
 from conftest import (ASG, CLUSTER, HOME, build_fleet, checkpoint_bucket, event_settings, fleets_json, open_admission,
                       scheduler_settings)
 
@@ -86,9 +87,7 @@ def grow(region: str) -> str:
 
 def join(region: str, instance_id: str) -> str:
     """Register an instance with the region's cluster, as the ECS agent does after boot."""
-    return boto3.client("ecs", region).register_container_instance(cluster=CLUSTER, instanceIdentityDocument=json.dumps(
-        {"instanceId": instance_id, "region": region, "availabilityZone": f"{region}a"}))["containerInstance"][
-        "containerInstanceArn"]
+    return ecs_agent.register(boto3.client("ecs", region), CLUSTER, instance_id, region)["containerInstanceArn"]
 
 
 @pytest.fixture

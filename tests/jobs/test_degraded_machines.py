@@ -2,10 +2,11 @@
 the machine blames the machine (lambdas/scheduler/state.py "Degraded machines", actions.py machine_refused).
 
 Where moto differs from AWS: its container instances report no GPUs (no `registeredResources` "GPU", no
-`gpuDevices`) and no `healthStatus`, and its StartTask never refuses for resources: the tests add what a
-machine's agent registers to moto's DescribeContainerInstances answer (faults.amends) and answer StartTask
-with ECS's `failures` themselves (faults.stubs). Without a GPU entry the scheduler uses the catalog's count,
-which is what every other moto test runs on.
+`gpuDevices`: it ignores the agent's `platformDevices`) and no `healthStatus`, and its StartTask never refuses
+for resources. The fixtures register every instance as a healthy GPU agent does (tests/ecs_agent.py adds the
+GPU resource to moto's record); the tests here change what a machine's agent registered in moto's
+DescribeContainerInstances answer (faults.amends) and answer StartTask with ECS's `failures` themselves
+(faults.stubs).
 """
 
 from __future__ import annotations
@@ -61,6 +62,14 @@ def gpu_ids(count: int) -> dict:
                                      "stringSetValue": [f"GPU-{n:08x}" for n in range(count)]}]}
 
 
+# An agent that registered no GPU resource at all (started without ECS_ENABLE_GPU_SUPPORT, or no NVIDIA device
+# found at boot): CPU, memory and ports, as moto registers every instance.
+NO_GPU_RESOURCE = {"registeredResources": [
+    {"name": "CPU", "type": "INTEGER", "integerValue": 49_152}, {"name": "MEMORY", "type": "INTEGER", "integerValue": 189_000},
+    {"name": "PORTS", "type": "STRINGSET", "stringSetValue": ["22", "2375", "2376", "51678", "51679"]},
+    {"name": "PORTS_UDP", "type": "STRINGSET", "stringSetValue": []}]}
+
+
 def read() -> state.RegionView:
     return state.read_region(HOME, parse_fleets(fleets_json()), load_catalog(), {}, NOW)
 
@@ -81,7 +90,7 @@ def world(home, faults):
 @pytest.mark.parametrize("registered", [
     gpu_ids(3),  # one GPU fell off the bus (Xid 79) before the agent registered
     gpu_ids(0),  # the driver failed at boot
-    {"gpuDevices": [{"gpuId": f"GPU-{n}", "totalMemoryInMiB": 23_028} for n in range(2)]},
+    {**NO_GPU_RESOURCE, "gpuDevices": [{"gpuId": f"GPU-{n}", "totalMemoryInMiB": 23_028} for n in range(2)]},
     {**gpu_ids(4), "healthStatus": {"overallStatus": "IMPAIRED", "details": [
         {"type": "CONTAINER_RUNTIME", "status": "IMPAIRED"}]}},
 ])
@@ -119,8 +128,8 @@ def test_free_gpus_are_what_ecs_registered_less_what_tasks_asked(world):
     assert (view.gpus, view.free_gpus) == (3, 3) and "ECS registered 3 of its type's 4 GPUs" in view.degraded
 
 
-def test_an_unknown_gpu_count_is_the_catalog_s(world):
-    (view,) = read().machines  # moto reports no GPUs
+def test_a_machine_registering_all_its_gpus_counts_its_type_s(world):
+    (view,) = read().machines  # registered as a healthy agent does (tests/ecs_agent.py)
 
     assert (view.gpus, view.free_gpus, view.degraded) == (None, 4, "")
 

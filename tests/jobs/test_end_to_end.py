@@ -16,6 +16,7 @@ from datetime import datetime, timedelta, timezone
 
 import boto3
 import pytest
+import ecs_agent
 from conftest import ASG, CLUSTER, ENV, FAMILY, HOME, build_fleet, fleets_json, open_admission, scheduler_settings
 
 from lambdas.budget_guard.handler import Settings as GuardSettings
@@ -91,8 +92,7 @@ def join_new_instances(known) -> str:
     group = boto3.client("autoscaling", HOME).describe_auto_scaling_groups(AutoScalingGroupNames=[ASG])
     (new,) = [m["InstanceId"] for m in group["AutoScalingGroups"][0]["Instances"]
               if m["InstanceId"] not in known and not m["LifecycleState"].startswith("Terminat")]
-    boto3.client("ecs", HOME).register_container_instance(cluster=CLUSTER, instanceIdentityDocument=json.dumps(
-        {"instanceId": new, "region": HOME, "availabilityZone": f"{HOME}a"}))
+    ecs_agent.register(boto3.client("ecs", HOME), CLUSTER, new, HOME)
     return new
 
 

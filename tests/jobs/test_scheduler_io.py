@@ -14,6 +14,7 @@ from datetime import datetime, timedelta, timezone
 
 import boto3
 import pytest
+import ecs_agent
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 from conftest import ASG, CLUSTER, FAMILY, FLEET_TYPE, HOME, build_fleet, fleets_json, two_fleets_json
@@ -262,8 +263,7 @@ def test_an_instance_ec2_does_not_know_is_left_out_not_the_whole_region(fleet):
     ec2 = boto3.client("ec2", HOME)
     reservation = ec2.run_instances(ImageId="ami-12c6146b", InstanceType=FLEET_TYPE, MinCount=1, MaxCount=1)
     gone = reservation["Instances"][0]["InstanceId"]
-    boto3.client("ecs", HOME).register_container_instance(cluster=CLUSTER, instanceIdentityDocument=json.dumps(
-        {"instanceId": gone, "region": HOME, "availabilityZone": f"{HOME}a"}))
+    ecs_agent.register(boto3.client("ecs", HOME), CLUSTER, gone, HOME)
     # EC2 forgets it (moto checks the id at registration, so it is forgotten after).
     del ec2_backends[DEFAULT_ACCOUNT_ID][HOME].reservations[reservation["ReservationId"]]
     with pytest.raises(ClientError, match="InvalidInstanceID.NotFound"):

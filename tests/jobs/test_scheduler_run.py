@@ -7,12 +7,12 @@ registers it, standing in for the agent. GPU counts come from the catalog minus 
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import boto3
 import pytest
+import ecs_agent
 from conftest import ASG, CLUSTER, ENV, HOME, build_fleet, open_admission, scheduler_settings, two_fleets_json
 
 from lambdas.common.catalog import load_catalog
@@ -50,8 +50,7 @@ def register_new_instances(known: set[str]) -> None:
     group = boto3.client("autoscaling", HOME).describe_auto_scaling_groups(AutoScalingGroupNames=[ASG])
     for member in group["AutoScalingGroups"][0]["Instances"]:
         if member["InstanceId"] not in known:
-            ecs.register_container_instance(cluster=CLUSTER, instanceIdentityDocument=json.dumps(
-                {"instanceId": member["InstanceId"], "region": HOME, "availabilityZone": f"{HOME}a"}))
+            ecs_agent.register(ecs, CLUSTER, member["InstanceId"], HOME)
 
 
 def spy_on_plan(monkeypatch, argument: str) -> list:

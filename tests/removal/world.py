@@ -32,6 +32,7 @@ import functools
 
 import boto3
 from botocore.exceptions import ClientError, ReadTimeoutError
+import ecs_agent
 from jobs.conftest import create_table
 from moto import mock_aws
 
@@ -108,8 +109,7 @@ def build(size: int = 4, min_size: int = 0, region: str = FLEET_REGION, ledger: 
                                  containerDefinitions=[{"name": "job", "image": "busybox", "memory": 512}])
     group = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[ASG])["AutoScalingGroups"][0]
     for member in group["Instances"]:
-        ecs.register_container_instance(cluster=CLUSTER, instanceIdentityDocument=json.dumps(
-            {"instanceId": member["InstanceId"], "region": region, "availabilityZone": f"{region}a"}))
+        ecs_agent.register(ecs, CLUSTER, member["InstanceId"], region)  # its GPUs too, which moto leaves out
     arns = ecs.list_container_instances(cluster=CLUSTER)["containerInstanceArns"]
     by_id = {ci["ec2InstanceId"]: ci["containerInstanceArn"]
              for ci in ecs.describe_container_instances(cluster=CLUSTER, containerInstances=arns)["containerInstances"]}
