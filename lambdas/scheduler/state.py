@@ -23,12 +23,15 @@ GPU accounting: free GPUs = the machine's GPU count minus the GPUs that the task
 request (their containers' GPU resourceRequirements, from the task's overrides or else its task
 definition). Its GPU count is the catalog's for the instance type, or what ECS registered where that is
 fewer (`registeredResources` "GPU", a STRINGSET of GPU ids, else `gpuDevices`: botocore's ecs model,
-ContainerInstance); where ECS reports neither (moto never does) the count is unknown and the catalog's
-is used. It never reads remainingResources GPU: the ledger of what we asked for is what the planner must
-respect.
+ContainerInstance, Resource). A container instance that reports neither registered no GPU: its agent
+sent no GPU device (RegisterContainerInstance.platformDevices, type GPU), because it started without
+ECS_ENABLE_GPU_SUPPORT or found no NVIDIA device (the driver failed at boot), and ECS places no task that
+asks for a GPU on it. Its count is 0, not its type's. (moto registers no GPU resource for any instance:
+the tests add it where they fake an agent, tests/ecs_agent.py.) It never reads remainingResources GPU:
+the ledger of what we asked for is what the planner must respect.
 
 Degraded machines (`degraded_reason`): nothing is placed on a machine whose agent registered fewer GPUs
-than its type has (a GPU fallen off the bus, a driver that failed at boot), whose ECS health is IMPAIRED
+than its type has (none at all, a GPU fallen off the bus, a driver that failed at boot), whose ECS health is IMPAIRED
 (`healthStatus.overallStatus`, botocore's ecs model ContainerInstanceHealthStatus), or on which ECS
 refused a start for a reason about the machine within START_REFUSED_HOLD (the `mlfleet:start-refused-at`
 tag, lambdas/scheduler/actions.py). Each run logs one `degraded-machine` line per such machine.
@@ -156,7 +159,7 @@ class MachineView:
     protected: bool = False  # `mlfleet:keep-alive` protects it
     gpu_memory_mib: int = 0  # shareable memory per GPU (0: it cannot share: its type, or no MPS capability)
     shared_gpus: tuple[int, ...] = ()  # memory left on each GPU that tasks share
-    gpus: int | None = None  # the GPUs ECS registered, where it reports them and they are fewer than its type's
+    gpus: int | None = None  # the GPUs ECS registered, where fewer than its type's (0: it registered no GPU resource)
     degraded: str = ""  # why nothing may be placed on it (degraded_reason), or ""
 
 
@@ -265,22 +268,31 @@ def machine_gpu_memory(spec, ci: Mapping) -> int:
     return min([spec.shareable_gpu_memory_mib, *totals])
 
 
-def registered_gpus(ci: Mapping) -> int | None:
+def registers_gpus(ci: Mapping) -> bool:
+    """Whether ECS reports any GPU resource for the container instance (`registeredResources` "GPU", or
+    `gpuDevices`, present only where the agent supports GPU sharing: botocore's ecs model, ContainerInstance)."""
+    return bool(ci.get("gpuDevices")) or any(r.get("name") == "GPU" for r in ci.get("registeredResources") or ())
+
+
+def registered_gpus(ci: Mapping) -> int:
     """The GPUs ECS registered for a container instance: its `registeredResources` "GPU" (a STRINGSET of GPU
-    ids), else its `gpuDevices`; None when it reports neither (moto never does)."""
+    ids), else its `gpuDevices`; 0 when it reports neither: the agent registered no GPU device, and ECS places
+    no GPU task there (module docstring, "GPU accounting")."""
     for resource in ci.get("registeredResources") or ():
         if resource.get("name") == "GPU":
             return len(resource.get("stringSetValue") or ())
-    return len(ci["gpuDevices"]) if ci.get("gpuDevices") else None
+    return len(ci.get("gpuDevices") or ())
 
 
-def degraded_reason(ci: Mapping, type_gpus: int | None, registered: int | None, start_refused_at: datetime | None,
+def degraded_reason(ci: Mapping, type_gpus: int | None, registered: int, start_refused_at: datetime | None,
                     now: datetime | None) -> str:
     """Why nothing may be placed on the machine, or "" (module docstring, "Degraded machines"). `registered`:
     registered_gpus(ci)."""
     reasons = []
-    if type_gpus is not None and registered is not None and registered < type_gpus:
-        reasons.append(f"ECS registered {registered} of its type's {type_gpus} GPUs")
+    if type_gpus is not None and registered < type_gpus:
+        reasons.append(f"ECS registered {registered} of its type's {type_gpus} GPUs" if registers_gpus(ci) else
+                       f"ECS registered no GPU resource of its type's {type_gpus} GPUs (an agent started without "
+                       "ECS_ENABLE_GPU_SUPPORT, or no NVIDIA device found: the driver failed at boot)")
     if (ci.get("healthStatus") or {}).get("overallStatus") == "IMPAIRED":
         reasons.append("ECS reports its health IMPAIRED")
     if start_refused_at is not None and now is not None and now - start_refused_at < START_REFUSED_HOLD:
@@ -430,8 +442,8 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
         known = instance_type in catalog
         spec = catalog.get(instance_type) if known else None
         registered = registered_gpus(ci)
-        # Fewer registered than its type has: its count (and the machine degraded); otherwise its type's.
-        gpus = registered if spec is not None and registered is not None and registered < spec.gpus else None
+        # Fewer registered than its type has, none included: its count (and the machine degraded); otherwise its type's.
+        gpus = registered if spec is not None and registered < spec.gpus else None
         refused_at = parse_time(tags[tag_keys.START_REFUSED_AT]) if tag_keys.START_REFUSED_AT in tags else None
         degraded = degraded_reason(ci, spec.gpus if spec else None, registered, refused_at, now)
         if degraded:

@@ -90,6 +90,7 @@ def world(home, faults):
 @pytest.mark.parametrize("registered", [
     gpu_ids(3),  # one GPU fell off the bus (Xid 79) before the agent registered
     gpu_ids(0),  # the driver failed at boot
+    NO_GPU_RESOURCE,  # the agent registered no GPU resource: ECS places no GPU task there
     {**NO_GPU_RESOURCE, "gpuDevices": [{"gpuId": f"GPU-{n}", "totalMemoryInMiB": 23_028} for n in range(2)]},
     {**gpu_ids(4), "healthStatus": {"overallStatus": "IMPAIRED", "details": [
         {"type": "CONTAINER_RUNTIME", "status": "IMPAIRED"}]}},
@@ -132,6 +133,36 @@ def test_a_machine_registering_all_its_gpus_counts_its_type_s(world):
     (view,) = read().machines  # registered as a healthy agent does (tests/ecs_agent.py)
 
     assert (view.gpus, view.free_gpus, view.degraded) == (None, 4, "")
+
+
+def test_a_machine_whose_agent_registered_no_gpu_resource_has_none_and_is_degraded(world):
+    """A GPU instance whose container instance registers no "GPU" resource cannot run a task that asks for a
+    GPU (ECS places it by the registered GPUs: botocore's ecs model, ContainerInstance.registeredResources).
+    Before, it counted as its type's four GPUs, and jobs were placed there for ECS to refuse."""
+    _, faults, instances = world
+    (machine,) = instances
+    registers(faults, {machine: NO_GPU_RESOURCE})
+
+    (view,) = read().machines
+
+    assert (view.gpus, view.free_gpus) == (0, 0)
+    assert view.degraded.startswith("ECS registered no GPU resource of its type's 4 GPUs")
+
+
+@pytest.mark.parametrize(("ci", "type_gpus", "registered", "degraded"), [
+    (gpu_ids(4), 4, 4, ""),
+    (gpu_ids(3), 4, 3, "ECS registered 3 of its type's 4 GPUs"),
+    (gpu_ids(0), 4, 0, "ECS registered 0 of its type's 4 GPUs"),
+    ({"gpuDevices": [{"gpuId": "GPU-0"}, {"gpuId": "GPU-1"}]}, 4, 2, "ECS registered 2 of its type's 4 GPUs"),
+    (NO_GPU_RESOURCE, 4, 0, "ECS registered no GPU resource of its type's 4 GPUs"),
+    ({}, 1, 0, "ECS registered no GPU resource of its type's 1 GPUs"),
+    (NO_GPU_RESOURCE, 0, 0, ""),  # a type without GPUs registers none
+    (NO_GPU_RESOURCE, None, 0, ""),  # a type the catalog does not know: nothing to compare with
+])
+def test_the_gpus_ecs_registered_and_whether_that_degrades_the_machine(ci, type_gpus, registered, degraded):
+    assert state.registered_gpus(ci) == registered
+    assert state.degraded_reason(ci, type_gpus, registered, None, NOW).startswith(degraded)
+    assert bool(state.degraded_reason(ci, type_gpus, registered, None, NOW)) == bool(degraded)
 
 
 
