@@ -210,7 +210,7 @@ class JobService(pulumi.ComponentResource):
             global_secondary_indexes=[
                 {"name": "by-state", "hash_key": "state", "range_key": "submitted_at", "projection_type": "ALL"},
                 {"name": "by-submission", "hash_key": "submission_id", "range_key": "job_id", "projection_type": "ALL"},
-                # Sparse: only queued jobs of a team carry queued_team (lambdas/jobs/ledger.py BY_TEAM_QUEUED).
+                # Sparse: only queued jobs carry queued_team, their team or "#none" (lambdas/jobs/ledger.py BY_TEAM_QUEUED).
                 {"name": "by-team-queued", "hash_key": "queued_team", "range_key": "submitted_at",
                  "projection_type": "ALL"},
             ],

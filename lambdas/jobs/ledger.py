@@ -32,8 +32,9 @@ looked at once by a person (docs/runbook.md, "Quarantined jobs") instead of fail
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
@@ -66,12 +67,16 @@ NOTIFY_CHANNELS = ("email", "slack")
 # A reason is one line for people; error texts are cut so twenty of them stay far below 400 KB.
 MAX_REASON_CHARS = 1_000
 BY_STATE, BY_SUBMISSION = "by-state", "by-submission"
-# Sparse index of the queued jobs that name a team, by team: `queued_team` is written (by `encode`, so by
-# every put) only while a job is QUEUED and has a team. The scheduler reads each team's oldest from it, so
-# one team's backlog cannot hide another's jobs behind the oldest it reads (lambdas/scheduler/handler.py).
-# GSIs are sparse: "only items in the base table that contain those attributes appear in the index"
+# Sparse index of the queued jobs, by team: `queued_team` is written (by `encode`, so by every put) only
+# while a job is QUEUED: its team, or NO_TEAM for a job of none. The scheduler reads each team's oldest from
+# it, and those of no team and of teams no longer listed, so one team's backlog cannot hide another's jobs
+# behind the oldest it reads (lambdas/scheduler/handler.py read_pending). GSIs are sparse: "only items in the
+# base table that contain those attributes appear in the index"
 # (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/bp-indexes-general-sparse-indexes.html).
-BY_TEAM_QUEUED, QUEUED_TEAM = "by-team-queued", "queued_team"
+# NO_TEAM, not an empty string: string values "must have a length greater than zero if the attribute is used
+# as a key attribute for a table or index" (botocore's DynamoDB model, PutItem Item); and no team can be
+# named so (spec.TEAM_NAME starts with a letter).
+BY_TEAM_QUEUED, QUEUED_TEAM, NO_TEAM = "by-team-queued", "queued_team", "#none"
 
 TABLE_NAME = "mlfleet-{environment}-jobs"  # components/jobs ledger_name
 TABLE_ARNS = ("arn:{partition}:dynamodb:{region}:{account}:table/" + TABLE_NAME,
@@ -282,8 +287,8 @@ def encode(record: JobRecord) -> dict:
     for key in ("owner", "exit_code", "notified_at"):
         document[key] = getattr(record, key)
     document["notified"] = list(record.notified) or None
-    if record.state == QUEUED and record.spec.team:
-        document[QUEUED_TEAM] = record.spec.team  # absent otherwise: the sparse index drops the job
+    if record.state == QUEUED:
+        document[QUEUED_TEAM] = record.spec.team or NO_TEAM  # absent otherwise: the sparse index drops the job
     return {k: _serializer.serialize(v) for k, v in _to_dynamo(document).items()}
 
 
@@ -500,19 +505,22 @@ class Ledger:
                 break
         return records
 
-    def queued_of_team(self, team: str, limit: int | None = None) -> list[JobRecord]:
-        """The queued jobs of `team`, oldest submission first (the sparse by-team GSI, eventually
-        consistent: re-read before acting). Jobs written before the index existed are not in it until
-        their next write; `by_state` still lists them."""
-        records = []
+    def queued_of_team(self, team: str | None, limit: int | None = None) -> list[JobRecord]:
+        """The queued jobs of `team` (None: of no team), oldest submission first (the sparse by-team GSI,
+        eventually consistent: re-read before acting). Jobs written before the index existed, or (of no team)
+        before NO_TEAM was written, are not in it until their next write; `by_state` still lists them."""
+        return list(itertools.islice(self.iter_queued_of_team(team, page_size=limit), limit))
+
+    def iter_queued_of_team(self, team: str | None, page_size: int | None = None) -> Iterator[JobRecord]:
+        """queued_of_team, lazily: a page of at most `page_size` items is read only when the one before is
+        used up, so a reader that stops early reads no more (botocore's DynamoDB model, Query: Limit)."""
+        paging = {"PaginationConfig": {"PageSize": page_size}} if page_size else {}
         for record in self._query(IndexName=BY_TEAM_QUEUED, KeyConditionExpression="#team = :team",
                                   ExpressionAttributeNames={"#team": QUEUED_TEAM},
-                                  ExpressionAttributeValues={":team": {"S": team}}, ScanIndexForward=True):
+                                  ExpressionAttributeValues={":team": {"S": team or NO_TEAM}}, ScanIndexForward=True,
+                                  **paging):
             if record.state == QUEUED:  # the index may lag a transition
-                records.append(record)
-                if limit is not None and len(records) >= limit:
-                    break
-        return records
+                yield record
 
     def by_submission(self, submission_id: str) -> list[JobRecord]:
         return list(self._query(IndexName=BY_SUBMISSION, KeyConditionExpression="submission_id = :s",

@@ -12,6 +12,7 @@ from faults import resent_once
 
 from lambdas.common.catalog import load_catalog
 from lambdas.jobs import ledger as L
+from lambdas.jobs import spec
 from lambdas.jobs.spec import assign_ids, parse_spec
 
 SPEC = parse_spec({"image": "img:1", "command": ["run"], "gpus": 1, "vcpus": 2, "memory_mib": 4096},
@@ -221,8 +222,10 @@ def test_quarantine_keeps_the_item_and_is_conditional_on_it_being_as_read(ledger
     assert not ledger.quarantine(item, "again", now=501.0, by="test")  # no longer as read: QUARANTINED now
     stored = raw_item(ledger)
     assert stored["state"] == {"S": L.QUARANTINED} and stored["version"] == {"N": "1"}  # a stale view cannot overwrite it
+    # Every attribute kept but the by-team index's key: no longer queued (a job of no team had NO_TEAM there).
+    assert item[L.QUEUED_TEAM] == {"S": L.NO_TEAM} and L.QUEUED_TEAM not in stored
     assert {k: v for k, v in stored.items() if k not in ("state", "quarantine", "version")} == {
-        k: v for k, v in item.items() if k not in ("state", "version")}
+        k: v for k, v in item.items() if k not in ("state", "version", L.QUEUED_TEAM)}
     with pytest.raises(L.UndecodableRecord) as error:
         ledger.get(JOB)
     assert error.value.bad.quarantined and "quarantined: field 'spec' is missing" in str(error.value)
@@ -270,7 +273,10 @@ def test_the_by_team_index_lists_a_team_s_jobs_while_they_are_queued_only(ledger
     assert [r.job_id for r in ledger.queued_of_team("vision")] == [first, second, third]
     assert ledger.queued_of_team("vision", limit=2)[-1].job_id == second
     assert ledger.queued_of_team("speech") == []
-    assert L.QUEUED_TEAM not in raw_item(ledger)  # a job of no team is not in the index
+    # A job of no team is in the index under NO_TEAM, which no team can be named.
+    assert raw_item(ledger)[L.QUEUED_TEAM] == {"S": L.NO_TEAM} and not spec.TEAM_NAME.fullmatch(L.NO_TEAM)
+    assert [r.job_id[-1] for r in ledger.queued_of_team(None)] == ["0", "1", "2"]  # the fixture's, oldest first
+    assert [r.job_id[-1] for r in ledger.iter_queued_of_team(None, page_size=1)] == ["0", "1", "2"]
 
     claim = ledger.transition(first, L.STARTING, expect_states=[L.QUEUED], expect_attempt=0, reason="placed",
                               now=400.0, attempt=1, placement=PLACE)
