@@ -11,7 +11,8 @@ then placed by the next scheduled run, within a minute. A run:
      empty machines are still given back);
   4. reads every fleet region (live spot prices, machines, free GPUs from the tasks on them, groups and
      the instances they are still launching, failed launches);
-  5. reads what each team's running and starting jobs hold and updates its decayed use (with teams);
+  5. reads what each team's running and starting jobs hold and updates its decayed use (with teams), and
+     keeps the team names it sees, so that the queued jobs of a team no longer listed are read (read_pending);
      plans with lambdas.scheduler.planning.plan (its shares stage first: quotas, fair shares,
      priorities; runtime beliefs from the specs' estimates and the submissions' finished jobs, the
      pools' interruption rates, each job's checkpoint interval) and acts: per placement a conditional
@@ -48,11 +49,13 @@ The teams' weights and quotas: the SSM parameter /mlfleet/<env>/teams (lambdas/j
 
 from __future__ import annotations
 
+import heapq
 import os
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -103,8 +106,8 @@ PERMISSIONS = (
 )
 
 MAX_MESSAGES = 100
-# Pending jobs read per run (oldest first); more wait for the next run. With teams, each team and the
-# oldest of all get an equal part of it (read_pending).
+# Pending jobs read per run (oldest first); more wait for the next run. With teams, each listed team and the
+# jobs of no listed team (the default team's) get an equal part of it (read_pending).
 MAX_PENDING = 5_000
 # Acting stops with this much Lambda time left, leaving the rest of the plan to the next run.
 ACT_RESERVE_MS = 20_000
@@ -209,12 +212,16 @@ def run(settings: Settings, remaining_ms: Callable[[], int], now: datetime | Non
                                           remaining_ms=remaining_ms)
     to_delete = triage_messages(received, ledger, quarantine, stamp, summary)
     summary["recovered"] = recover_starting(ledger, settings, stamp, summary)
-    shares = read_team_shares(settings, ledger, stamp, summary)
+    known = read_team_shares(settings, ledger, stamp, summary)
+    shares = known.shares if known is not None else None
 
     flag = read_admission(settings, summary)
     pending: list[L.JobRecord] = []
     with per_item("read-pending-failed", summary["errors"], state=L.QUEUED):
-        pending = read_pending(ledger, shares.teams if shares is not None else ())
+        pending = read_pending(ledger, shares.teams if shares is not None else (),
+                               unlisted=known.unlisted if known is not None else ())
+    if known is not None:
+        keep_teams(ledger, known, pending, stamp)
     if not flag.is_open:
         log_decision("admission-closed", pending=len(pending), reason=flag.reason)
     starts_allowed = flag.is_open and shares is not None
@@ -242,26 +249,50 @@ def run(settings: Settings, remaining_ms: Callable[[], int], now: datetime | Non
     return summary
 
 
-def read_pending(ledger: L.Ledger, team_names: Collection[str]) -> list[L.JobRecord]:
+def read_pending(ledger: L.Ledger, team_names: Collection[str], unlisted: Collection[str] = ()) -> list[L.JobRecord]:
     """The queued jobs this run plans, oldest first, at most MAX_PENDING. Without teams, the oldest.
-    With teams, the oldest of each team (from the by-team index) and the oldest of all (jobs of no team
-    or of a team no longer listed), an equal part each: one team's backlog of thousands cannot hide the
-    other teams' newer jobs from the shares stage until it drains."""
+    With teams, an equal part each: the oldest of each listed team, and the oldest of the jobs of no listed
+    team (the default team's: of no team, or of a team no longer listed), so that one team's backlog of
+    thousands cannot hide the other teams' newer jobs, nor the default team's, from the shares stage until
+    it drains. Each team's come from the by-team index; the last part merges, oldest first, the index's jobs
+    of no team (L.NO_TEAM), those of each name in `unlisted` (teams.py: the index lists a job under its own
+    team's name, and DynamoDB lists no index's keys without reading every item) and the oldest of all (jobs
+    written before the index, or their team's key, existed). Every read is a Query of pages of at most a
+    part, and the last part's are read only as the merge uses them: a run reads at most MAX_PENDING jobs and
+    two parts more, whatever the queue's length."""
     if not team_names:
         return ledger.by_state(L.QUEUED, limit=MAX_PENDING)
-    each = max(1, MAX_PENDING // (len(team_names) + 1))
-    found = {record.job_id: record for record in ledger.by_state(L.QUEUED, limit=each)}
+    listed = sorted(team_names)
+    each = max(1, MAX_PENDING // (len(listed) + 1))
+    oldest = ledger.by_state(L.QUEUED, limit=each)
+    found: dict[str, L.JobRecord] = {}
     try:
-        for team in sorted(team_names):
+        for team in listed:
             for record in ledger.queued_of_team(team, limit=each):
                 found.setdefault(record.job_id, record)
+        # The default team's part. A listed team's job among the oldest of all is among its own team's oldest,
+        # read above, unless it is not in the index yet: only such jobs count here.
+        others = [None, *(name for name in sorted(set(unlisted) - set(listed)))]
+        page = max(1, each // len(others))
+        rest = 0
+        for record in heapq.merge(oldest, *(ledger.iter_queued_of_team(name, page_size=page) for name in others),
+                                  key=_submission_order):
+            if record.job_id not in found:
+                found[record.job_id] = record
+                rest += 1
+                if rest >= each:
+                    break  # before the merge asks a source for more
     except ClientError as error:
         # The index unreadable (IndexStatus CREATING, backfilling, while the `pulumi up` that adds it runs:
         # botocore's DynamoDB model, GlobalSecondaryIndexDescription; or throttled): this run plans the
         # oldest of all, as before the index, rather than nothing.
         log_decision("team-pending-read-failed", error=describe(error), reading="the oldest of all instead")
         return ledger.by_state(L.QUEUED, limit=MAX_PENDING)
-    return sorted(found.values(), key=lambda record: (record.submitted_at, record.job_id))
+    return sorted(found.values(), key=_submission_order)
+
+
+def _submission_order(record: L.JobRecord) -> tuple[float, str]:
+    return record.submitted_at, record.job_id
 
 
 def read_admission(settings: Settings, summary: dict) -> admission.Admission:
@@ -316,7 +347,21 @@ def triage_one(message: queue.JobMessage, ledger: L.Ledger, quarantine: Quaranti
     return True
 
 
-def read_team_shares(settings: Settings, ledger: L.Ledger, now: float, summary: dict) -> Shares | None:
+@dataclass(frozen=True)
+class TeamsRead:
+    """What a run knows of the teams: the shares stage's view, and what it keeps for the next run (teams.py)."""
+    shares: Shares
+    usage: dict[str, float] | None = None  # each team's decayed use up to now; None without teams (nothing kept)
+    seen_before: dict[str, float] = field(default_factory=dict)  # the team names the last run kept
+    seen: dict[str, float] = field(default_factory=dict)  # ... and those this run listed, or saw running or starting
+
+    @property
+    def unlisted(self) -> list[str]:
+        """Names of teams the parameter no longer lists: their queued jobs are the default team's."""
+        return teams.unlisted(self.seen, self.shares.teams) if self.usage is not None else []
+
+
+def read_team_shares(settings: Settings, ledger: L.Ledger, now: float, summary: dict) -> TeamsRead | None:
     """The teams' shares, or None when this run cannot know them (the teams parameter missing, malformed
     or unreadable, or the ledger's use item unreadable): then nothing is started or bought this run, since
     placing without the quotas would break them, and everything else the run does goes on (messages,
@@ -327,20 +372,38 @@ def read_team_shares(settings: Settings, ledger: L.Ledger, now: float, summary: 
     return None
 
 
-def team_shares(settings: TeamsSettings, ledger: L.Ledger, now: float) -> Shares:
+def team_shares(settings: TeamsSettings, ledger: L.Ledger, now: float) -> TeamsRead:
     """The shares stage's view of the teams. With teams configured: what each team's running and starting
-    jobs hold, and its use decayed up to now (kept in the ledger for the next run). Without teams, one
-    team holds everything: only priorities and age order its jobs."""
+    jobs hold, and its use decayed up to now (kept in the ledger for the next run by keep_teams, with the
+    team names seen). Without teams, one team holds everything: only priorities and age order its jobs."""
     if not settings.teams:
-        return Shares({}, settings.fallback_team, now=now)
-    held = teams.held_gpus([*ledger.by_state(L.RUNNING), *ledger.by_state(L.STARTING)], settings, load_catalog())
-    previous, previous_at = teams.read_usage(ledger.dynamodb, ledger.table)
-    usage = decayed_usage(previous, previous_at, held, now, settings.half_life_s)
-    teams.write_usage(ledger.dynamodb, ledger.table, usage, now)
+        return TeamsRead(Shares({}, settings.fallback_team, now=now))
+    holding = [*ledger.by_state(L.RUNNING), *ledger.by_state(L.STARTING)]
+    held = teams.held_gpus(holding, settings, load_catalog())
+    kept = teams.read_kept(ledger.dynamodb, ledger.table)
+    usage = decayed_usage(kept.usage, kept.at, held, now, settings.half_life_s)
     log_decision("team-shares", held_gpus=held, usage={t: round(u, 2) for t, u in usage.items()},
                  weights={t: p.weight for t, p in settings.teams.items()},
                  quotas={t: p.max_gpus for t, p in settings.teams.items() if p.max_gpus is not None})
-    return Shares(settings.teams, settings.fallback_team, held_gpus=held, usage=usage, now=now)
+    return TeamsRead(Shares(settings.teams, settings.fallback_team, held_gpus=held, usage=usage, now=now), usage,
+                     kept.seen, teams.remember(kept.seen, [*settings.teams, *(r.spec.team for r in holding)], now))
+
+
+def keep_teams(ledger: L.Ledger, known: TeamsRead, pending: Collection[L.JobRecord], now: float) -> None:
+    """Keep each team's use and the team names seen (the queued jobs read this run's too) for the next run,
+    and log the jobs of no listed team this run plans as the default team's, and the names it forgets."""
+    if known.usage is None:
+        return
+    seen = teams.remember(known.seen, (r.spec.team for r in pending), now)
+    default = known.shares.default_team
+    counts = Counter(r.spec.team or "(no team)" for r in pending if r.spec.team not in known.shares.teams)
+    if counts:
+        log_decision("unlisted-team-jobs", jobs=dict(sorted(counts.items())), as_team=default,
+                     reason=f"jobs of no team, or of a team the teams parameter does not list, are team {default}'s")
+    for name in sorted(set(known.seen_before) - set(seen)):
+        log_decision("team-forgotten", team=name, last_seen=known.seen_before[name],
+                     reason=f"not listed, and no job of it seen for {teams.FORGET_AFTER_S / 3600:g} hours")
+    teams.write_usage(ledger.dynamodb, ledger.table, known.usage, now, seen)
 
 
 def fleets_without_gpu_sharing(machines: Collection[state.MachineView], catalog) -> set[tuple[str, str]]:

@@ -24,7 +24,7 @@ from lambdas.job_events.handler import handle as job_event
 from lambdas.jobs import cli
 from lambdas.jobs import ledger as L
 from lambdas.jobs import teams as team_policies
-from lambdas.scheduler import teams
+from lambdas.scheduler import handler, teams
 from lambdas.scheduler.handler import run as run_scheduler
 
 NOW = datetime(2026, 11, 22, 12, tzinfo=timezone.utc)
@@ -176,3 +176,33 @@ def test_jobs_of_a_team_the_config_no_longer_lists_count_for_the_default_team():
     assert (settings.team_of("vision"), settings.team_of("gone"), settings.team_of(None)) == ("vision", "nlp", "nlp")
     unlisted = team_policies.parse_teams(teams_json({"vision": (1, 4)}))
     assert (unlisted.default_team, unlisted.team_of("gone")) == (None, "default")
+
+
+def submit_at(service, team: str | None, count: int, minutes: int) -> list[str]:
+    document = {**JOB, **({"team": team} if team else {})}
+    return list(cli.submit(service, document, sweep={"seed": [str(n) for n in range(count)]},
+                           now=NOW + timedelta(minutes=minutes)).job_ids)
+
+
+def test_jobs_of_no_team_and_of_a_team_renamed_away_are_planned_behind_a_listed_team_s_backlog(world, monkeypatch,
+                                                                                               caplog):
+    """"A queued job of no team, or of a team the config no longer lists (renamed, removed), runs as the default
+    team's": a run reads them as the default team's part of what it plans (handler.read_pending), from the
+    by-team index, under no team or the name an earlier run saw listed. Before, they were read only among the
+    oldest of all, which a listed team's older backlog filled: with vision at its quota, nothing started."""
+    home, service = world
+    set_teams(teams_json({"vision": (3.0, 5), "nlp": (1.0, None), "speech": (1.0, None)}))
+    vision = submit_at(service, "vision", 8, minutes=0)
+    scheduler(home, 1)
+    assert len(running(vision)) == 5  # at its quota; three wait, older than what follows
+    speech = submit_at(service, "speech", 1, minutes=2)
+    set_teams(TEAMS)  # speech is renamed away: vision and nlp are listed
+    nobody = submit_at(service, None, 1, minutes=3)
+    monkeypatch.setattr(handler, "MAX_PENDING", 6)  # a part of 2 each for vision, nlp and the default team
+
+    summary = scheduler(home, 4)
+
+    assert sorted(summary["started"]) == sorted(speech + nobody) and summary["pending"] <= 6
+    assert "speech" in teams.read_kept(ledger().dynamodb, ledger().table).seen
+    (line,) = [json.loads(r.getMessage()) for r in caplog.records if '"unlisted-team-jobs"' in r.getMessage()][-1:]
+    assert (line["jobs"], line["as_team"]) == ({"(no team)": 1, "speech": 1}, "default")
