@@ -30,6 +30,12 @@ asks for a GPU on it. Its count is 0, not its type's. (moto registers no GPU res
 the tests add it where they fake an agent, tests/ecs_agent.py.) It never reads remainingResources GPU:
 the ledger of what we asked for is what the planner must respect.
 
+Machines leaving (`leaving_reason`): a container instance ECS still calls ACTIVE may belong to an instance its
+group is terminating (a scale-in, a health replacement, a spot reclaim, a lifecycle hook holding it in
+Terminating:Wait), detaching or putting in standby, or one EC2 is shutting down or stopping: its agent
+deregisters only when the instance stops. Such a machine is treated as draining: nothing is placed on it (a job
+started there would die with it, an attempt spent), it is not usable capacity, and the release stage leaves it.
+
 Degraded machines (`degraded_reason`): nothing is placed on a machine whose agent registered fewer GPUs
 than its type has (none at all, a GPU fallen off the bus, a driver that failed at boot), whose ECS health is IMPAIRED
 (`healthStatus.overallStatus`, botocore's ecs model ContainerInstanceHealthStatus), or on which ECS
@@ -284,6 +290,24 @@ def registered_gpus(ci: Mapping) -> int:
     return len(ci.get("gpuDevices") or ())
 
 
+# Auto Scaling lifecycle states (botocore's autoscaling model, Instance.LifecycleState) in which an instance stays
+# in service: placed onto. Pending states are kept too: a container instance registers at the end of the boot, and
+# a group without launch hooks moves its instance to InService as soon as EC2 runs it.
+STAYING_LIFECYCLE_PREFIXES = ("InService", "Pending")
+# EC2 instance states (InstanceStateName, botocore's ec2 model) of an instance on its way out.
+GOING_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
+
+
+def leaving_reason(lifecycle_state: str | None, instance_state: str | None) -> str:
+    """Why a fleet machine is going away though its container instance may still be ACTIVE, or "" (module
+    docstring, "Machines leaving"). None: not read (an instance the group read did not list, or no state)."""
+    if lifecycle_state is not None and not lifecycle_state.startswith(STAYING_LIFECYCLE_PREFIXES):
+        return f"its Auto Scaling group has it {lifecycle_state}"
+    if instance_state in GOING_STATES:
+        return f"its EC2 instance is {instance_state}"
+    return ""
+
+
 def degraded_reason(ci: Mapping, type_gpus: int | None, registered: int, start_refused_at: datetime | None,
                     now: datetime | None) -> str:
     """Why nothing may be placed on the machine, or "" (module docstring, "Degraded machines"). `registered`:
@@ -393,9 +417,11 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
     view = RegionView(region)
     groups = {g["AutoScalingGroupName"]: g for g in describe_groups(autoscaling, [f.asg_name for f in fleets])}
     fleet_of: dict[str, FleetConfig] = {}
+    lifecycle_of: dict[str, str] = {}
     for fleet in fleets:
         for instance in groups.get(fleet.asg_name, {}).get("Instances", []):
             fleet_of[instance["InstanceId"]] = fleet
+            lifecycle_of[instance["InstanceId"]] = instance.get("LifecycleState")
 
     definitions = functools.lru_cache(maxsize=None)(
         lambda arn: ecs.describe_task_definition(taskDefinition=arn)["taskDefinition"])
@@ -464,6 +490,11 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
             free_vcpus = min(free_vcpus, spec.schedulable_vcpus - vcpus_used)
             free_memory = min(free_memory, spec.schedulable_memory_mib - memory_used)
         empty_since = parse_time(tags[tag_keys.EMPTY_SINCE]) if tag_keys.EMPTY_SINCE in tags else None
+        leaving = leaving_reason(lifecycle_of.get(ci["ec2InstanceId"]), (instance.get("State") or {}).get("Name"))
+        if leaving:
+            log_decision("leaving-machine", region=region, fleet=fleet.fleet, instance_id=ci["ec2InstanceId"],
+                         container_instance=ci["containerInstanceArn"], status=ci.get("status"), reason=leaving,
+                         action="treated as draining: nothing placed on it, not usable capacity")
         view.machines.append(MachineView(
             container_instance_arn=ci["containerInstanceArn"], instance_id=ci["ec2InstanceId"], region=region,
             fleet=fleet.fleet, cluster=cluster, instance_type=instance_type,
@@ -473,7 +504,7 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
             free_memory_mib=max(0, free_memory),
             price_per_hour=price_of(catalog, instance_type, region, lifecycle, spot_prices),
             rebalance_recommended=REBALANCE_TAG in tags,
-            draining=ci.get("status") == "DRAINING" or not ci.get("agentConnected", True),
+            draining=ci.get("status") == "DRAINING" or not ci.get("agentConnected", True) or bool(leaving),
             submissions=frozenset(submissions.get(ci["containerInstanceArn"], ())),
             jobs=frozenset(job_ids.get(ci["containerInstanceArn"], ())),
             removing=tag_keys.REMOVING in tags,
