@@ -10,7 +10,8 @@ then placed by the next scheduled run, within a minute. A run:
   3. reads the admission flag; when closed, nothing is started or bought (running jobs continue, and
      empty machines are still given back);
   4. reads every fleet region (live spot prices, machines, free GPUs from the tasks on them, groups and
-     the instances they are still launching, failed launches);
+     the instances they are still launching, failed launches), and the machines first seen degraded in the
+     breaker's window (fleet_health.py, one ledger item);
   5. reads what each team's running and starting jobs hold and updates its decayed use (with teams), and
      keeps the team names it sees, so that the queued jobs of a team no longer listed are read (read_pending);
      plans with lambdas.scheduler.planning.plan (its shares stage first: quotas, fair shares,
@@ -19,7 +20,8 @@ then placed by the next scheduled run, within a minute. A run:
      claim QUEUED(n) -> STARTING(n+1) in the ledger BEFORE StartTask, so a message delivered twice or a
      second run can never start the same attempt twice; then STARTING -> RUNNING with the task ARN;
   6. raises the chosen groups' desired capacity within the fleet cap and the dollars-per-hour cap,
-     except where the circuit breaker has stopped a fleet's scaling; with headroom on (HEADROOM_WINDOW_MINUTES
+     except where the circuit breaker has stopped a fleet's scaling (failed launches, or machines that came
+     up degraded); with headroom on (HEADROOM_WINDOW_MINUTES
      > 0), keeps the jobs it bought for in the ledger's headroom item and then raises the groups for what
      the plan buys ahead (planning/headroom.py);
   7. hands the plan's releases (its release stage: empty machines past the release delay) to the removal
@@ -54,7 +56,7 @@ import os
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
@@ -75,7 +77,7 @@ from ..jobs.quarantine import Quarantine, alert_new
 from ..jobs.teams import TeamsSettings, read_teams
 from ..jobs.teams import parameter_name as teams_parameter_name
 from ..removal.execute import LedgerSource
-from . import actions, headroom, releases, state, teams
+from . import actions, fleet_health, headroom, releases, state, teams
 from .planning import (
     Fleet, JobRequest, Limits, Machine, Plan, ReleasePolicy, ScaleOut, Shares, decayed_usage,
     plan,
@@ -421,27 +423,71 @@ def fleets_without_gpu_sharing(machines: Collection[state.MachineView], catalog)
     return set(found)
 
 
-def circuit_breaker(view: state.FleetView, now: datetime, settings: Settings) -> bool:
-    """True when the fleet's scaling is stopped: >= 3 failed launches in the last 30 minutes."""
+def circuit_breaker(view: state.FleetView, now: datetime, settings: Settings,
+                    degraded: Sequence[fleet_health.Sighting] = ()) -> bool:
+    """True when the fleet's scaling is stopped: >= 3 failed launches in the last 30 minutes, or its machines
+    that came up degraded hold the breaker open (`degraded`: the fleet's sightings inside the window when
+    fleet_health.judge says so, else none). The group's mark (SCALING_PAUSED_TAG) makes the alert go out once
+    per opening, whatever its cause."""
     autoscaling = client("autoscaling", view.config.region)
     failures = state.failed_launches(autoscaling, view.config.asg_name, now, BREAKER_WINDOW)
-    tripped = failures >= BREAKER_FAILURES
+    causes = [cause for cause, met in (("failed-launches", failures >= BREAKER_FAILURES),
+                                       ("degraded-machines", bool(degraded))) if met]
+    tripped = bool(causes)
     if tripped and not view.scaling_paused:
         actions.set_scaling_paused(autoscaling, view.config.asg_name, now.isoformat(timespec="seconds"))
         alerts.publish_alert(
             client("sns", settings.alert_topic_arn.split(":")[3]), settings.alert_topic_arn,
             f"mlfleet {settings.environment}: scaling of {view.config.fleet} in {view.config.region} stopped",
-            f"{failures} launches of Auto Scaling group {view.config.asg_name} failed in the last "
-            f"{int(BREAKER_WINDOW.total_seconds() // 60)} minutes, so the scheduler stopped raising its desired "
-            f"capacity. Jobs keep running and keep being placed on existing machines. Check the group's activity "
-            f"history (capacity, quotas, launch template); scaling resumes by itself once fewer than "
-            f"{BREAKER_FAILURES} launches failed in the window.")
+            breaker_message(view, failures, degraded))
     elif not tripped and view.scaling_paused:
         actions.set_scaling_paused(autoscaling, view.config.asg_name, None)
     if tripped or view.scaling_paused:
         log_decision("circuit-breaker", region=view.config.region, fleet=view.config.fleet, failed_launches=failures,
+                     causes=causes, degraded_machines=[
+                         {"instance_id": s.instance_id, "first_seen": _iso(s.at), "reason": s.reason} for s in degraded],
                      scaling_stopped=tripped, newly_opened=tripped and not view.scaling_paused)
     return tripped
+
+
+# The degraded machines an alert lists by name; the rest are counted.
+ALERT_MACHINES = 10
+
+
+def breaker_message(view: state.FleetView, failures: int, degraded: Sequence[fleet_health.Sighting]) -> str:
+    """The alert's text: why the breaker opened (launches failed, machines came up degraded, or both), the
+    degraded machines with their reasons, and what to check."""
+    minutes = int(BREAKER_WINDOW.total_seconds() // 60)
+    group = view.config.asg_name
+    launches = failures >= BREAKER_FAILURES
+    why = [f"{failures} launches of Auto Scaling group {group} failed"] if launches else []
+    if degraded:
+        why.append(f"{len(degraded)} of its machines came up degraded" if launches
+                   else f"{len(degraded)} machines of Auto Scaling group {group} came up degraded")
+    text = (f"{' and '.join(why)} in the last {minutes} minutes, so the scheduler stopped raising its desired "
+            "capacity.")
+    if degraded:
+        text += (" No job is placed on a degraded machine, and each is given back once empty: buying more for "
+                 "the waiting jobs would only buy more such machines.")
+        text += "".join(f"\n- {s.instance_id}, first seen degraded at {_iso(s.at)}: {s.reason}"
+                        for s in degraded[:ALERT_MACHINES])
+        if len(degraded) > ALERT_MACHINES:
+            text += f"\n- and {len(degraded) - ALERT_MACHINES} more (the circuit-breaker line in the scheduler's log)"
+        text += "\n"
+    text += ("" if degraded else " ") + "Jobs keep running and keep being placed on existing machines."
+    checks = ["Check the group's activity history (capacity, quotas, launch template)"] if launches else []
+    if degraded:
+        checks.append("When every new machine of a fleet comes up degraded, its image or launch template is at fault, "
+                      "not the machines: check the AMI (mlfleet:amiIds, the Packer build), the launch template's user "
+                      "data (ECS_ENABLE_GPU_SUPPORT=true in /etc/ecs/ecs.config) and the NVIDIA driver (nvidia-smi on "
+                      "one through Session Manager); docs/runbook.md, 'Circuit breaker open'")
+    resumes = ([f"fewer than {BREAKER_FAILURES} launches failed"] if launches else []) + \
+        ([f"fewer than {BREAKER_FAILURES} machines were first seen degraded"] if degraded else [])
+    return f"{text} {'. '.join(checks)}; scaling resumes by itself once {' and '.join(resumes)} in the window."
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="seconds")
 
 
 def read_regions(fleets: tuple[FleetConfig, ...], catalog, pending: bool, now: datetime,
@@ -460,17 +506,56 @@ def read_regions(fleets: tuple[FleetConfig, ...], catalog, pending: bool, now: d
     return views, prices
 
 
-def breaker_stopped(fleet_views: dict, now: datetime, settings: Settings, summary: dict) -> set:
-    """Fleets that may not grow this run: breaker open, or its state unreadable (no purchase on a guess)."""
+def breaker_stopped(fleet_views: dict, now: datetime, settings: Settings, summary: dict,
+                    degraded: Mapping[tuple[str, str], Sequence[fleet_health.Sighting]] | None = None) -> set:
+    """Fleets that may not grow this run: breaker open, or its state unreadable (no purchase on a guess).
+    `degraded`: the fleets whose machines came up degraded trip it (fleet_health.judge's `tripped`)."""
     stopped = set()
     for key, fv in fleet_views.items():
         tripped = True
         with per_item("circuit-breaker-failed", summary["errors"], region=key[0], fleet=key[1],
                       action="no scale-out for this fleet this run"):
-            tripped = circuit_breaker(fv, now, settings)
+            tripped = circuit_breaker(fv, now, settings, (degraded or {}).get(key, ()))
         if tripped:
             stopped.add(key)
     return stopped
+
+
+def judge_fleet_health(ledger: L.Ledger, fleets: tuple[FleetConfig, ...], views: Sequence[state.RegionView],
+                       now: datetime, summary: dict) -> fleet_health.Judgement:
+    """The fleets whose machines keep coming up degraded (fleet_health.py), from the sightings kept in the
+    ledger and this run's degraded machines; the sightings kept again when they changed.
+
+    An item that cannot be read is no memory this run, logged (`fleet-health-read-failed`), not a stopped
+    run nor stopped fleets. Failing open is the cheaper error here: the brake only slows a leak that the
+    fleet's cap and MAX_HOURLY_USD already bound (a machine bought and given back every few minutes), the
+    machines this run sees degraded still count, and the failed-launch breaker still works; failing closed
+    would stop every fleet's purchases, healthy ones too, whenever one GetItem is throttled, and leave every
+    job waiting, the harm the brake is there to prevent. (A fleet whose failed launches cannot be read is
+    stopped, by contrast: that read is of the fleet itself, one fleet at a time.) The write that follows an
+    unread item is still conditional (fleet_health.write): it cannot replace sightings it did not read."""
+    kept = fleet_health.Kept({})
+    with per_item("fleet-health-read-failed", summary["errors"], key=fleet_health.KEY,
+                  action="no memory of degraded machines this run: only this run's count toward the breaker"):
+        kept = fleet_health.read(ledger.dynamodb, ledger.table)
+    read_regions = {view.region for view in views}
+    configured = {(f.region, f.fleet) for f in fleets}
+    degraded = [fleet_health.Degraded(m.region, m.fleet, m.instance_id, m.degraded)
+                for view in views for m in view.machines if m.degraded]
+    judged = fleet_health.judge(kept.memory, degraded, now.timestamp(), window_s=BREAKER_WINDOW.total_seconds(),
+                                threshold=BREAKER_FAILURES, read={k for k in configured if k[0] in read_regions},
+                                unread={k for k in configured if k[0] not in read_regions})
+    if judged.changed:
+        log_decision("fleet-health", first_seen_degraded=[
+            {"region": d.region, "fleet": d.fleet, "instance_id": d.instance_id, "reason": d.reason} for d in judged.new],
+            in_window={f"{region}/{fleet}": sum(1 for s in memory.sightings
+                                                if now.timestamp() - s.at <= BREAKER_WINDOW.total_seconds())
+                       for (region, fleet), memory in judged.kept.items()},
+            opened=[f"{region}/{fleet}" for region, fleet in judged.opened],
+            closed=[f"{region}/{fleet}" for region, fleet in judged.closed],
+            remembered=sum(len(memory.sightings) for memory in judged.kept.values()), dropped=judged.dropped)
+        fleet_health.write(ledger.dynamodb, ledger.table, judged.kept, kept.version, now.timestamp())
+    return judged
 
 
 def cover_cpu_seconds(remaining_ms: int, memory_mib: str | None) -> float:
@@ -493,7 +578,8 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
         releases.record_empty(views, now)
     machines = {m.container_instance_arn: m for view in views for m in view.machines}
     fleet_views = {(fv.config.region, fv.config.fleet): fv for view in views for fv in view.fleets}
-    stopped = breaker_stopped(fleet_views, now, settings, summary)
+    health = judge_fleet_health(ledger, fleets, views, now, summary)
+    stopped = breaker_stopped(fleet_views, now, settings, summary, health.tripped)
     current_hourly = sum(fv.hourly_usd for fv in fleet_views.values())
     running: dict[str, L.JobRecord] = {}
     if any(m.jobs for m in machines.values()):
