@@ -77,7 +77,7 @@ from ..jobs.quarantine import Quarantine, alert_new
 from ..jobs.teams import TeamsSettings, read_teams
 from ..jobs.teams import parameter_name as teams_parameter_name
 from ..removal.execute import LedgerSource
-from . import actions, fleet_health, headroom, releases, state, teams
+from . import actions, boot_health, fleet_health, headroom, releases, state, teams
 from .planning import (
     Fleet, JobRequest, Limits, Machine, Plan, ReleasePolicy, ScaleOut, Shares, decayed_usage,
     plan,
@@ -105,6 +105,7 @@ PERMISSIONS = (
     *releases.PERMISSIONS,
     *teams.PERMISSIONS,
     *headroom.PERMISSIONS,
+    *boot_health.PUBLISH_PERMISSIONS,
 )
 
 MAX_MESSAGES = 100
@@ -579,6 +580,8 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
     machines = {m.container_instance_arn: m for view in views for m in view.machines}
     fleet_views = {(fv.config.region, fv.config.fleet): fv for view in views for fv in view.fleets}
     health = judge_fleet_health(ledger, fleets, views, now, summary)
+    # The metric each fleet's instance refresh rolls back on (boot_health.py); a failure is logged, never fatal.
+    boot_health.publish(settings.environment, fleets, views, now, summary["errors"])
     stopped = breaker_stopped(fleet_views, now, settings, summary, health.tripped)
     current_hourly = sum(fv.hourly_usd for fv in fleet_views.values())
     running: dict[str, L.JobRecord] = {}
