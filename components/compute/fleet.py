@@ -23,6 +23,7 @@ from pathlib import Path
 import pulumi
 import pulumi_aws as aws
 
+from components.compute.boot_alarm import boot_alarm
 from components.config import FleetConfig
 from components.resources import asg_tags, assume_role_policy, child, managed_policy
 from lambdas.common import tags as tag_keys
@@ -105,6 +106,7 @@ class GpuSpotFleetArgs:
 class GpuSpotFleet(pulumi.ComponentResource):
     asg_name: pulumi.Output[str]
     asg_arn: pulumi.Output[str]
+    boot_alarm_name: pulumi.Output[str]
     launch_template_id: pulumi.Output[str]
     launch_template_version: pulumi.Output[int]
     instance_role_name: pulumi.Output[str]
@@ -190,9 +192,14 @@ class GpuSpotFleet(pulumi.ComponentResource):
             opts=child(self),
         )
 
+        group_name = fleet_group_name(args.environment, args.fleet_name)
+        # Declared before the group, which names it in its instance refresh (below).
+        degraded_at_boot = boot_alarm(f"{name}-degraded-at-boot", environment=args.environment, region=args.region,
+                                      fleet=args.fleet_name, asg_name=group_name, tags=tags, parent=self)
+
         group = aws.autoscaling.Group(
             f"{name}-asg",
-            name=fleet_group_name(args.environment, args.fleet_name),
+            name=group_name,
             min_size=fleet.min_instances,
             max_size=fleet.max_instances,
             vpc_zone_identifiers=args.subnet_ids,
@@ -244,6 +251,21 @@ class GpuSpotFleet(pulumi.ComponentResource):
             # nothing out). max 100% and a minimum a full fleet can honour (refresh_min_healthy_percent):
             # never above max_size, so the fleet cap holds. Jobs on a replaced machine go back to the
             # queue (lambdas/job_events), attempt counted.
+            #
+            # A new image whose machines boot but register no (or fewer) GPUs passes EC2's health checks, so
+            # the refresh is held to the fleet's boot alarm (boot_alarm.py, on the scheduler's count of machines
+            # degraded at boot): "Amazon EC2 Auto Scaling automatically reverses what was deployed if the instance
+            # refresh fails for some reason or if any CloudWatch alarms you specify go into the ALARM state"
+            # (EC2 Auto Scaling User Guide, "Undo changes with a manual or auto rollback", instance-refresh-
+            # rollback.html). Its conditions hold here: a numbered launch-template version (above; not $Latest
+            # or $Default), an AMI id in the template (no SSM alias), and a desired configuration, which the
+            # provider sends from the group's launch template or mixed instances policy (pulumi_aws
+            # GroupInstanceRefreshPreferences.auto_rollback: "may only be set to true when specifying a
+            # launch_template or mixed_instances_policy"; botocore autoscaling RefreshPreferences.AutoRollback
+            # lists the same three cases where a rollback is not supported). skip_matching stays: neither the
+            # model (RefreshPreferences.SkipMatching, AutoRollback) nor the guide's rollback considerations or
+            # its "Use an instance refresh with skip matching" page list it as conflicting with a rollback, and
+            # with a desired configuration it skips only the machines already on it.
             instance_refresh={
                 "strategy": "Rolling",
                 "preferences": {
@@ -254,6 +276,9 @@ class GpuSpotFleet(pulumi.ComponentResource):
                     "skip_matching": True,
                     "scale_in_protected_instances": "Refresh",
                     "standby_instances": "Terminate",
+                    "auto_rollback": True,
+                    # From the alarm's output, so the alarm exists before a refresh names it.
+                    "alarm_specification": {"alarms": [degraded_at_boot.name]},
                 },
             },
             # No instance maintenance policy and no max_instance_lifetime: without a policy the group
@@ -266,6 +291,7 @@ class GpuSpotFleet(pulumi.ComponentResource):
         )
 
         self.asg_name = group.name
+        self.boot_alarm_name = degraded_at_boot.name
         self.asg_arn = group.arn
         self.launch_template_id = launch_template.id
         self.launch_template_version = launch_template.latest_version
