@@ -82,14 +82,24 @@ def _imported_modules(path: Path) -> list[Path]:
     return [candidate for candidate in found if candidate.is_file()]
 
 
+def covers(granted: Permission, permission: Permission) -> bool:
+    """`granted` allows all that `permission` does: every action of it, on the same resources under the same
+    conditions (its `why` aside). Two modules declaring the same need, each with its own reason, is one
+    statement: the scheduler's policy is near IAM's 10,240 characters for a role's inline policies."""
+    return (set(permission.actions) <= set(granted.actions) and permission.resources == granted.resources
+            and permission.tag_scoped == granted.tag_scoped and dict(permission.condition) == dict(granted.condition)
+            and permission.tag_keys == granted.tag_keys and permission.tag_values == granted.tag_values)
+
+
 def declared_permissions(function: str) -> tuple[Permission, ...]:
-    """Every `PERMISSIONS` declared by the modules of lambdas/<function>/, in module order, deduplicated."""
+    """Every `PERMISSIONS` declared by the modules of lambdas/<function>/, in module order, less those an
+    earlier one covers."""
     package = importlib.import_module(f"lambdas.{function}")
     found: list[Permission] = []
     for module_info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"lambdas.{function}.{module_info.name}")
         for permission in getattr(module, "PERMISSIONS", ()):
-            if permission not in found:
+            if not any(covers(granted, permission) for granted in found):
                 found.append(permission)
     if not found:
         raise ValueError(f"lambdas/{function} declares no PERMISSIONS")

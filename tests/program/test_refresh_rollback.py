@@ -85,3 +85,16 @@ def test_every_fleet_s_alarm_watches_the_series_the_scheduler_publishes_for_it(s
         fleet = next(f for f in fleets if f.asg_name == group.inputs["name"])
         assert group.inputs["instanceRefresh"]["preferences"]["alarmSpecification"] == {
             "alarms": [boot_alarm_name(variables["ENVIRONMENT"], fleet.fleet)]}
+
+
+@pytest.mark.parametrize("function", ["scheduler", "reaper", "job_events"])
+def test_a_role_s_policy_states_each_grant_once(function):
+    """Room for the scheduler's PutMetricData under IAM's 10,240 characters (tests/rules iam-policy-sizes, the
+    longest names): a permission two modules declare, each with its reason, is one statement."""
+    from components.functions.python_function import covers, declared_permissions
+
+    declared = declared_permissions(function)
+    assert not [(a, b) for i, a in enumerate(declared) for b in declared[i + 1:] if covers(a, b)]
+    if function == "scheduler":
+        assert any("cloudwatch:PutMetricData" in p.actions and p.condition == {
+            "StringEquals": {"cloudwatch:namespace": boot_health.NAMESPACE}} for p in declared)

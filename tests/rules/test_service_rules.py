@@ -173,7 +173,8 @@ def _move_to(type_token: str, region: str, name_part: str = ""):
 
 
 def _alarm_action_elsewhere(resources):
-    alarm = _one(resources, ALARM, "-idle")
+    # By its region: the order the mocks record resources in across regions is not the program's.
+    alarm = _one(resources, ALARM, "-us-east-1-reaper-gpu1-idle")
     alarm.inputs["alarmActions"] = [alarm.inputs["alarmActions"][0].replace(":us-east-1:", ":eu-west-1:")]
 
 
