@@ -268,6 +268,9 @@ class Account:
     def sns_Publish(self, region, p):
         return {"MessageId": "alert"}
 
+    def cloudwatch_PutMetricData(self, region, p):  # the fleets' boot metric (lambdas/scheduler/boot_health.py)
+        return {}
+
     # --- ECS ----------------------------------------------------------------------------------------
 
     def _page(self, items, p, key):
