@@ -1,7 +1,7 @@
 """A fleet's boot alarm: at least one machine came up degraded (ECS registered fewer GPUs than its type has, or
-none) within the scheduler's YOUNG window. Named in the group's instance refresh (fleet.py): with auto rollback,
-a refresh during which it goes into ALARM fails and the group goes back to the launch-template version it ran
-before, so an image whose machines boot but register no GPU replaces a machine or two, not the whole fleet.
+none) within the scheduler's YOUNG window. Named in the group's instance refresh (fleet.py): a refresh during
+which it goes into ALARM fails, so an image whose machines boot but register no GPU replaces the first machines
+of the fleet, not all of them (what its auto rollback then does, and does not, undo: the comment there).
 
 The metric is the scheduler's (lambdas/scheduler/boot_health.py), published in the fleet's region once a run
 (every minute), 0 included; the namespace, metric name and dimensions are imported from there, so the alarm
@@ -40,7 +40,7 @@ def boot_alarm(name: str, *, environment: str, region: str, fleet: str, asg_name
         alarm_description=(
             f"mlfleet {environment}: a machine of fleet {fleet} ({asg_name}) came up degraded, ECS registering "
             f"fewer GPUs than its type has, within {int(YOUNG.total_seconds() // 60)} minutes of its launch. "
-            "An instance refresh of the group fails and rolls back while this alarm is in ALARM: check the image "
+            "An instance refresh of the group fails while this alarm is in ALARM: check the image "
             "(docs/ami.md, docs/runbook.md)."
         ),
         namespace=NAMESPACE,

@@ -254,18 +254,27 @@ class GpuSpotFleet(pulumi.ComponentResource):
             #
             # A new image whose machines boot but register no (or fewer) GPUs passes EC2's health checks, so
             # the refresh is held to the fleet's boot alarm (boot_alarm.py, on the scheduler's count of machines
-            # degraded at boot): "Amazon EC2 Auto Scaling automatically reverses what was deployed if the instance
-            # refresh fails for some reason or if any CloudWatch alarms you specify go into the ALARM state"
-            # (EC2 Auto Scaling User Guide, "Undo changes with a manual or auto rollback", instance-refresh-
-            # rollback.html). Its conditions hold here: a numbered launch-template version (above; not $Latest
-            # or $Default), an AMI id in the template (no SSM alias), and a desired configuration, which the
-            # provider sends from the group's launch template or mixed instances policy (pulumi_aws
-            # GroupInstanceRefreshPreferences.auto_rollback: "may only be set to true when specifying a
-            # launch_template or mixed_instances_policy"; botocore autoscaling RefreshPreferences.AutoRollback
-            # lists the same three cases where a rollback is not supported). skip_matching stays: neither the
-            # model (RefreshPreferences.SkipMatching, AutoRollback) nor the guide's rollback considerations or
-            # its "Use an instance refresh with skip matching" page list it as conflicting with a rollback, and
-            # with a desired configuration it skips only the machines already on it.
+            # degraded at boot): "CloudWatch alarms can be used to identify any issues and fail the operation if an
+            # alarm threshold is met" (botocore autoscaling RefreshPreferences.AlarmSpecification). The alarm is
+            # what stops the refresh, after the first machines, before it replaces the whole fleet.
+            #
+            # auto_rollback then "replaces the instances that have been deployed so far" with "the configuration
+            # that you last saved on the Auto Scaling group before starting the instance refresh" (EC2 Auto Scaling
+            # User Guide, "Undo changes with a manual or auto rollback"). Its conditions hold: a numbered
+            # launch-template version (above; not $Latest or $Default), an AMI id in the template, and a desired
+            # configuration, which the provider sends from the mixed instances policy when auto_rollback is set
+            # (terraform-provider-aws#31715; without one StartInstanceRefresh refuses AutoRollback, #29830). But
+            # the provider saves the new policy on the group (UpdateAutoScalingGroup) before it starts the refresh
+            # (internal/service/autoscaling/group.go, resourceGroupUpdate; hashicorp/terraform-provider-aws#34189,
+            # open; the fix #39007 closed unmerged), so the "last saved" configuration is the new version: the
+            # rollback relaunches the new image on the machines deployed so far, not the previous one. Those are
+            # degraded and run no job, so it costs launches, not jobs; going back to the previous image is pinning
+            # it (docs/ami.md, "Rolling out"). Kept so that the group does roll back should the provider start
+            # the refresh before saving the configuration.
+            #
+            # skip_matching stays: neither the model (RefreshPreferences.SkipMatching, AutoRollback) nor the
+            # guide's rollback considerations or its "Use an instance refresh with skip matching" page list it as
+            # conflicting with a rollback; with a desired configuration it skips the machines already on it.
             instance_refresh={
                 "strategy": "Rolling",
                 "preferences": {

@@ -7,7 +7,7 @@ one, stopping the jobs on each. Each run therefore publishes, per fleet of every
 machines are degraded (state.degraded_reason) and were launched within YOUNG of now: a machine degraded at boot
 is the image's or the launch template's fault, where a GPU that falls off a machine running for days is not.
 The fleet's alarm on it (components/compute/boot_alarm.py, >= 1) is named in the refresh's alarm
-specification, with auto rollback: the refresh fails and the group goes back to the previous template version.
+specification: the refresh fails after its first machines instead of replacing the whole fleet.
 
 The same constants name the metric here and in the alarm, so the two cannot drift apart. A fleet with no
 such machine publishes 0, so the alarm has data; a region the run could not read publishes nothing (missing
