@@ -42,7 +42,7 @@ ENVIRONMENT, REGION, FLEET, GROUP = "Environment", "Region", "Fleet", "AutoScali
 # for the handler's PERMISSIONS to list last, so the policy's other statements keep their numbers.
 PUBLISH_PERMISSIONS = (
     needs("cloudwatch:PutMetricData", condition={"StringEquals": {"cloudwatch:namespace": NAMESPACE}},
-          why="publish each fleet's machines degraded at boot, the metric its instance refresh rolls back on"),
+          why="publish each fleet's machines degraded at boot, the metric its instance refresh stops on"),
 )
 
 

@@ -580,7 +580,7 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
     machines = {m.container_instance_arn: m for view in views for m in view.machines}
     fleet_views = {(fv.config.region, fv.config.fleet): fv for view in views for fv in view.fleets}
     health = judge_fleet_health(ledger, fleets, views, now, summary)
-    # The metric each fleet's instance refresh rolls back on (boot_health.py); a failure is logged, never fatal.
+    # The metric each fleet's instance refresh stops on (boot_health.py); a failure is logged, never fatal.
     boot_health.publish(settings.environment, fleets, views, now, summary["errors"])
     stopped = breaker_stopped(fleet_views, now, settings, summary, health.tripped)
     current_hourly = sum(fv.hourly_usd for fv in fleet_views.values())
