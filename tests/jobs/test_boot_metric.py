@@ -1,5 +1,5 @@
 """Each scheduler run publishes, per fleet, how many of its machines came up degraded at boot: the metric the
-fleet's instance refresh rolls back on (lambdas/scheduler/boot_health.py; the alarm in
+fleet's instance refresh stops on (lambdas/scheduler/boot_health.py; the alarm in
 components/compute/boot_alarm.py, tested in tests/program/test_refresh_rollback.py).
 
 Where moto differs from AWS: it does not track GPUs at all (it ignores the agent's `platformDevices` and reports
@@ -64,14 +64,14 @@ def test_a_run_publishes_the_fleet_s_machines_degraded_at_boot_once_with_the_ala
     assert metric["MetricName"] == boot_health.METRIC
 
 
-def test_machines_degraded_long_after_their_launch_are_not_counted_and_a_healthy_fleet_publishes_zero(world):
+def test_machines_degraded_long_after_their_launch_are_not_counted_but_zero_is_published(world):
     home, faults = world
     launch(degraded=2, healthy=1)
 
     run_held(home, datetime.now(timezone.utc) + boot_health.YOUNG + timedelta(minutes=5))
 
     (call,) = published(faults)
-    assert fleet_datum(call)["Value"] == 0  # a GPU lost by an old machine is no fault of the image: but data
+    assert fleet_datum(call)["Value"] == 0  # a GPU lost by an old machine is no fault of the image; still data
 
 
 def test_a_healthy_fleet_publishes_zero(world):

@@ -1,4 +1,4 @@
-"""A fleet's instance refresh rolls back on its boot alarm, and the alarm watches the series the scheduler
+"""A fleet's instance refresh stops on its boot alarm (auto rollback on), and the alarm watches the series the scheduler
 publishes (components/compute/boot_alarm.py, lambdas/scheduler/boot_health.py; the publishing itself is tested
 against moto in tests/jobs/test_boot_metric.py)."""
 
@@ -34,7 +34,7 @@ def boot_alarms(rendering) -> list:
     return [a for a in rendering.of_type(ALARM) if a.inputs.get("metricName") == boot_health.METRIC]
 
 
-def test_the_refresh_rolls_back_when_the_fleet_s_boot_alarm_goes_off():
+def test_the_refresh_stops_on_the_fleet_s_boot_alarm_with_auto_rollback_on():
     rendering = fleet_rendering()
     (asg,) = rendering.of_type(ASG)
     (alarm,) = boot_alarms(rendering)
