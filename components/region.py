@@ -127,6 +127,7 @@ class FleetRegion(pulumi.ComponentResource):
                     image_id=self.ami.image_id,
                     root_volume_gib=cfg.root_volume_gib,
                     tags=tags,
+                    alert_topic_arn=self.alert_topic_arn,
                     refresh_min_healthy_percent=cfg.ami_refresh_min_healthy_percent,
                     cluster=self.cluster.cluster,
                 ),

@@ -1,7 +1,8 @@
 """A fleet's boot alarm: at least one machine came up degraded (ECS registered fewer GPUs than its type has, or
 none) within the scheduler's YOUNG window. Named in the group's instance refresh (fleet.py): a refresh during
 which it goes into ALARM fails, so an image whose machines boot but register no GPU replaces the first machines
-of the fleet, not all of them (what its auto rollback then does, and does not, undo: the comment there).
+of the fleet, not all of them; the alarm also tells the region's alert topic, since a refresh that stops says
+nothing by itself (going back to the previous image is pinning it: docs/ami.md, the comment in fleet.py).
 
 The metric is the scheduler's (lambdas/scheduler/boot_health.py), published in the fleet's region once a run
 (every minute), 0 included; the namespace, metric name and dimensions are imported from there, so the alarm
@@ -32,7 +33,7 @@ def boot_alarm_name(environment: str, fleet: str) -> str:
 
 
 def boot_alarm(name: str, *, environment: str, region: str, fleet: str, asg_name: str, tags: Mapping[str, str],
-               parent: pulumi.Resource) -> aws.cloudwatch.MetricAlarm:
+               parent: pulumi.Resource, alert_topic_arn: pulumi.Input[str] | None = None) -> aws.cloudwatch.MetricAlarm:
     """The fleet's alarm, a child of `parent` (so in the fleet's region, through its provider)."""
     return aws.cloudwatch.MetricAlarm(
         name,
@@ -53,6 +54,7 @@ def boot_alarm(name: str, *, environment: str, region: str, fleet: str, asg_name
         comparison_operator="GreaterThanOrEqualToThreshold",
         threshold=THRESHOLD,
         treat_missing_data="notBreaching",
+        alarm_actions=[alert_topic_arn] if alert_topic_arn is not None else [],
         tags=dict(tags),
         opts=child(parent),
     )

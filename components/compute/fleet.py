@@ -98,6 +98,8 @@ class GpuSpotFleetArgs:
     root_volume_gib: int
     tags: Mapping[str, str]
     refresh_min_healthy_percent: int = 90
+    # The region's alert topic: the fleet's boot alarm tells it (boot_alarm.py). None: nobody is told.
+    alert_topic_arn: pulumi.Input[str] | None = None
     # The ECS cluster the instances join: the group is created after it and deleted before it (a
     # cluster with registered container instances cannot be deleted).
     cluster: pulumi.Resource | None = None
@@ -195,7 +197,8 @@ class GpuSpotFleet(pulumi.ComponentResource):
         group_name = fleet_group_name(args.environment, args.fleet_name)
         # Declared before the group, which names it in its instance refresh (below).
         degraded_at_boot = boot_alarm(f"{name}-degraded-at-boot", environment=args.environment, region=args.region,
-                                      fleet=args.fleet_name, asg_name=group_name, tags=tags, parent=self)
+                                      fleet=args.fleet_name, asg_name=group_name, tags=tags, parent=self,
+                                      alert_topic_arn=args.alert_topic_arn)
 
         group = aws.autoscaling.Group(
             f"{name}-asg",
@@ -258,19 +261,15 @@ class GpuSpotFleet(pulumi.ComponentResource):
             # alarm threshold is met" (botocore autoscaling RefreshPreferences.AlarmSpecification). The alarm is
             # what stops the refresh, after the first machines, before it replaces the whole fleet.
             #
-            # auto_rollback then "replaces the instances that have been deployed so far" with "the configuration
+            # No auto_rollback. It "replaces the instances that have been deployed so far" with "the configuration
             # that you last saved on the Auto Scaling group before starting the instance refresh" (EC2 Auto Scaling
-            # User Guide, "Undo changes with a manual or auto rollback"). Its conditions hold: a numbered
-            # launch-template version (above; not $Latest or $Default), an AMI id in the template, and a desired
-            # configuration, which the provider sends from the mixed instances policy when auto_rollback is set
-            # (terraform-provider-aws#31715; without one StartInstanceRefresh refuses AutoRollback, #29830). But
-            # the provider saves the new policy on the group (UpdateAutoScalingGroup) before it starts the refresh
-            # (internal/service/autoscaling/group.go, resourceGroupUpdate; hashicorp/terraform-provider-aws#34189,
-            # open; the fix #39007 closed unmerged), so the "last saved" configuration is the new version: the
-            # rollback relaunches the new image on the machines deployed so far, not the previous one. Those are
-            # degraded and run no job, so it costs launches, not jobs; going back to the previous image is pinning
-            # it (docs/ami.md, "Rolling out"). Kept so that the group does roll back should the provider start
-            # the refresh before saving the configuration.
+            # User Guide, "Undo changes with a manual or auto rollback"), but the provider saves the new launch
+            # template version on the group (UpdateAutoScalingGroup) before it starts the refresh
+            # (terraform-provider-aws internal/service/autoscaling/group.go, resourceGroupUpdate;
+            # hashicorp/terraform-provider-aws#34189, open; its fix #39007 closed unmerged). The "last saved"
+            # configuration is then the new image: a rollback would relaunch it on the machines deployed so far
+            # and report RollbackSuccessful. Going back to the previous image is pinning it (docs/ami.md,
+            # "Rolling out"); the alarm, which also tells the region's alert topic, stops the refresh.
             #
             # skip_matching stays: neither the model (RefreshPreferences.SkipMatching, AutoRollback) nor the
             # guide's rollback considerations or its "Use an instance refresh with skip matching" page list it as
@@ -285,7 +284,6 @@ class GpuSpotFleet(pulumi.ComponentResource):
                     "skip_matching": True,
                     "scale_in_protected_instances": "Refresh",
                     "standby_instances": "Terminate",
-                    "auto_rollback": True,
                     # From the alarm's output, so the alarm exists before a refresh names it.
                     "alarm_specification": {"alarms": [degraded_at_boot.name]},
                 },
