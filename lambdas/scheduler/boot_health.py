@@ -56,12 +56,19 @@ def degraded_at_boot(machines: Iterable, fleets: Sequence[FleetConfig], now: dat
     """(region, fleet) -> its machines degraded and launched within `young` of `now`, 0 for each fleet of
     `fleets` with none. A machine whose launch time is unknown is not counted (it may be old)."""
     counts = {(f.region, f.fleet): 0 for f in fleets}
-    since = (now - young).timestamp()
     for machine in machines:
         key = (machine.region, machine.fleet)
-        if key in counts and machine.degraded and machine.launched_at is not None and machine.launched_at >= since:
+        if key in counts and came_up_degraded(machine, now, young):
             counts[key] += 1
     return counts
+
+
+def came_up_degraded(machine, now: datetime, young: timedelta = YOUNG) -> bool:
+    """Degraded and launched within `young` of `now`: the image's or the launch template's fault, not the
+    machine's own (a GPU fallen off a machine running for days). The rule of the metric and of the circuit
+    breaker's memory of degraded machines (handler.judge_fleet_health). Launch time unknown: not counted."""
+    return bool(machine.degraded) and machine.launched_at is not None and \
+        machine.launched_at >= (now - young).timestamp()
 
 
 def metric_data(environment: str, fleets: Sequence[FleetConfig], counts: Mapping[tuple[str, str], int],

@@ -541,8 +541,11 @@ def judge_fleet_health(ledger: L.Ledger, fleets: tuple[FleetConfig, ...], views:
         kept = fleet_health.read(ledger.dynamodb, ledger.table)
     read_regions = {view.region for view in views}
     configured = {(f.region, f.fleet) for f in fleets}
+    # Machines that came up degraded only (boot_health.came_up_degraded): a fleet whose every machine does is the
+    # image's or the launch template's fault. One that degrades while it runs (a GPU fallen off, a start ECS
+    # refused) is its own: it is given back, and stopping the fleet's purchases for it would leave jobs waiting.
     degraded = [fleet_health.Degraded(m.region, m.fleet, m.instance_id, m.degraded)
-                for view in views for m in view.machines if m.degraded]
+                for view in views for m in view.machines if boot_health.came_up_degraded(m, now)]
     judged = fleet_health.judge(kept.memory, degraded, now.timestamp(), window_s=BREAKER_WINDOW.total_seconds(),
                                 threshold=BREAKER_FAILURES, read={k for k in configured if k[0] in read_regions},
                                 unread={k for k in configured if k[0] not in read_regions})

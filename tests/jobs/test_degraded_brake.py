@@ -10,14 +10,16 @@ Where moto differs from AWS: it does not track GPUs at all (it ignores the agent
 no "GPU" in `registeredResources`). tests/ecs_agent.py adds the GPU resource for a healthy agent; here a machine
 "boots" by registering with `gpus=0`, which adds none: in AWS, an agent that registered no GPU device. moto's
 groups launch their instances as soon as their desired capacity is raised, and never register them with ECS:
-`boot` does what the agent would.
+`boot` does what the agent would. Its instances' LaunchTime is the wall clock's while the runs' `now` moves on
+by STEP, so `boot` dates each machine's launch to the run that bought it in DescribeInstances' answers: the
+breaker counts only machines that came up degraded, launched within the last 30 minutes.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import boto3
 import ecs_agent
@@ -37,11 +39,22 @@ from lambdas.scheduler.state import SCALING_PAUSED_TAG
 STEP = timedelta(minutes=2)  # a run every other minute: a machine boots between two
 
 
+LAUNCHED: dict[str, datetime] = {}  # instance id -> the simulated time of the run that bought it
+
+
 @pytest.fixture
 def world(home, faults):
     build_fleet(size=0)  # an empty fleet of at most 4 g5.12xlarge (4 GPUs each)
     open_admission()
     topic = aws_client("sns", HOME).create_topic(Name=f"mlfleet-{ENV}-alerts")["TopicArn"]
+    LAUNCHED.clear()
+
+    def dated(params, parsed):
+        for reservation in parsed.get("Reservations", []):
+            for instance in reservation["Instances"]:
+                if instance["InstanceId"] in LAUNCHED:
+                    instance["LaunchTime"] = LAUNCHED[instance["InstanceId"]]
+    faults.amends[("ec2", "DescribeInstances")] = dated
     return home, faults, topic
 
 
@@ -49,7 +62,7 @@ def group() -> dict:
     return aws_client("autoscaling", HOME).describe_auto_scaling_groups(AutoScalingGroupNames=[ASG])["AutoScalingGroups"][0]
 
 
-def boot(healthy: bool = False) -> list[str]:
+def boot(healthy: bool = False, at: datetime | None = None) -> list[str]:
     """The group's instances not yet in the cluster join it, as their agent does after boot; without `healthy`,
     registering no GPU (moto tracks none: with gpus=0, tests/ecs_agent.py adds no GPU resource)."""
     ecs = aws_client("ecs", HOME)
@@ -60,6 +73,8 @@ def boot(healthy: bool = False) -> list[str]:
               if i["InstanceId"] not in joined and i["LifecycleState"] == "InService"]
     for instance_id in booted:
         ecs_agent.register(ecs, CLUSTER, instance_id, HOME, gpus=None if healthy else 0)
+        if at is not None:
+            LAUNCHED[instance_id] = at
     return booted
 
 
@@ -68,7 +83,7 @@ def runs(home, count: int, start, launched: list[str], healthy: bool = False) ->
     summaries = []
     for n in range(count):
         summaries.append(run_held(home, start + n * STEP))
-        launched += boot(healthy)
+        launched += boot(healthy, at=start + n * STEP)
     return summaries
 
 
@@ -206,3 +221,22 @@ def test_one_alert_names_both_causes_when_launches_fail_and_machines_come_up_deg
     assert "- i-3, first seen degraded at" in text and "activity history" in text and "the AMI" in text
     assert text.endswith("once fewer than 3 launches failed and fewer than 3 machines were first seen degraded in "
                          "the window.")
+
+
+def test_machines_that_degrade_long_after_their_launch_never_stop_the_fleet_s_purchases(home, faults, caplog):
+    """Three machines of a busy fleet that degrade while they run (a GPU fallen off the bus, a start ECS refused)
+    within the window are each their own fault: each is given back, and the fleet keeps buying. Only machines
+    that came up degraded (launched within boot_health.YOUNG) count toward the breaker; before, any did."""
+    from test_degraded_machines import gpu_ids, registers
+
+    instances = build_fleet(size=3, max_size=6)  # launched now, by the wall clock: old to runs an hour later
+    open_admission()
+    topic = aws_client("sns", HOME).create_topic(Name=f"mlfleet-{ENV}-alerts")["TopicArn"]
+    registers(faults, {instance_id: gpu_ids(3) for instance_id in instances})  # each lost one of its 4 GPUs
+    queue_jobs(1)
+
+    start = later(60)
+    summaries = [run_held(home, start + n * STEP) for n in range(3)]
+
+    assert breaker_lines(caplog) == [] and not paused() and published(topic) == []
+    assert any(s["scaled"] for s in summaries)  # the fleet still buys for the waiting job
