@@ -609,7 +609,7 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
                          on_demand_percent_above_base=fv.config.on_demand_percent_above_base,
                          min_size=fv.min_size, removing_instances=fv.removing_instances,
                          terminating_instances=fv.terminating_instances,
-                         gpu_sharing=key not in no_sharing)
+                         gpu_sharing=key not in no_sharing, scaling_stopped=key in stopped)
                    for key, fv in fleet_views.items()]
     cover_budget_s = min(settings.purchase_search_cpu_seconds,
                          cover_cpu_seconds(remaining_ms(), os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")))

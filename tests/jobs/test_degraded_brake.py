@@ -119,6 +119,10 @@ def test_a_fleet_whose_machines_all_come_up_degraded_stops_buying_alerts_once_an
     assert lines and all(line["causes"] == ["degraded-machines"] and line["scaling_stopped"] for line in lines)
     assert sum(line["newly_opened"] for line in lines) == 1
     assert {m["instance_id"] for m in lines[0]["degraded_machines"]} == set(launched)
+    # The job's wait line says why it waits: the breaker, not a cap the fleet is nowhere near.
+    waits = [json.loads(r.getMessage()) for r in caplog.records if '"decision": "wait"' in r.getMessage()]
+    reason = waits[-1]["reason"]
+    assert waits[-1]["job_id"] == job_id and "circuit breaker is open" in reason and "at its cap" not in reason, reason
 
     # Past the window the breaker closes by itself: the mark goes, and the fleet buys again; this time the
     # image is fixed, the machine healthy, and the job starts.

@@ -140,6 +140,9 @@ class Fleet:
     # False when the group's machines cannot share GPUs whatever their types (its AMI does not advertise
     # `ecs.capability.gpu-sharing-mps`): nothing is bought from it for jobs that share a GPU.
     gpu_sharing: bool = True
+    # True while its circuit breaker stops its scaling (lambdas/scheduler/handler.py): its cap is then what it
+    # has, and a job waiting for it is told why, not "at its cap".
+    scaling_stopped: bool = False
 
 
 @dataclass(frozen=True)

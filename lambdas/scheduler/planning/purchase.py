@@ -393,6 +393,9 @@ class _Purchase:
             return (f"buying another instance would pass the cap of ${self.limits.max_hourly_usd:g}/h "
                     f"(now ${spent:.2f}/h)")
         fleet = self.options[min(kind.options)].fleet
+        if fleet.scaling_stopped:
+            return (f"fleet {fleet.fleet} in {fleet.region} buys nothing while its circuit breaker is open (launches "
+                    "failed, or its machines came up degraded: the alert says which); it closes by itself")
         return f"fleet {fleet.fleet} in {fleet.region} at its cap of {fleet.max_instances} instances"
 
 
