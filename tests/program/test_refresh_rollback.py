@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 
+import botocore.session
 import pytest
 from pulumi_harness import COMPONENT_TAGS, render_in_region, render_stack
 
@@ -21,6 +22,8 @@ ASG = "aws:autoscaling/group:Group"
 ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"
 FUNCTION = "aws:lambda/function:Function"
 
+
+ASG_MODEL = botocore.session.get_session().get_service_model("autoscaling")
 
 def fleet_rendering(region: str = "us-west-2"):
     fleet = FleetConfig.model_validate({"maxInstances": 6})
@@ -87,6 +90,12 @@ def test_every_fleet_s_alarm_watches_the_series_the_scheduler_publishes_for_it(s
         fleet = next(f for f in fleets if f.asg_name == group.inputs["name"])
         assert group.inputs["instanceRefresh"]["preferences"]["alarmSpecification"] == {
             "alarms": [boot_alarm_name(variables["ENVIRONMENT"], fleet.fleet)]}
+        # What StartInstanceRefresh accepts (botocore's autoscaling model: AlarmSpecification.Alarms, "up to 10
+        # alarms", each name a string of 1 to 255 characters).
+        alarms_shape = ASG_MODEL.shape_for("AlarmSpecification").members["Alarms"]
+        names = group.inputs["instanceRefresh"]["preferences"]["alarmSpecification"]["alarms"]
+        assert len(names) <= 10 and "up to 10 alarms" in alarms_shape.documentation
+        assert all(alarms_shape.member.metadata["min"] <= len(n) <= alarms_shape.member.metadata["max"] for n in names)
 
 
 @pytest.mark.parametrize("function", ["scheduler", "reaper", "job_events"])
