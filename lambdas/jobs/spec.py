@@ -218,6 +218,17 @@ def _number(problems: list[str], key: str, value, kind, minimum, *, inclusive: b
     return kind(value)
 
 
+def fractional_gpus_problem(value) -> str | None:
+    """`gpus: 0.5` is how many first ask for part of a GPU: the problem says how to ask for it, else None."""
+    if not isinstance(value, float) or not math.isfinite(value):
+        return None
+    if 0 < value < 1:
+        return (f"gpus={value!r}: must be a whole number of GPUs; for part of one GPU ask for its memory instead "
+                f"(gpu_memory_mib: in the spec file, --gpu-memory 8GiB on the command line: docs/jobs.md, "
+                f"'Sharing a GPU')")
+    return None
+
+
 def _named_values(problems: list[str], document: Mapping, key: str, what: str) -> Mapping:
     values = document.get(key) or {}
     if not isinstance(values, Mapping):
@@ -293,7 +304,11 @@ def parse_spec(document: Mapping, *, fleet_regions: Sequence[str], catalog: Cata
 
     gpu_memory_mib, gpu_compute_percent = _gpu_share(problems, document)
     if gpu_memory_mib is None:
-        gpus = _required_number(problems, document, "gpus", int, 1, inclusive=True)
+        if problem := fractional_gpus_problem(document.get("gpus")):
+            problems.append(problem)
+            gpus = None
+        else:
+            gpus = _required_number(problems, document, "gpus", int, 1, inclusive=True)
     else:
         gpus = 0
     vcpus = _required_number(problems, document, "vcpus", float, 0, inclusive=False)

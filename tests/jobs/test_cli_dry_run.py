@@ -197,3 +197,15 @@ def test_a_bad_expected_runtime_is_named_and_nothing_is_queued(flag, problem):
     code, out, err = dry_run("dev", "--image", IMAGE, "--gpus", "1", "--vcpus", "4", "--memory", "14GiB",
                              "--expected-runtime", flag, "--", "python", "train.py")
     assert code == 2 and out == [] and err == ["mlfleet: invalid job spec:", f"  - {problem}", "Nothing was queued."]
+
+
+@pytest.mark.parametrize("argv", [["--gpus", "0.5"], ["--gpus", ".25"]])
+def test_part_of_a_gpu_asked_as_gpus_says_to_ask_for_its_memory(argv, capsys):
+    """`--gpus 0.5` is how a first fractional job is asked for: argparse's "invalid int value" said nothing of
+    --gpu-memory, the way to ask for part of a GPU (issue 15)."""
+    with pytest.raises(SystemExit) as usage:
+        dry_run("dev", "--image", IMAGE, *argv, "--vcpus", "4", "--memory", "8GiB", "--", "python")
+    err = capsys.readouterr().err
+    assert usage.value.code == 2
+    assert f"argument --gpus: gpus={float(argv[1])!r}: must be a whole number of GPUs; for part of one GPU ask for " \
+           "its memory instead (gpu_memory_mib: in the spec file, --gpu-memory 8GiB on the command line" in err

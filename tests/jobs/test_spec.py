@@ -43,6 +43,8 @@ def test_good_spec_gets_defaults():
     ({"gpus": 0}, "gpus=0: must be >= 1"),
     ({"gpus": -2}, "gpus=-2"),
     ({"gpus": 1.5}, "gpus=1.5: must be an integer"),
+    ({"gpus": 0.5}, "gpus=0.5: must be a whole number of GPUs; for part of one GPU ask for its memory instead "
+                    "(gpu_memory_mib: in the spec file, --gpu-memory 8GiB"),
     ({"vcpus": 0}, "vcpus=0: must be > 0"),
     ({"memory_mib": -1}, "memory_mib=-1: must be > 0"),
     ({"gpus": 64}, "gpus=64: more GPUs than any catalog instance has"),

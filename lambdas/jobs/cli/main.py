@@ -22,7 +22,19 @@ from .errors import (
 )
 from .permissions import ACTIONS, policy
 from .service import JobService, discover, from_stack_file, with_teams
-from ..spec import SpecError, is_job_id, is_submission_id
+from ..spec import SpecError, fractional_gpus_problem, is_job_id, is_submission_id
+
+
+def _whole_gpus(text: str) -> int:
+    """--gpus N: argparse's int, except that --gpus 0.5 says how to ask for part of a GPU."""
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            problem = fractional_gpus_problem(float(text))
+        except ValueError:
+            problem = None
+        raise argparse.ArgumentTypeError(problem or f"invalid int value: {text!r}") from None
 
 
 def parser() -> argparse.ArgumentParser:
@@ -37,7 +49,7 @@ def parser() -> argparse.ArgumentParser:
     sub = commands.add_parser("submit", help="queue one job, a sweep or a batch run")
     sub.add_argument("-f", "--file", help="a job spec in JSON or YAML (may hold a `sweep:` mapping); flags override it")
     sub.add_argument("--image")
-    sub.add_argument("--gpus", type=int, help="whole GPUs")
+    sub.add_argument("--gpus", type=_whole_gpus, help="whole GPUs")
     sub.add_argument("--gpu-memory", metavar="SIZE",
                      help="instead of --gpus: part of one GPU, this much of its memory (e.g. 6GiB), shared with other "
                           "such jobs through NVIDIA MPS (docs/jobs.md, 'Sharing a GPU')")
