@@ -368,16 +368,20 @@ def parse_spec(document: Mapping, *, fleet_regions: Sequence[str], catalog: Cata
         candidates = [(catalog.get(name), r) for r in wanted for name in fleet_types.get(r, ()) if name in catalog]
         where = holder = "instance type of this stack's fleets"
     largest = max((t.gpus for t, _ in candidates), default=0)
-    if gpu_memory_mib is not None:
+    matching = [t for t, _ in candidates if compiled is None or compiled.fullmatch(t.name)]
+    if compiled is not None and candidates and not matching:
+        # Said of the pattern itself: "no type matching it holds that much" read as a problem of the sizes.
+        names = sorted({t.name for t, _ in candidates})
+        shown = ", ".join(names[:SHOWN_TYPES]) + (f" and {len(names) - SHOWN_TYPES} more" if len(names) > SHOWN_TYPES else "")
+        problems.append(f"instance_type_pattern={pattern!r}: matches no {where} in {', '.join(wanted)} ({shown})")
+    elif gpu_memory_mib is not None:
         if None not in (vcpus, memory_mib) and not problems:
-            matching = [t for t, _ in candidates if compiled is None or compiled.fullmatch(t.name)]
             _shared_gpu_fits(problems, matching, gpu_memory_mib, vcpus, memory_mib, where, wanted, pattern)
     elif gpus is not None and gpus > largest:
         biggest = sorted({t.name for t, _ in candidates if t.gpus == largest})
         problems.append(f"gpus={gpus}: more GPUs than any {holder} has (largest: {largest}, "
                         f"{', '.join(biggest) or 'none'})")
     elif None not in (gpus, vcpus, memory_mib) and not problems:
-        matching = [t for t, _ in candidates if compiled is None or compiled.fullmatch(t.name)]
         fitting = [t for t in matching
                    if t.gpus >= gpus and t.schedulable_vcpus >= vcpus and t.schedulable_memory_mib >= memory_mib]
         if not fitting:
@@ -413,6 +417,9 @@ def _gpu_share(problems: list[str], document: Mapping) -> tuple[int | None, int 
         problems.append(f"gpus={document['gpus']!r}, gpu_memory_mib={document['gpu_memory_mib']!r}: a job asks for "
                         "whole GPUs (gpus) or for part of one (gpu_memory_mib), not both")
     return memory or 0, compute
+
+
+SHOWN_TYPES = 12  # the types a pattern matching none of them is shown: a catalog has hundreds
 
 
 def _shared_gpu_fits(problems: list[str], matching: Sequence[InstanceType], gpu_memory_mib: int, vcpus: float,

@@ -209,3 +209,16 @@ def test_part_of_a_gpu_asked_as_gpus_says_to_ask_for_its_memory(argv, capsys):
     assert usage.value.code == 2
     assert f"argument --gpus: gpus={float(argv[1])!r}: must be a whole number of GPUs; for part of one GPU ask for " \
            "its memory instead (gpu_memory_mib: in the spec file, --gpu-memory 8GiB on the command line" in err
+
+
+@pytest.mark.parametrize("share", [["--gpus", "1"], ["--gpu-memory", "4GiB"]])
+def test_a_pattern_no_fleet_type_matches_is_named_with_the_types_there_are(share):
+    """Said of the pattern, with the fleets' types: it read 'no instance type ... matching 'p5.*' holds that much',
+    a problem of the sizes, and with a share of a GPU 'can share its GPUs (types: none)'."""
+    code, out, err = dry_run("dev", "--image", IMAGE, *share, "--vcpus", "4", "--memory", "8GiB",
+                             "--instance-type-pattern", "p5.*", "--", "python")
+    assert code == 2 and out == []
+    assert err == ["mlfleet: invalid job spec:",
+                   "  - instance_type_pattern='p5.*': matches no instance type of this stack's fleets in us-east-1 "
+                   "(g4dn.xlarge, g5.2xlarge, g5.xlarge, g6.2xlarge, g6.xlarge)",
+                   "Nothing was queued."]

@@ -51,7 +51,7 @@ def test_good_spec_gets_defaults():
     ({"regions": ["eu-west-9"]}, "regions: 'eu-west-9' is not a region of this stack's fleets"),
     ({"lifecycle": "reserved"}, "lifecycle='reserved'"),
     ({"instance_type_pattern": "g5\\.("}, "instance_type_pattern='g5\\\\.(': not a regular expression"),
-    ({"instance_type_pattern": "z9\\..*"}, "no catalog instance type matching"),
+    ({"instance_type_pattern": "z9\\..*"}, "instance_type_pattern='z9\\\\..*': matches no catalog instance type in "),
     ({"memory_mib": 10_000_000}, "no catalog instance type"),
     ({"max_attempts": 11}, "max_attempts=11: must be <= 10"),
     ({"max_attempts": 0}, "max_attempts=0"),
