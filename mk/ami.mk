@@ -1,6 +1,6 @@
 # The GPU image (docs/ami.md). Regions come from the committed stack file, so the image is copied to
 # exactly the regions the stack's fleets run in.
-## make ami ENV=dev                  build the GPU image with Packer for a stack's regions (needs AWS, packer)
+## make ami ENV=dev [CONNECT=session_manager SUBNET=subnet-... [PROFILE=NAME]]   build the GPU image with Packer for a stack's regions (needs AWS, packer; CONNECT=session_manager: no public IP, SSH through Session Manager, needs session-manager-plugin)
 ## make ami-test ENV=dev SUBNET=subnet-... PROFILE=NAME [IMAGE=ami-...]   boot one instance and validate the image (needs AWS)
 ## make ami-clean ENV=dev [IN_USE=ami-..|none] [KEEP=1] [YES=1] [DRY_RUN=1]   remove images no stack uses (needs AWS)
 
@@ -21,9 +21,18 @@ define require_ami_env
 	@$(PY) scripts/stack_value.py $(AMI_ENV) mlfleet:regions > /dev/null
 endef
 
+# CONNECT (connect_via) is passed only when given, so the template's default stays the one default. The
+# private build (CONNECT=session_manager) needs the plugin Packer tunnels SSH through, and a subnet: without
+# one Packer picks the default VPC, where an instance without a public IP reaches neither SSM nor the
+# package repositories (docs/ami.md, "How Packer reaches the build instance").
+SESSION_MANAGER_PLUGIN_INSTALL = https://docs.aws.amazon.com/systems-manager/latest/userguide/session-manager-working-with-install-plugin.html
+
 ami:
 	$(require_ami_env)
+	@case "$(CONNECT)" in ""|public_ip|session_manager) ;; *) echo "CONNECT=$(CONNECT) is not a way to reach the build instance: CONNECT=session_manager (no public IP; docs/ami.md) or CONNECT=public_ip"; exit 2;; esac
+	@test "$(CONNECT)" != session_manager -o -n "$(SUBNET)" || { echo "usage: make ami ENV=$(AMI_ENV) CONNECT=session_manager SUBNET=<private subnet reaching SSM and the package repositories> [PROFILE=<instance profile with SSM>]"; exit 2; }
 	@command -v packer > /dev/null || { echo "packer is missing: https://developer.hashicorp.com/packer/install"; exit 1; }
+	@test "$(CONNECT)" != session_manager || command -v session-manager-plugin > /dev/null || { echo "session-manager-plugin is missing (CONNECT=session_manager tunnels SSH through it): $(SESSION_MANAGER_PLUGIN_INSTALL)"; exit 1; }
 	@test -z "$$(git status --porcelain -- packer/)" || { echo "packer/ has uncommitted changes: commit them, the image is tagged with the git revision"; exit 1; }
 	packer init packer/
 	packer build -var-file=packer/versions.pkrvars.hcl \
@@ -31,6 +40,7 @@ ami:
 		-var 'ami_regions=$(AMI_REGIONS_HCL)' \
 		-var region=$(AMI_FIRST_REGION) \
 		-var git_revision=$$(git rev-parse HEAD) \
+		$(if $(CONNECT),-var connect_via=$(CONNECT)) $(if $(SUBNET),-var subnet_id=$(SUBNET)) $(if $(PROFILE),-var iam_instance_profile=$(PROFILE)) \
 		packer/
 
 ami-test:

@@ -1,14 +1,19 @@
 """How Packer reaches the build instance (connect_via): the template parsed with python-hcl2 and its few
 expressions that depend on the mode evaluated for each mode, so the private build (Session Manager, no
-public IP) and the public build (as before) are both checked."""
+public IP) and the public build (as before) are both checked; and `make ami` passing the mode through."""
 
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 
 import pytest
 from rules.iam_lint import IDENTITY, Document, expand_action, lint
 
+from ami.conftest import PACKER
+
+REPO = PACKER.parent
 SUBNET = "subnet-0123456789abcdef0"
 
 
@@ -209,3 +214,64 @@ def test_the_public_build_is_unchanged(public, source, locals_):
     assert built["temporary_security_group_source_public_ip"] is True
     assert built["subnet_id"] is None
     assert built["iam_instance_profile"] is None and temporary_policy(source, values, locals_) is None
+
+
+# --- make ami -------------------------------------------------------------------------------------------
+
+def make_ami(*arguments: str) -> str:
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    result = subprocess.run(["make", "--no-print-directory", "-n", "ami", "ENV=dev", *arguments],
+                            capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def packer_build(commands: str) -> str:
+    return " ".join(commands[commands.index("packer build"):].replace("\\\n", " ").split())
+
+
+def test_make_ami_passes_the_way_subnet_and_profile_to_packer():
+    command = packer_build(make_ami("CONNECT=session_manager", f"SUBNET={SUBNET}", "PROFILE=build"))
+    assert f"-var connect_via=session_manager -var subnet_id={SUBNET} -var iam_instance_profile=build" in command
+    assert command.endswith(" packer/")
+
+
+def test_make_ami_without_connect_leaves_the_default_to_the_template():
+    command = packer_build(make_ami())
+    assert "connect_via" not in command and "subnet_id" not in command and "iam_instance_profile" not in command
+
+
+def run_check(commands: str, marker: str, path: str) -> subprocess.CompletedProcess:
+    """Run the one recipe line of `make -n` output that contains marker, with PATH set to path."""
+    (line,) = [line for line in commands.splitlines() if marker in line]
+    return subprocess.run(["bash", "-c", line], capture_output=True, text=True, env={"PATH": path})
+
+
+@pytest.mark.parametrize(("connect", "passes"), [("", True), ("public_ip", True), ("session_manager", True),
+                                                 ("ssm", False), ("private_ip", False)])
+def test_make_ami_names_a_bad_connect_value(connect, passes):
+    result = run_check(make_ami(f"CONNECT={connect}", f"SUBNET={SUBNET}"), "is not a way to reach", "/usr/bin:/bin")
+    assert (result.returncode == 0) is passes
+    if not passes:
+        assert f"CONNECT={connect} is not a way to reach the build instance" in result.stdout
+
+
+def test_make_ami_private_needs_a_subnet():
+    marker = "SUBNET=<private subnet"
+    result = run_check(make_ami("CONNECT=session_manager"), marker, "/usr/bin:/bin")
+    assert result.returncode == 2 and "usage: make ami ENV=dev CONNECT=session_manager SUBNET=" in result.stdout
+    assert run_check(make_ami("CONNECT=session_manager", f"SUBNET={SUBNET}"), marker, "/usr/bin:/bin").returncode == 0
+    assert run_check(make_ami(), marker, "/usr/bin:/bin").returncode == 0
+
+
+def test_make_ami_private_needs_the_session_manager_plugin(tmp_path):
+    plugin = tmp_path / "session-manager-plugin"
+    plugin.write_text("#!/bin/sh\n")
+    plugin.chmod(0o755)
+    commands = make_ami("CONNECT=session_manager", f"SUBNET={SUBNET}")
+    missing = run_check(commands, "session-manager-plugin is missing", "/usr/bin:/bin")
+    assert missing.returncode == 1 and "session-manager-plugin is missing" in missing.stdout
+    assert run_check(commands, "session-manager-plugin is missing", f"{tmp_path}:/usr/bin:/bin").returncode == 0
+    # The public build does not need it.
+    assert run_check(make_ami(), "session-manager-plugin is missing", "/usr/bin:/bin").returncode == 0
