@@ -108,8 +108,9 @@ source "amazon-ebs" "al2023_gpu" {
   #   SSHHost and Port; session_manager_port and pause_before_ssm keep their defaults). The builder refuses
   #   session_manager without an instance profile (builder/common/run_config.go, Prepare), and with one it adds
   #   no inbound rule to the temporary group (builder/ebs/builder.go: SkipSSHRuleCreation is SSMAgentEnabled(),
-  #   true for session_manager with a profile); the address check is off too, so Packer's host needs no
-  #   internet. The SSM agent comes with the base (aws/amazon-ecs-ami installs amazon-ssm-agent on AL2023 and
+  #   true for session_manager with a profile; the 0.0.0.0/0 the plugin puts in temporary_security_group_source_cidrs
+  #   when neither it nor the address check is set is then never authorized: run_config.go Prepare,
+  #   step_security_group.go); the address check is off too, so Packer's host needs no internet. The SSM agent comes with the base (aws/amazon-ecs-ami installs amazon-ssm-agent on AL2023 and
   #   enables it: variables.pkr.hcl packages_al2023, scripts/enable-services.sh). Cited files are
   #   hashicorp/packer-plugin-amazon's.
   ssh_username                              = "ec2-user"
