@@ -53,6 +53,13 @@ class Image:
     state: str = "available"
 
 
+# The image the stock parameter names (STOCK_AMI), as DescribeImages describes it: AWS builds the ECS GPU AMI on
+# Amazon Linux 2023 with one gp3 root at /dev/xvda of block_device_size_gb, 30 GiB (aws/amazon-ecs-ami
+# al2023gpu.pkr.hcl launch_block_device_mappings, variables.pkr.hcl). The mocks answer aws.ec2.get_ami for its id
+# with it unless a test describes that id otherwise (RecordingMocks `images`; None: EC2 does not find it).
+STOCK_IMAGE = Image(root_volume_gib=30)
+
+
 def packer_image(environment: str, creation_date: str = "2026-01-01T00:00:00.000Z", **image) -> Image:
     """An image mlfleet's Packer build made for `environment`, with the tags packer/gpu.pkr.hcl puts on it."""
     tags = (("mlfleet:environment", environment), ("mlfleet:managed-by", "packer"), ("mlfleet:image", "gpu"))
@@ -143,8 +150,9 @@ class RecordingMocks(pulumi.runtime.Mocks):
         # from (by its filters, newest first), and what aws.ec2.get_ami finds by id in that region.
         self.account_images = account_images or {}
         # AMI id -> the image aws.ec2.get_ami finds in any region (None: none, as for an id that does not exist);
-        # an id listed neither here nor in the region's account images is an Image() with its defaults.
-        self.images = images or {}
+        # the stock parameter's image is STOCK_IMAGE unless given here; an id listed neither here nor in the region's
+        # account images is an Image() with its defaults.
+        self.images = {STOCK_AMI: STOCK_IMAGE, **(images or {})}
         # Regions where the stock AMI's public SSM parameter is not published: GetParameter answers
         # ParameterNotFound, which the provider turns into a failed invoke.
         self.regions_without_stock_parameter = regions_without_stock_parameter
