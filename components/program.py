@@ -10,7 +10,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.alerts import SlackChannel, SlackChannelArgs
-from components.ami import AmiChoice, choose_ami
+from components.ami import SOURCES, STOCK_GPU_AMI_PARAMETER, AmiChoice, choose_ami
 from components.billing import estimate, monthly_budget, over_budget_warning, unreachable_fleets_warning
 from components.compute.fleet import ROOT_DEVICE
 from components.config import StackConfig
@@ -33,40 +33,17 @@ class ProgramError(pulumi.RunError):
     """
 
 
-def check_root_volume(cfg: StackConfig, built: dict) -> None:
-    """The fleets' root volume must hold the image's snapshot: EC2 refuses a launch whose root volume is smaller
-    (botocore ec2 EbsBlockDevice.VolumeSize: "equal to or larger than the snapshot size"), so every instance of
-    the fleet would fail to launch. Checked here for the images packer/manifest.json records; a pinned AMI wins
-    over them and is checked by check_images, from what EC2 says of it."""
-    too_big = {region: image for region, image in built.items()
-               if region in cfg.regions and region not in cfg.ami_ids
-               and image.root_volume_gib is not None and image.root_volume_gib > cfg.root_volume_gib}
-    if too_big:
-        images = ", ".join(f"{r}: {i.ami_id}" for r, i in sorted(too_big.items()))
-        largest = max(i.root_volume_gib for i in too_big.values())
-        raise ProgramError(
-            f"mlfleet:rootVolumeGiB={cfg.root_volume_gib} is smaller than the root volume the AMI was built with "
-            f"({largest} GiB; {images} in {PACKER_MANIFEST.name}), and EC2 refuses to launch an instance whose root "
-            f"volume is smaller than its image's snapshot; set mlfleet:rootVolumeGiB to {largest} or more, or build "
-            f"the image with a smaller root_volume_gib (make ami ENV={cfg.environment})")
-
-
-# The sources whose image deploy() reads from EC2 before any resource is declared. A `manifest` image is held to
-# the root volume Packer recorded (check_root_volume); a `stock` one needs no read: its root is smaller than any
-# mlfleet:rootVolumeGiB the config model accepts (components/ami STOCK_ROOT_VOLUME_GIB).
-READ_SOURCES = ("pinned", "account")
-
-
 @dataclass(frozen=True)
 class FleetImage:
     """What the fleets need of the image a region boots, as EC2 describes it: its root device and that device's
-    snapshot size. `source` says how the image was chosen (components/ami SOURCES): pinned or account."""
+    snapshot size. `source` says how the image was chosen (components/ami SOURCES)."""
     region: str
     source: str
     ami_id: str
     root_device_name: str | None
     root_device_type: str | None
     root_volume_gib: int | None  # None: the root device's mapping has no EBS volume size
+    unreadable: str | None = None  # why EC2 did not describe the image (the provider's failure); None: it did
 
 
 def fleet_image(region: str, choice: AmiChoice, image: Any) -> FleetImage:
@@ -80,52 +57,94 @@ def fleet_image(region: str, choice: AmiChoice, image: Any) -> FleetImage:
                       int(size) if size.isdigit() else None)
 
 
-def _named(cfg: StackConfig, region: str, source: str, ami_id: str) -> str:
-    """How an error names a region's image: by the key that pins it, or by how the account's image was found."""
-    if source == "pinned":
-        return f"mlfleet:amiIds.{region}: {ami_id}"
-    return f"{region}: the newest image this account built for {cfg.environment!r}, {ami_id}"
+@dataclass(frozen=True)
+class _Wording:
+    """How the checks speak of the images of one source (components/ami SOURCES). Format strings over `region`,
+    `ami`, `env` (the environment), `gib` (mlfleet:rootVolumeGiB), `parameter` (the stock image's) and `what` (an
+    image that would do)."""
+    label: str    # the source's images, in the header of a list of problems
+    named: str    # one image: the stack key that chose it, or how it was found
+    whose: str    # the source's images, in the root-size problem
+    instead: str  # what to boot instead of an image that does not suit
+    smaller: str  # the fix for a root too large, besides a larger mlfleet:rootVolumeGiB
+    missing: str  # the fix for an image EC2 does not find
 
 
-def _instead(cfg: StackConfig, image: FleetImage, what: str) -> str:
-    """What to boot instead of `image`: `what` describes an image that would do."""
-    if image.source == "pinned":
-        return f"pin {what}"
-    return (f"build {what} (make ami ENV={cfg.environment}; the fleets take the newest) or pin one in "
-            f"mlfleet:amiIds.{image.region}")
+_BUILD = "make ami ENV={env}"
+_WORDING = {
+    "pinned": _Wording(
+        label="the pinned AMIs", named="mlfleet:amiIds.{region}: {ami}", whose="the AMI mlfleet:amiIds pins",
+        instead="pin {what}", smaller="pin an image whose root volume is at most {gib} GiB",
+        missing="pin an image that exists in that region and that this account may launch"),
+    "manifest": _Wording(
+        label="the images packer/manifest.json records",
+        named="{region}: the image packer/manifest.json records for {env!r}, {ami}",
+        whose="the image packer/manifest.json records for {env!r}",
+        instead=f"build {{what}} ({_BUILD} records it in packer/manifest.json) or pin one in mlfleet:amiIds.{{region}}",
+        smaller=f"build one with a root_volume_gib of at most {{gib}} ({_BUILD} records it in packer/manifest.json), "
+                "or pin one in mlfleet:amiIds",
+        missing=f"build a new one ({_BUILD} records it in packer/manifest.json) or pin an image in "
+                "mlfleet:amiIds.{region}"),
+    "account": _Wording(
+        label="the images this account built", named="{region}: the newest image this account built for {env!r}, {ami}",
+        whose="the newest image this account built for {env!r}",
+        instead=f"build {{what}} ({_BUILD}; the fleets take the newest) or pin one in mlfleet:amiIds.{{region}}",
+        smaller=f"build one with a root_volume_gib of at most {{gib}} ({_BUILD}; the fleets take the newest), or pin "
+                "one in mlfleet:amiIds",
+        missing="it was listed a moment before: run again, or pin an image in mlfleet:amiIds.{region}"),
+    "stock": _Wording(
+        label="the stock ECS GPU AMI", named="{region}: the stock ECS GPU AMI ({parameter}), {ami}",
+        whose="the stock ECS GPU AMI ({parameter})",
+        instead=f"pin {{what}} in mlfleet:amiIds.{{region}}, or build mlfleet's image ({_BUILD})",
+        smaller=f"pin an image whose root volume is at most {{gib}} GiB in mlfleet:amiIds, or build mlfleet's image "
+                f"({_BUILD})",
+        missing="the public parameter names an image EC2 does not find there: run again, or pin an image in "
+                "mlfleet:amiIds.{region}"),
+}
 
 
-def read_images(cfg: StackConfig, choices: dict[str, AmiChoice], providers: dict) -> dict[str, FleetImage]:
-    """Each region's image of READ_SOURCES as EC2 describes it, read once, through the region's provider (an AMI
-    id is regional), before any resource is declared. An image-id filter finds exactly that image: the account's
-    own, one shared with it, or a public one (DescribeImages); the provider fails when there is none."""
+def _say(cfg: StackConfig, image: FleetImage, part: str, what: str = "") -> str:
+    """`part` of the wording of `image`'s source (a _Wording field), filled in for `image`."""
+    return getattr(_WORDING[image.source], part).format(
+        region=image.region, ami=image.ami_id, env=cfg.environment, gib=cfg.root_volume_gib,
+        parameter=STOCK_GPU_AMI_PARAMETER, what=what)
+
+
+def read_images(choices: dict[str, AmiChoice], providers: dict) -> dict[str, FleetImage]:
+    """Each region's chosen image, whatever its source, as EC2 describes it, read once, through the region's
+    provider (an AMI id is regional), before any resource is declared. An image-id filter finds exactly that image:
+    the account's own, one shared with it, or a public one such as the stock ECS GPU AMI (botocore ec2
+    DescribeImages: "public images, private images that you own, and private images owned by other Amazon Web
+    Services accounts for which you have explicit launch permissions"); the provider fails when there is none
+    (pulumi_aws.ec2.get_ami: "If more or less than a single match is returned by the search, this call will fail"),
+    and that failure is kept on the image for check_images to list with the other problems."""
     images = {}
     for region, choice in sorted(choices.items()):
-        if choice.source not in READ_SOURCES:
-            continue
         try:
             found = aws.ec2.get_ami(filters=[{"name": "image-id", "values": [choice.ami_id]}],
                                     opts=pulumi.InvokeOptions(provider=providers[region]))
         except Exception as error:  # a failed invoke is a plain Exception (pulumi/runtime/invoke.py)
-            fix = ("pin an image that exists in that region and that this account may launch"
-                   if choice.source == "pinned" else
-                   f"it was listed a moment before: run again, or pin an image in mlfleet:amiIds.{region}")
-            raise ProgramError(f"{_named(cfg, region, choice.source, choice.ami_id)} cannot be read in {region} "
-                               f"({error}); {fix}") from None
+            images[region] = FleetImage(region, choice.source, choice.ami_id, None, None, None, str(error))
+            continue
         images[region] = fleet_image(region, choice, found)
     return images
 
 
 def check_images(cfg: StackConfig, images: dict[str, FleetImage]) -> None:
-    """An image a region boots must suit the fleets' launch template: its root device is the one the template sizes
-    and encrypts (components/compute/fleet.py ROOT_DEVICE), and mlfleet:rootVolumeGiB holds its snapshot (EC2
-    refuses a smaller one: botocore ec2 EbsBlockDevice.VolumeSize, "equal to or larger than the snapshot size").
-    The same rules for a pinned image and for the account's; every problem of every image in one error."""
-    problems, too_big = [], {source: {} for source in READ_SOURCES}  # problems: (source, message)
+    """An image a region boots must suit the fleets' launch template: EC2 finds it, its root device is the one the
+    template sizes and encrypts (components/compute/fleet.py ROOT_DEVICE; botocore ec2 Image.RootDeviceName), that
+    root is an EBS volume (Image.RootDeviceType, "ebs" or "instance-store"), and mlfleet:rootVolumeGiB holds its
+    snapshot (EC2 refuses a smaller one: botocore ec2 EbsBlockDevice.VolumeSize, "equal to or larger than the
+    snapshot size"). The same rules for every source, pinned, manifest, account and stock; every problem of every
+    image in one error, each naming the stack key or the source, the bad value and the fix."""
+    problems, too_big = [], {source: {} for source in SOURCES}  # problems: (source, message)
     for region, image in sorted(images.items()):
-        named = _named(cfg, region, image.source, image.ami_id)
-        if image.root_device_name != ROOT_DEVICE:
-            fix = _instead(cfg, image, f"an image whose root device is {ROOT_DEVICE}")
+        named = _say(cfg, image, "named")
+        if image.unreadable is not None:
+            problems.append((image.source, (
+                f"{named} cannot be read in {region} ({image.unreadable}); {_say(cfg, image, 'missing')}")))
+        elif image.root_device_name != ROOT_DEVICE:
+            fix = _say(cfg, image, "instead", f"an image whose root device is {ROOT_DEVICE}")
             if image.source == "pinned":
                 fix += f" (mlfleet's build, make ami ENV={cfg.environment}, or the ECS GPU AMI)"
             problems.append((image.source, (
@@ -136,7 +155,7 @@ def check_images(cfg: StackConfig, images: dict[str, FleetImage]) -> None:
             problems.append((image.source, (
                 f"{named}'s root device {image.root_device_name} has no EBS volume ({image.root_device_type}); the "
                 f"fleets boot from an EBS root volume at {ROOT_DEVICE}, so "
-                f"{_instead(cfg, image, 'an EBS-backed image')}")))
+                f"{_say(cfg, image, 'instead', 'an EBS-backed image')}")))
         elif image.root_volume_gib > cfg.root_volume_gib:
             too_big[image.source][region] = image
     sizes = []  # listed first: one fix, a larger mlfleet:rootVolumeGiB, mends them all
@@ -145,24 +164,18 @@ def check_images(cfg: StackConfig, images: dict[str, FleetImage]) -> None:
             continue
         listed = ", ".join(f"{r}: {i.ami_id}, {i.root_volume_gib} GiB" for r, i in sorted(found.items()))
         largest = max(i.root_volume_gib for i in found.values())
-        if source == "pinned":
-            whose = "the AMI mlfleet:amiIds pins"
-            fix = f"pin an image whose root volume is at most {cfg.root_volume_gib} GiB"
-        else:
-            whose = f"the newest image this account built for {cfg.environment!r}"
-            fix = (f"build one with a root_volume_gib of at most {cfg.root_volume_gib} (make ami "
-                   f"ENV={cfg.environment}; the fleets take the newest), or pin one in mlfleet:amiIds")
+        first = found[min(found)]
         sizes.append((source, (
-            f"mlfleet:rootVolumeGiB={cfg.root_volume_gib} is smaller than the root volume of {whose} ({listed}), and "
-            f"EC2 refuses to launch an instance whose root volume is smaller than its image's snapshot, so no fleet "
-            f"instance would launch; set mlfleet:rootVolumeGiB to {largest} or more, or {fix}")))
+            f"mlfleet:rootVolumeGiB={cfg.root_volume_gib} is smaller than the root volume of "
+            f"{_say(cfg, first, 'whose')} ({listed}), and EC2 refuses to launch an instance whose root volume is "
+            f"smaller than its image's snapshot, so no fleet instance would launch; set mlfleet:rootVolumeGiB to "
+            f"{largest} or more, or {_say(cfg, first, 'smaller')}")))
     problems = sizes + problems
     if len(problems) == 1:
         raise ProgramError(problems[0][1])
     if problems:
-        which = " and ".join(label for source, label in (("pinned", "the pinned AMIs"),
-                                                          ("account", "the images this account built"))
-                             if any(s == source for s, _ in problems))
+        labels = [_WORDING[source].label for source in SOURCES if any(s == source for s, _ in problems)]
+        which = labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " and " + labels[-1]
         raise ProgramError(f"{len(problems)} problems with {which}:\n  - " + "\n  - ".join(m for _, m in problems))
 
 
@@ -177,20 +190,19 @@ def deploy(cfg: StackConfig) -> dict:
         built = load_manifest(PACKER_MANIFEST, cfg.environment)
     except ManifestError as error:
         raise ProgramError(f"{error}; fix or delete it (make ami ENV={cfg.environment} writes a new one)") from None
-    check_root_volume(cfg, built)
 
     providers = regional_providers([cfg.home_region, *cfg.regions, BILLING_METRICS_REGION], cfg.base_tags(),
                                    cfg.aws_provider.provider_args())
-    # Each region's image is chosen, and a pinned or account image read, through the region's provider (the
-    # providers are declared, nothing else yet): an image the fleets cannot boot stops the program here, not at the
-    # scheduler's first purchase, and a lookup that fails leaves nothing half-created (pulumi/pulumi#7050, below).
+    # Each region's image is chosen and read, whatever its source, through the region's provider (the providers are
+    # declared, nothing else yet): an image the fleets cannot boot stops the program here, not at the scheduler's
+    # first purchase, and a lookup that fails leaves nothing half-created (pulumi/pulumi#7050, below).
     amis = {
         region: choose_ami(region, cfg.environment, cfg.ami_ids.get(region),
                            built[region].ami_id if region in built else None,
                            pulumi.InvokeOptions(provider=providers[region]))
         for region in cfg.regions
     }
-    check_images(cfg, read_images(cfg, amis, providers))
+    check_images(cfg, read_images(amis, providers))
     # Each new VPC's zones and endpoints come from AWS's offerings: planned for every region before the first
     # resource is declared, so that a region that cannot be built (plan_network's NetworkError) stops
     # `pulumi up` before anything is created. The engine starts creating each resource as it is declared

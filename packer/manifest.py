@@ -51,7 +51,8 @@ class ManifestImage:
     cuda: str | None
     # The root volume the image was built with (Packer's root_volume_gib): its snapshot's size, which every
     # instance's root volume must at least have (botocore ec2 EbsBlockDevice.VolumeSize: "equal to or larger
-    # than the snapshot size"). None in manifests written before it was recorded.
+    # than the snapshot size"). None in manifests written before it was recorded. A record for the reader: the
+    # program checks the snapshot EC2 describes, recorded or not (components/program.py check_images).
     root_volume_gib: int | None = None
 
 

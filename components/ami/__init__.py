@@ -1,3 +1,3 @@
-from .gpu_ami import STOCK_GPU_AMI_PARAMETER, AmiChoice, GpuAmi, GpuAmiArgs, choose_ami
+from .gpu_ami import SOURCES, STOCK_GPU_AMI_PARAMETER, AmiChoice, GpuAmi, GpuAmiArgs, choose_ami
 
-__all__ = ["STOCK_GPU_AMI_PARAMETER", "AmiChoice", "GpuAmi", "GpuAmiArgs", "choose_ami"]
+__all__ = ["SOURCES", "STOCK_GPU_AMI_PARAMETER", "AmiChoice", "GpuAmi", "GpuAmiArgs", "choose_ami"]

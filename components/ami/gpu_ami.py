@@ -14,9 +14,8 @@ a lookup that fails then stops `pulumi up` with nothing half-created. Resolution
    warning in the preview (no tuned limits, no pinned driver, no GPU metrics: the reaper then sees the
    fleet as busy, never idle).
 
-deploy() reads a pinned or account image from EC2 and refuses one whose root the fleets' launch template cannot
-boot (program.check_images); a manifest image is held to the root volume Packer recorded (check_root_volume); the
-stock image's root (STOCK_ROOT_VOLUME_GIB) is below any mlfleet:rootVolumeGiB the config accepts.
+deploy() reads the chosen image from EC2 whatever its source, and refuses one whose root the fleets' launch template
+cannot boot (components/program.py read_images, check_images).
 """
 
 from __future__ import annotations
@@ -29,11 +28,6 @@ import pulumi_aws as aws
 from lambdas.common import tags as tag_keys
 
 STOCK_GPU_AMI_PARAMETER = "/aws/service/ecs/optimized-ami/amazon-linux-2023/gpu/recommended/image_id"
-# The stock image's root volume: AWS builds the ECS GPU AMI on AL2023 with one gp3 root at /dev/xvda of
-# block_device_size_gb, 30 GiB (aws/amazon-ecs-ami al2023gpu.pkr.hcl and variables.pkr.hcl; the release's pkrvars
-# leave it). mlfleet:rootVolumeGiB's minimum (100) is above it, so no stack reads the image the parameter names (a
-# second invoke) to know its root fits; tests/program/test_components.py holds the model's minimum to this bound.
-STOCK_ROOT_VOLUME_GIB = 30
 # Tags mlfleet's Packer build puts on every image (packer/gpu.pkr.hcl).
 PACKER_MANAGED_BY = "packer"
 SOURCES = ("pinned", "manifest", "account", "stock")

@@ -185,7 +185,8 @@ def test_manifest_post_processor_records_ami_per_region(build):
     assert manifest["custom_data"]["git_revision"] == "${var.git_revision}"
     assert manifest["custom_data"]["nvidia_driver"] == "${var.nvidia_driver_version}"
     assert manifest["custom_data"]["cuda"] == "${var.cuda_version}"
-    # The stack refuses a rootVolumeGiB below it (components/program.py check_root_volume).
+    # A record of the build; the stack holds mlfleet:rootVolumeGiB to the snapshot EC2 describes
+    # (components/program.py check_images).
     assert manifest["custom_data"]["root_volume_gib"] == "${var.root_volume_gib}"
     ignored = subprocess.run(["git", "check-ignore", "-q", "packer/manifest.json"], cwd=REPO)
     assert ignored.returncode == 0, "packer/manifest.json is a local build output and must be gitignored"

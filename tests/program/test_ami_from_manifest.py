@@ -12,7 +12,9 @@ from dataclasses import replace
 import pytest
 
 import components.program as program
-from pulumi_harness import Image, RecordingMocks, packer_image, render_config, render_stack, stack_file_config
+from components.ami import STOCK_GPU_AMI_PARAMETER
+from pulumi_harness import (STOCK_AMI, Image, RecordingMocks, packer_image, render_config, render_stack,
+                            stack_file_config)
 
 MANIFEST = {
     "builds": [{"name": "al2023_gpu", "builder_type": "amazon-ebs", "build_time": 1763830000,
@@ -20,6 +22,10 @@ MANIFEST = {
                 "packer_run_uuid": "run-1", "custom_data": {"environment": "staging"}}],
     "last_run_uuid": "run-1",
 }
+
+
+def _declared(mocks) -> set[str]:
+    return {r.type for r in mocks.resources}
 
 
 def _launch_template_amis(rendering):
@@ -48,11 +54,29 @@ def test_a_malformed_manifest_stops_the_program_with_the_file_and_the_fix(tmp_pa
     assert str(path) in str(error.value) and "make ami ENV=staging" in str(error.value)
 
 
-def _manifest_with_root_volume(tmp_path, monkeypatch, gib: int) -> None:
-    build = {**MANIFEST["builds"][0], "custom_data": {"environment": "staging", "root_volume_gib": str(gib)}}
+MANIFEST_AMIS = {"us-east-1": "ami-0aaaaaaaaaaaaaaaa", "us-west-2": "ami-0bbbbbbbbbbbbbbbb"}
+
+
+def _manifest_with_root_volume(tmp_path, monkeypatch, gib: int | None) -> None:
+    """packer/manifest.json with MANIFEST's build, recording `gib` as its root_volume_gib (None: not recorded, as in
+    manifests written before it was)."""
+    custom = {"environment": "staging", **({"root_volume_gib": str(gib)} if gib is not None else {})}
     path = tmp_path / "manifest.json"
-    path.write_text(json.dumps({**MANIFEST, "builds": [build]}))
+    path.write_text(json.dumps({**MANIFEST, "builds": [{**MANIFEST["builds"][0], "custom_data": custom}]}))
     monkeypatch.setattr(program, "PACKER_MANIFEST", path)
+
+
+def _from_manifest(tmp_path, monkeypatch, images: dict, recorded: int | None = None, root_volume_gib: int = 200):
+    """Render staging from the manifest's images, described by `images` (region -> Image, or None: EC2 does not
+    find it). (The error or None, the mocks.)"""
+    _manifest_with_root_volume(tmp_path, monkeypatch, recorded)
+    mocks = RecordingMocks(images={MANIFEST_AMIS[region]: image for region, image in images.items()})
+    try:
+        render_config({**stack_file_config("staging"), "mlfleet:rootVolumeGiB": str(root_volume_gib)}, "staging",
+                      mocks)
+    except program.ProgramError as error:
+        return str(error), mocks
+    return None, mocks
 
 
 @pytest.mark.parametrize(("built", "configured"), [(300, 200), (201, 200)])
@@ -60,24 +84,60 @@ def test_a_root_volume_smaller_than_the_images_stops_the_program_before_any_reso
                                                                                     configured):
     """EC2 refuses a launch whose root volume is smaller than the image's snapshot (botocore ec2
     EbsBlockDevice.VolumeSize), so every instance of the fleets would fail to launch, found only when the
-    scheduler buys. The mocks launch nothing, so the rule is checked here, before anything is declared."""
-    _manifest_with_root_volume(tmp_path, monkeypatch, built)
-    values = {**stack_file_config("staging"), "mlfleet:rootVolumeGiB": str(configured)}
-    mocks = RecordingMocks()
-    with pytest.raises(program.ProgramError) as error:
-        render_config(values, "staging", mocks)
-    message = str(error.value)
-    assert f"mlfleet:rootVolumeGiB={configured}" in message and f"({built} GiB;" in message
-    assert "us-east-1: ami-0aaaaaaaaaaaaaaaa" in message and mocks.resources == []
+    scheduler buys. The mocks launch nothing, so the rule is checked here, before anything is declared, on the
+    snapshot EC2 describes (the size the manifest records says the same)."""
+    message, mocks = _from_manifest(tmp_path, monkeypatch, {"us-east-1": Image(root_volume_gib=built)}, built,
+                                    configured)
+    assert message == (
+        f"mlfleet:rootVolumeGiB={configured} is smaller than the root volume of the image packer/manifest.json records "
+        f"for 'staging' (us-east-1: ami-0aaaaaaaaaaaaaaaa, {built} GiB), and EC2 refuses to launch an instance whose "
+        f"root volume is smaller than its image's snapshot, so no fleet instance would launch; set "
+        f"mlfleet:rootVolumeGiB to {built} or more, or build one with a root_volume_gib of at most {configured} "
+        "(make ami ENV=staging records it in packer/manifest.json), or pin one in mlfleet:amiIds")
+    assert _declared(mocks) == {"pulumi:providers:aws"}
 
 
 @pytest.mark.parametrize("built", [200, 100])
 def test_a_root_volume_at_least_the_images_deploys_with_the_configured_size(tmp_path, monkeypatch, built):
-    _manifest_with_root_volume(tmp_path, monkeypatch, built)
-    rendering = render_config({**stack_file_config("staging"), "mlfleet:rootVolumeGiB": "200"}, "staging")
-    sizes = {bdm["ebs"]["volumeSize"] for lt in rendering.of_type("aws:ec2/launchTemplate:LaunchTemplate")
-             for bdm in lt.inputs["blockDeviceMappings"]}
+    message, mocks = _from_manifest(tmp_path, monkeypatch, {r: Image(root_volume_gib=built) for r in MANIFEST_AMIS},
+                                    built)
+    assert message is None
+    sizes = {bdm["ebs"]["volumeSize"] for r in mocks.resources if r.type == "aws:ec2/launchTemplate:LaunchTemplate"
+             for bdm in r.inputs["blockDeviceMappings"]}
     assert sizes == {200}
+
+
+def test_a_manifest_image_without_a_recorded_root_volume_is_read_and_checked(tmp_path, monkeypatch):
+    """Regression: a manifest written before root_volume_gib was recorded held nothing to check, and its images were
+    not read: one larger than mlfleet:rootVolumeGiB, or booting from another device, deployed and no fleet instance
+    launched. Each is now read by its id through its region's provider, and held to the rules of every image."""
+    message, mocks = _from_manifest(tmp_path, monkeypatch, {"us-east-1": Image(root_device_name="/dev/sda1"),
+                                                            "us-west-2": Image(root_volume_gib=300)})
+    assert message is not None, "deployed"
+    header, *lines = message.splitlines()
+    assert header == "2 problems with the images packer/manifest.json records:"
+    assert lines[0].startswith("  - mlfleet:rootVolumeGiB=200 is smaller than the root volume of the image "
+                               "packer/manifest.json records for 'staging' (us-west-2: ami-0bbbbbbbbbbbbbbbb, 300 GiB)")
+    assert lines[1] == (
+        "  - us-east-1: the image packer/manifest.json records for 'staging', ami-0aaaaaaaaaaaaaaaa boots from "
+        "/dev/sda1, and the fleets' launch template sizes and encrypts /dev/xvda: the image's root would keep its own "
+        "size and every instance would get an extra empty 200 GiB volume; build an image whose root device is "
+        "/dev/xvda (make ami ENV=staging records it in packer/manifest.json) or pin one in mlfleet:amiIds.us-east-1")
+    assert _declared(mocks) == {"pulumi:providers:aws"}
+    reads = {region: call["filters"] for (token, call), (_, region) in zip(mocks.calls, mocks.call_regions)
+             if token == "aws:ec2/getAmi:getAmi"}
+    assert reads == {region: [{"name": "image-id", "values": [ami]}] for region, ami in MANIFEST_AMIS.items()}
+
+
+def test_a_manifest_image_ec2_does_not_find_is_refused_with_the_providers_reason(tmp_path, monkeypatch):
+    message, mocks = _from_manifest(tmp_path, monkeypatch, {"us-west-2": None})
+    assert message is not None and message.startswith(
+        "us-west-2: the image packer/manifest.json records for 'staging', ami-0bbbbbbbbbbbbbbbb cannot be read in "
+        "us-west-2 (")
+    assert "Your query returned no results" in message and message.endswith(
+        "build a new one (make ami ENV=staging records it in packer/manifest.json) or pin an image in "
+        "mlfleet:amiIds.us-west-2")
+    assert _declared(mocks) == {"pulumi:providers:aws"}
 
 
 def test_a_pinned_ami_is_not_held_to_the_manifests_root_volume(tmp_path, monkeypatch):
@@ -101,10 +161,6 @@ def _pinned(images: dict, root_volume_gib: int = 200):
     except program.ProgramError as error:
         return str(error), mocks
     return None, mocks
-
-
-def _declared(mocks) -> set[str]:
-    return {r.type for r in mocks.resources}
 
 
 @pytest.mark.parametrize(("snapshot", "configured"), [(300, 200), (201, 200)])
@@ -279,16 +335,6 @@ def test_a_pinned_region_does_not_look_for_the_accounts_images(monkeypatch, tmp_
     assert ("aws:ec2/getAmiIds:getAmiIds", "us-east-1") not in mocks.call_regions
 
 
-def test_a_region_without_an_image_of_its_own_boots_the_stock_ami_unread(monkeypatch, tmp_path):
-    """The stock image's root (30 GiB) is below any mlfleet:rootVolumeGiB the model accepts: not read from EC2."""
-    monkeypatch.setattr(program, "PACKER_MANIFEST", tmp_path / "no-manifest.json")
-    mocks = RecordingMocks()
-    rendering = render_config(stack_file_config("staging"), "staging", mocks)
-    assert {r["amiSource"] for r in rendering.outputs["regions"].values()} == {"stock"}
-    assert "aws:ec2/getAmi:getAmi" not in [token for token, _ in mocks.calls]
-    assert any("stock ECS GPU AMI" in w for w in rendering.warnings)
-
-
 # --- The stock image ----------------------------------------------------------------------------------------
 
 def test_a_stock_parameter_that_cannot_be_read_stops_the_program_before_any_resource(monkeypatch, tmp_path):
@@ -304,3 +350,93 @@ def test_a_stock_parameter_that_cannot_be_read_stops_the_program_before_any_reso
                                              r"built by this account, and the stock ECS GPU AMI's parameter"):
         render_config(stack_file_config("staging"), "staging", mocks)
     assert _declared(mocks) == {"pulumi:providers:aws"}
+
+
+def _stock(monkeypatch, tmp_path, image: Image | None, root_volume_gib: int = 200, pinned: dict | None = None):
+    """Render staging with no image of its own in any region (no manifest, no account image), so that each region
+    not `pinned` (region -> (AMI id, Image)) boots the stock parameter's image, STOCK_AMI, described by `image`
+    (None: EC2 does not find it). (The error or None, the mocks.)"""
+    monkeypatch.setattr(program, "PACKER_MANIFEST", tmp_path / "no-manifest.json")
+    values = {**stack_file_config("staging"), "mlfleet:rootVolumeGiB": str(root_volume_gib)}
+    if pinned:
+        values["mlfleet:amiIds"] = json.dumps({region: ami for region, (ami, _) in pinned.items()})
+    mocks = RecordingMocks(images={STOCK_AMI: image, **{ami: pin for ami, pin in (pinned or {}).values()}})
+    try:
+        render_config(values, "staging", mocks)
+    except program.ProgramError as error:
+        return str(error), mocks
+    return None, mocks
+
+
+def test_a_region_without_an_image_of_its_own_boots_the_stock_ami_read_and_checked(monkeypatch, tmp_path):
+    """The stock image as AWS builds it (one 30 GiB root at /dev/xvda: tests/pulumi_harness.py STOCK_IMAGE) boots the
+    fleets; it is read by the id its public parameter names, through each region's provider, like every image."""
+    monkeypatch.setattr(program, "PACKER_MANIFEST", tmp_path / "no-manifest.json")
+    mocks = RecordingMocks()
+    rendering = render_config(stack_file_config("staging"), "staging", mocks)
+    assert {r["amiSource"] for r in rendering.outputs["regions"].values()} == {"stock"}
+    reads = sorted((region, call["filters"][0]["values"][0]) for (token, call), (_, region)
+                   in zip(mocks.calls, mocks.call_regions) if token == "aws:ec2/getAmi:getAmi")
+    assert reads == [(region, STOCK_AMI) for region in sorted(rendering.outputs["regions"])]
+    assert any("stock ECS GPU AMI" in w for w in rendering.warnings)
+
+
+@pytest.mark.parametrize(("snapshot", "configured"), [(300, 200), (201, 200)])
+def test_a_stock_image_larger_than_the_root_volume_stops_the_program_before_any_resource(monkeypatch, tmp_path,
+                                                                                        snapshot, configured):
+    """Regression: the stock image was never read, on the grounds that its root (30 GiB today) is below any
+    mlfleet:rootVolumeGiB; a stock image AWS publishes with a larger root would have deployed, and EC2 refuses every
+    launch whose root volume is smaller than the image's snapshot (botocore ec2 EbsBlockDevice.VolumeSize)."""
+    message, mocks = _stock(monkeypatch, tmp_path, Image(root_volume_gib=snapshot), configured)
+    assert message is not None, "deployed"
+    assert message == (
+        f"mlfleet:rootVolumeGiB={configured} is smaller than the root volume of the stock ECS GPU AMI "
+        f"({STOCK_GPU_AMI_PARAMETER}) (us-east-1: {STOCK_AMI}, {snapshot} GiB, us-west-2: {STOCK_AMI}, {snapshot} "
+        "GiB), and EC2 refuses to launch an instance whose root volume is smaller than its image's snapshot, so no "
+        f"fleet instance would launch; set mlfleet:rootVolumeGiB to {snapshot} or more, or pin an image whose root "
+        f"volume is at most {configured} GiB in mlfleet:amiIds, or build mlfleet's image (make ami ENV=staging)")
+    assert _declared(mocks) == {"pulumi:providers:aws"}
+
+
+def test_a_stock_image_booting_from_another_device_is_refused(monkeypatch, tmp_path):
+    """Regression: the stock image's root device was assumed to be the launch template's (/dev/xvda); one booting
+    from another would keep its own root size and every instance would get an extra empty volume."""
+    message, mocks = _stock(monkeypatch, tmp_path, Image(root_volume_gib=30, root_device_name="/dev/sda1"),
+                            pinned={"us-west-2": (PINNED["us-west-2"], Image())})
+    assert message == (
+        f"us-east-1: the stock ECS GPU AMI ({STOCK_GPU_AMI_PARAMETER}), {STOCK_AMI} boots from /dev/sda1, and the "
+        "fleets' launch template sizes and encrypts /dev/xvda: the image's root would keep its own size and every "
+        "instance would get an extra empty 200 GiB volume; pin an image whose root device is /dev/xvda in "
+        "mlfleet:amiIds.us-east-1, or build mlfleet's image (make ami ENV=staging)")
+    assert _declared(mocks) == {"pulumi:providers:aws"}
+
+
+def test_a_stock_image_ec2_does_not_find_is_refused_with_the_providers_reason(monkeypatch, tmp_path):
+    message, mocks = _stock(monkeypatch, tmp_path, None, pinned={"us-west-2": (PINNED["us-west-2"], Image())})
+    assert message is not None and message.startswith(
+        f"us-east-1: the stock ECS GPU AMI ({STOCK_GPU_AMI_PARAMETER}), {STOCK_AMI} cannot be read in us-east-1 (")
+    assert "Your query returned no results" in message and message.endswith(
+        "the public parameter names an image EC2 does not find there: run again, or pin an image in "
+        "mlfleet:amiIds.us-east-1")
+    assert _declared(mocks) == {"pulumi:providers:aws"}
+
+
+def test_the_problems_of_a_pinned_and_a_stock_image_are_listed_in_one_error(monkeypatch, tmp_path):
+    """One check for every source: the stock image's root too large and a pinned image with no EBS root, in one
+    error, the size first."""
+    message, mocks = _stock(monkeypatch, tmp_path, Image(root_volume_gib=400),
+                            pinned={"us-west-2": (PINNED["us-west-2"], Image(root_device_type="instance-store"))})
+    assert message is not None
+    header, *lines = message.splitlines()
+    assert header == "2 problems with the pinned AMIs and the stock ECS GPU AMI:"
+    assert lines[0].startswith("  - mlfleet:rootVolumeGiB=200 is smaller than the root volume of the stock ECS GPU "
+                               f"AMI ({STOCK_GPU_AMI_PARAMETER}) (us-east-1: {STOCK_AMI}, 400 GiB)")
+    assert lines[1].startswith("  - mlfleet:amiIds.us-west-2: ami-0dddddddddddddddd's root device /dev/xvda has no "
+                               "EBS volume (instance-store)")
+    assert _declared(mocks) == {"pulumi:providers:aws"}
+
+
+def test_every_source_of_an_image_is_worded_in_the_order_problems_are_listed():
+    from components.ami import SOURCES
+
+    assert tuple(program._WORDING) == SOURCES

@@ -9,7 +9,6 @@ import pulumi
 import pytest
 
 from components.ami import STOCK_GPU_AMI_PARAMETER, AmiChoice, GpuAmi, GpuAmiArgs, choose_ami
-from components.ami.gpu_ami import STOCK_ROOT_VOLUME_GIB
 from components.compute import EcsGpuCluster, EcsGpuClusterArgs, GpuSpotFleet, GpuSpotFleetArgs, render_user_data
 from components.config import FleetConfig
 from components.network import INTERFACE_ENDPOINT_SERVICES, Network, NetworkArgs
@@ -274,15 +273,6 @@ def test_the_newest_available_image_of_this_environment_is_the_account_image():
                                                                      state="pending"),
                                "ami-00000000000000012": Image(creation_date="2026-06-01T00:00:00.000Z")})
     assert choice == AmiChoice("account", "ami-0000000000000000f")
-
-
-def test_the_stock_images_root_is_below_every_root_volume_the_config_accepts():
-    """Why deploy() does not read the stock image: its root (30 GiB, aws/amazon-ecs-ami) is below the smallest
-    mlfleet:rootVolumeGiB the model accepts, so it always fits. Lowering that minimum needs the read."""
-    from components.config import StackConfig
-
-    (minimum,) = [m.ge for m in StackConfig.model_fields["root_volume_gib"].metadata if hasattr(m, "ge")]
-    assert STOCK_ROOT_VOLUME_GIB <= minimum
 
 
 @pytest.mark.parametrize(("token", "result"), [("aws:ec2/getAmiIds:getAmiIds", "GetAmiIdsResult"),
