@@ -89,10 +89,12 @@ def chunks(items, size: int):
         yield items[start : start + size]
 
 
-def per_item(call: Callable[[list[str]], object], items: Sequence[str], batch: int) -> dict[str, str]:
+def per_item_errors(call: Callable[[list[str]], object], items: Sequence[str],
+                    batch: int) -> dict[str, ClientError | BotoCoreError]:
     """`call(items)` a batch at a time; a batch that fails is retried one item at a time, so one bad item
-    (an instance gone, a throttle that outlasted the retries) fails alone. Returns item -> error."""
-    failed: dict[str, str] = {}
+    (an instance gone, a throttle that outlasted the retries, one EC2 cannot stop) fails alone. Returns
+    item -> the error of its own call, for a caller that tells errors apart by their code."""
+    failed: dict[str, ClientError | BotoCoreError] = {}
     for group in chunks(items, batch):
         try:
             call(group)
@@ -101,5 +103,25 @@ def per_item(call: Callable[[list[str]], object], items: Sequence[str], batch: i
                 try:
                     call([item])
                 except (ClientError, BotoCoreError) as error:
-                    failed[item] = f"{type(error).__name__}: {error}"
+                    failed[item] = error
     return failed
+
+
+def per_item(call: Callable[[list[str]], object], items: Sequence[str], batch: int) -> dict[str, str]:
+    """per_item_errors, each error as one line: item -> `Type: message`."""
+    return {item: f"{type(error).__name__}: {error}" for item, error in per_item_errors(call, items, batch).items()}
+
+
+# Instance ids per DescribeSpotInstanceRequests call, given as the `instance-id` filter (as DescribeInstances'
+# are read: lambdas/scheduler/state.py).
+SPOT_FILTER_VALUES = 200
+
+
+def spot_requests(ec2, instance_ids: Sequence[str]):
+    """Every Spot request naming one of `instance_ids` (its InstanceId), batched and paginated. Filtered by
+    instance id (DescribeSpotInstanceRequests' `instance-id` filter), so a request that is gone leaves its
+    instance out instead of failing the call (InvalidSpotInstanceRequestID.NotFound), as
+    SpotInstanceRequestIds would."""
+    for batch in chunks(sorted(set(instance_ids)), SPOT_FILTER_VALUES):
+        yield from paginate(ec2, "describe_spot_instance_requests", "SpotInstanceRequests",
+                            Filters=[{"Name": "instance-id", "Values": batch}])

@@ -39,7 +39,7 @@ from datetime import datetime, timedelta
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ..common import tags as tag_keys
-from ..common.aws import chunks, client, describe_groups, paginate
+from ..common.aws import chunks, client, describe_groups, paginate, spot_requests
 from ..common.logs import log_decision
 from ..common.permissions import ISO_8601_TIME, needs
 from ..jobs.ledger import BY_STATE, RUNNING, STARTING
@@ -334,20 +334,17 @@ def _instances(ec2, instance_ids: Iterable[str]) -> dict[str, dict] | None:
 
 
 def _spot_statuses(ec2, instance_ids: Sequence[str]) -> dict[str, str] | None:
-    """Instance id -> its Spot request's status code; None when the read failed (unknown). Filtered by
-    instance id (DescribeSpotInstanceRequests' `instance-id` filter), so a request that is gone leaves its
-    instance out instead of failing the call, as SpotInstanceRequestIds would."""
+    """Instance id -> its Spot request's status code; None when the read failed (unknown). A request that
+    is gone leaves its instance out (spot_requests)."""
     found: dict[str, str] = {}
     try:
-        for batch in chunks(sorted(set(instance_ids)), FILTER_VALUES):
-            for request in paginate(ec2, "describe_spot_instance_requests", "SpotInstanceRequests",
-                                    Filters=[{"Name": "instance-id", "Values": batch}]):
-                instance_id, code = request.get("InstanceId"), request.get("Status", {}).get("Code")
-                if not instance_id or not code:
-                    continue
-                # One request fulfils one instance; should two name it, a code that takes it away wins.
-                if found.get(instance_id) in (None, *decide.SPOT_KEEPS_RUNNING):
-                    found[instance_id] = code
+        for request in spot_requests(ec2, instance_ids):
+            instance_id, code = request.get("InstanceId"), request.get("Status", {}).get("Code")
+            if not instance_id or not code:
+                continue
+            # One request fulfils one instance; should two name it, a code that takes it away wins.
+            if found.get(instance_id) in (None, *decide.SPOT_KEEPS_RUNNING):
+                found[instance_id] = code
     except AWS_ERRORS as error:
         _error("read-spot-requests", None, error, instance_ids=list(instance_ids))
         return None
