@@ -7,7 +7,8 @@ The reaper is the safety net for every machine the scheduler does not release it
 it proposes fleet instances by its idle contract (idle.py) and removes them through the one removal
 protocol (lambdas/removal: group minimum, disruption budget, drain, re-check under the placement lease,
 terminate with decrement), which also finishes the removals a previous run left half-done. A run that
-cannot take the placement lease leaves its removals to its next run. Standalone machines are stopped.
+cannot take the placement lease leaves its removals to its next run. Standalone machines are stopped, or
+terminated when EC2 cannot stop them (a Spot Instance of a one-time request: idle.standalone_action).
 Every failure is per machine: the others, the standalone stops and the summary still happen.
 
 Environment: ENVIRONMENT, CLUSTER_NAME, FLEET_ASG_NAMES, IDLE_WINDOW_MINUTES, IDLE_CPU_PERCENT,
@@ -32,7 +33,10 @@ from ..common.aws import client
 from ..common.logs import log_decision
 from ..common.settings import SettingsError, from_env
 from . import actions, inventory
-from .idle import MARK, REAP_FLEET, STOP_STANDALONE, UNMARK, Decision, IdleSettings, decide_all, summarize
+from .idle import (
+    MARK, REAP_FLEET, STOP_STANDALONE, TERMINATE_STANDALONE, UNMARK, Decision, IdleSettings, decide_all, stop_refused,
+    summarize,
+)
 from ..removal import decide as removal
 from ..removal import execute
 from ..removal.execute import Outcome
@@ -92,7 +96,7 @@ class Run:
     """What one run did, for its counts and its summary."""
     decisions: list[Decision]
     removal: Outcome
-    failed: dict[str, str]  # instance id -> the mark, unmark or stop that failed, and why
+    failed: dict[str, str]  # instance id -> the mark, unmark, stop or terminate that failed, and why
 
 
 def run(settings: Settings, now: datetime, trigger: str = "manual", request_id: str = "",
@@ -102,7 +106,7 @@ def run(settings: Settings, now: datetime, trigger: str = "manual", request_id: 
     raws = inventory.environment_instances(ec2, settings.environment, settings.fleet_asg_names)
     registered = inventory.container_instances(ecs, settings.cluster_name)
     series = inventory.utilisation(client("cloudwatch", region), raws, now, settings.idle)
-    instances = inventory.to_instances(raws, registered, series)
+    instances = inventory.to_instances(raws, registered, series, inventory.spot_request_types(ec2, raws))
     decisions = decide_all(instances, now, settings.idle, settings.max_actions_per_run)
     for d in decisions:
         log_decision(d.action, instance_id=d.instance_id, asg=d.asg_name, reason=d.reason,
@@ -128,14 +132,13 @@ def run(settings: Settings, now: datetime, trigger: str = "manual", request_id: 
             done.removal.left.update({c.instance_id: f"removal failed: {type(error).__name__}: {error}"
                                       for c in candidates})
     if not settings.dry_run:
-        stops = actions.stop(ec2, [d.instance_id for d in decisions if d.action == STOP_STANDALONE])
-        done.failed.update({i: f"stop: {e}" for i, e in stops.items()})
+        _act_on_standalone(ec2, settings, done, {i.instance_id: i for i in instances}, trigger)
     for instance_id, reason in sorted(done.failed.items()):
         log_decision("reaper-error", instance_id=instance_id, reason=reason)
 
-    by_action = summarize(decisions)
+    by_action = summarize(done.decisions)
     _best_effort("publish-counts", lambda: _publish_counts(settings, region, instances, done, now))
-    changed = [d for d in decisions if d.action in (MARK, UNMARK, REAP_FLEET, STOP_STANDALONE)]
+    changed = [d for d in done.decisions if d.action in (MARK, UNMARK, REAP_FLEET, STOP_STANDALONE, TERMINATE_STANDALONE)]
     if changed or done.removal.terminated or done.removal.reactivated or done.failed:
         _best_effort("notify", lambda: alerts.publish_alert(client("sns", region), settings.alert_topic_arn,
                                                             _subject(settings, by_action, done), _report(settings, done)))
@@ -179,6 +182,24 @@ def _remove(settings: Settings, region: str, candidates: list[removal.Candidate]
         lease.release(dynamodb, settings.jobs_table, taken.lease)
 
 
+def _act_on_standalone(ec2, settings: Settings, done: Run, instances: Mapping, trigger: str) -> None:
+    """Stop the standalone machines decided stopped, then terminate those decided terminated, with those
+    whose stop EC2 refused as unsupported (idle.stop_refused: a Spot Instance whose request was unreadable)."""
+    failed, refused = actions.stop(ec2, [d.instance_id for d in done.decisions if d.action == STOP_STANDALONE])
+    done.failed.update({i: f"stop: {e}" for i, e in failed.items()})
+    for n, d in enumerate(done.decisions):
+        if d.instance_id in refused:
+            instead = stop_refused(d, instances[d.instance_id], refused[d.instance_id])
+            if instead is None:
+                done.failed[d.instance_id] = f"stop: {refused[d.instance_id]}"
+                continue
+            done.decisions[n] = instead
+            log_decision(instead.action, instance_id=instead.instance_id, asg=None, reason=instead.reason,
+                         dry_run=settings.dry_run, trigger=trigger)
+    terminated = actions.terminate(ec2, [d.instance_id for d in done.decisions if d.action == TERMINATE_STANDALONE])
+    done.failed.update({i: f"terminate: {e}" for i, e in terminated.items()})
+
+
 def _best_effort(step: str, action: Callable[[], object]) -> None:
     """Counts and the summary report on the run; their failure is logged, never raised over its work."""
     try:
@@ -208,11 +229,11 @@ def _publish_counts(settings: Settings, region: str, instances, done: Run, now: 
 
 
 def _subject(settings: Settings, by_action: dict[str, list[str]], done: Run) -> str:
+    standalone = by_action.get(STOP_STANDALONE, []) + by_action.get(TERMINATE_STANDALONE, [])
     if settings.dry_run:
-        reaped = len(by_action.get(REAP_FLEET, [])) + len(by_action.get(STOP_STANDALONE, []))
+        reaped = len(by_action.get(REAP_FLEET, [])) + len(standalone)
     else:
-        stopped = [i for i in by_action.get(STOP_STANDALONE, []) if i not in done.failed]
-        reaped = len(done.removal.terminated) + len(stopped)
+        reaped = len(done.removal.terminated) + len([i for i in standalone if i not in done.failed])
     prefix = "[dry run] " if settings.dry_run else ""
     return (f"{prefix}mlfleet {settings.environment} reaper: {len(by_action.get(MARK, []))} marked idle, "
             f"{reaped} reaped")
@@ -237,6 +258,8 @@ def _report(settings: Settings, done: Run) -> str:
         sections.append(("Not removed this run", sorted({**done.removal.dropped, **done.removal.left}.items())))
     sections.append(("Stopped (standalone)" + dry,
                      [(i, r) for i, r in chosen(STOP_STANDALONE) if i not in done.failed]))
+    sections.append(("Terminated (standalone Spot Instance EC2 cannot stop: one-time Spot request)" + dry,
+                     [(i, r) for i, r in chosen(TERMINATE_STANDALONE) if i not in done.failed]))
     sections.append(("Busy again: idle mark removed", chosen(UNMARK)))
     sections.append(("Idle, waiting out the grace period", chosen("wait-grace")))
     sections.append(("Spared", chosen("spare")))

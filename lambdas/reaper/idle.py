@@ -4,12 +4,15 @@ An instance is idle only when, over the whole window, no ECS task runs on it and
 stay below their thresholds, with a datapoint for every period of the window (missing or partial data
 means busy), it is older than the window, and `mlfleet:keep-alive` does not protect it. The reaper
 marks first (`mlfleet:idle-since`) and acts only after the grace period; a busy instance is unmarked.
+
+How it acts on a standalone machine (no group) is decided here too (standalone_action): stopped when EC2
+can stop it, terminated when it cannot (a Spot Instance of a one-time Spot request), never left running.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
 from ..common import tags as tag_keys
@@ -17,7 +20,8 @@ from ..common.keep_alive import keep_alive_protects, parse_time
 
 PERIOD_SECONDS = 300  # the metrics' period; the window holds window_period_count(window_minutes) points
 
-# Decisions. Only REAP_FLEET and STOP_STANDALONE touch a machine; MARK and UNMARK only tag it.
+# Decisions. Only REAP_FLEET, STOP_STANDALONE and TERMINATE_STANDALONE touch a machine; MARK and UNMARK only
+# tag it.
 BUSY = "busy"
 UNMARK = "unmark"
 MARK = "mark"
@@ -25,7 +29,17 @@ WAIT_GRACE = "wait-grace"
 SPARE = "spare"
 REAP_FLEET = "reap-fleet"
 STOP_STANDALONE = "stop-standalone"
-DESTRUCTIVE = (REAP_FLEET, STOP_STANDALONE)
+TERMINATE_STANDALONE = "terminate-standalone"
+DESTRUCTIVE = (REAP_FLEET, STOP_STANDALONE, TERMINATE_STANDALONE)
+
+# A Spot request's Type (botocore's ec2 model, SpotInstanceType: one-time | persistent). EC2 stops a Spot
+# Instance only when its request is persistent (or it belongs to an EC2 Fleet / Spot Fleet of type
+# maintain); StopInstances refuses one of a one-time request with UnsupportedOperation (EC2 User Guide,
+# "Stop a Spot Instance", https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/stop-spot-instances.html).
+ONE_TIME, PERSISTENT = "one-time", "persistent"
+# Why terminating one is no loss beyond what the Spot market could do any time: a one-time request's
+# instance is terminated at an interruption (stop and hibernate need a persistent request, same page).
+NO_WORSE = "its data would not survive a Spot interruption either (EC2 terminates it then)"
 
 
 @dataclass(frozen=True)
@@ -59,6 +73,10 @@ class Instance:
     # Maximum per period, keyed by the period's start; None when there is no series at all.
     cpu: Mapping[datetime, float] | None
     gpu: Mapping[datetime, float] | None
+    # A Spot Instance's request (DescribeSpotInstanceRequests): its id and Type; None when not read or not
+    # found. Read for standalone Spot Instances only, the ones the reaper stops or terminates itself.
+    spot_request_id: str | None = None
+    spot_request_type: str | None = None
 
 
 @dataclass(frozen=True)
@@ -129,8 +147,44 @@ def decide(instance: Instance, now: datetime, settings: IdleSettings) -> Decisio
         left = timedelta(minutes=settings.grace_minutes) - waited
         return decision(WAIT_GRACE, f"{idle_reason}; marked {marked_at.isoformat()}, "
                                     f"{int(left.total_seconds() // 60)} min of grace left")
-    action = REAP_FLEET if instance.asg_name else STOP_STANDALONE
-    return decision(action, f"{idle_reason}; idle since {marked_at.isoformat()}, grace over")
+    reason = f"{idle_reason}; idle since {marked_at.isoformat()}, grace over"
+    if instance.asg_name:
+        return decision(REAP_FLEET, reason)
+    action, how = standalone_action(instance)
+    return decision(action, f"{reason}; {how}")
+
+
+def _spot_request(instance: Instance) -> str:
+    return f"Spot request {instance.spot_request_id}" if instance.spot_request_id else "its Spot request"
+
+
+def standalone_action(instance: Instance) -> tuple[str, str]:
+    """How an idle standalone machine is acted on, and why: stopped (its disks kept) when EC2 can stop it;
+    terminated when it cannot, a Spot Instance of a one-time request, since otherwise it would run idle for
+    ever (NO_WORSE). A Spot Instance whose request could not
+    be read is stopped, and terminated if EC2 refuses the stop (stop_refused)."""
+    if instance.lifecycle != "spot":
+        return STOP_STANDALONE, "stopped (on-demand: its disks are kept)"
+    if instance.spot_request_type == PERSISTENT:
+        return STOP_STANDALONE, f"stopped ({_spot_request(instance)} is persistent: its disks are kept)"
+    if instance.spot_request_type == ONE_TIME:
+        return TERMINATE_STANDALONE, (f"terminated: a Spot Instance of a one-time request ({_spot_request(instance)}) "
+                                      f"cannot be stopped, and {NO_WORSE}")
+    return STOP_STANDALONE, (f"stopped ({_spot_request(instance)} could not be read: terminated instead if EC2 "
+                             f"refuses the stop)")
+
+
+def stop_refused(decision: Decision, instance: Instance, error: str) -> Decision | None:
+    """A stop EC2 refused as unsupported: a Spot Instance's is the one-time request's case (its request
+    could not be read up front), and it is terminated instead, in the same run (the same idle window and
+    grace, the same action under the cap). None for any other machine: its refusal is a failure to report
+    (an on-demand machine is never terminated by the reaper)."""
+    if decision.action != STOP_STANDALONE or instance.lifecycle != "spot":
+        return None
+    grace_over = decision.reason.rsplit("; ", 1)[0]  # decide's reason less standalone_action's part
+    return replace(decision, action=TERMINATE_STANDALONE,
+                   reason=f"{grace_over}; terminated: EC2 refused to stop this Spot Instance ({error}), as it does "
+                          f"for one of a one-time request, and {NO_WORSE}")
 
 
 def decide_all(instances: Iterable[Instance], now: datetime, settings: IdleSettings,

@@ -2,7 +2,9 @@
 
 - DescribeInstances, paginated, filtered on the environment tag (running instances only);
 - ListContainerInstances (paginated) + DescribeContainerInstances, 100 ARNs a call, for task counts;
-- GetMetricData, 500 queries a call (two per instance), paginated on NextToken.
+- GetMetricData, 500 queries a call (two per instance), paginated on NextToken;
+- DescribeSpotInstanceRequests for the standalone Spot Instances only (their request's Type says whether EC2
+  can stop them), 200 instance ids a call, none at all when there is no such instance.
 """
 
 from __future__ import annotations
@@ -11,10 +13,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from ..common import tags as tag_keys
-from ..common.aws import chunks, paginate
+from ..common.aws import chunks, paginate, spot_requests
+from ..common.errors import describe
+from ..common.logs import log_decision
 from ..common.permissions import needs
-from .idle import PERIOD_SECONDS, Instance, IdleSettings, window_periods
+from .idle import PERIOD_SECONDS, PERSISTENT, Instance, IdleSettings, window_periods
 
 GPU_NAMESPACE, GPU_METRIC = "CWAgent", "nvidia_smi_utilization_gpu"
 METRIC_QUERIES_PER_CALL = 500
@@ -29,6 +35,9 @@ PERMISSIONS = (
           resources=("arn:{partition}:ecs:{region}:{account}:container-instance/mlfleet-{environment}/*",),
           why="read running task counts"),
     needs("cloudwatch:GetMetricData", why="CPU and GPU utilisation over the window (no resource scoping)"),
+    # Describe* actions of EC2 take no resource (the IAM reference).
+    needs("ec2:DescribeSpotInstanceRequests",
+          why="a standalone Spot Instance's request type: one of a one-time request cannot be stopped"),
 )
 
 
@@ -45,6 +54,38 @@ def environment_instances(ec2, environment: str, fleet_asg_names: Sequence[str])
             asg = tags.get("aws:autoscaling:groupName")
             if asg is None or asg in fleet_asg_names:
                 found.append(raw)
+    return found
+
+
+def _standalone_spot(raw: dict) -> bool:
+    return raw.get("InstanceLifecycle") == "spot" and not any(
+        t["Key"] == "aws:autoscaling:groupName" for t in raw.get("Tags", []))
+
+
+def spot_request_types(ec2, raws: Sequence[dict]) -> dict[str, tuple[str, str]]:
+    """Standalone Spot Instance id -> (its Spot request's id, Type), in one batched read; an instance whose
+    request is gone, or all of them when the read fails, is left out: unknown, the decision says what that
+    means (idle.standalone_action). The instance's own SpotInstanceRequestId picks its request when it
+    names one (moto leaves it out; the `instance-id` filter finds the request either way)."""
+    ids = [raw["InstanceId"] for raw in raws if _standalone_spot(raw)]
+    if not ids:
+        return {}
+    named = {raw["InstanceId"]: raw.get("SpotInstanceRequestId") for raw in raws if _standalone_spot(raw)}
+    found: dict[str, tuple[str, str]] = {}
+    try:
+        for request in spot_requests(ec2, ids):
+            instance_id, request_id, kind = (request.get("InstanceId"), request.get("SpotInstanceRequestId"),
+                                             request.get("Type"))
+            if instance_id not in named or not kind or named[instance_id] not in (None, request_id):
+                continue
+            # Should two requests name it, persistent wins: a stop is tried first, and a refusal still
+            # terminates it (idle.stop_refused).
+            if found.get(instance_id, ("", ""))[1] != PERSISTENT:
+                found[instance_id] = (request_id, kind)
+    except (ClientError, BotoCoreError) as error:
+        log_decision("reaper-error", step="read-spot-requests", instance_ids=ids,
+                     reason=f"{describe(error)}: their request types are unknown this run")
+        return {}
     return found
 
 
@@ -106,7 +147,9 @@ def utilisation(cloudwatch, raws: Sequence[dict], now: datetime, settings: IdleS
     return series
 
 
-def to_instances(raws: Iterable[dict], registered: dict[str, ContainerInstance], series: dict[str, dict]) -> list[Instance]:
+def to_instances(raws: Iterable[dict], registered: dict[str, ContainerInstance], series: dict[str, dict],
+                 spot_types: dict[str, tuple[str, str]] | None = None) -> list[Instance]:
+    spot_types = spot_types or {}
     out = []
     for raw in raws:
         tags = {t["Key"]: t["Value"] for t in raw.get("Tags", [])}
@@ -123,5 +166,7 @@ def to_instances(raws: Iterable[dict], registered: dict[str, ContainerInstance],
             running_tasks=tasks,
             cpu=series[instance_id]["cpu"],
             gpu=series[instance_id]["gpu"],
+            spot_request_id=spot_types.get(instance_id, (raw.get("SpotInstanceRequestId"), None))[0],
+            spot_request_type=spot_types.get(instance_id, (None, None))[1],
         ))
     return out

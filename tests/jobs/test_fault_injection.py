@@ -25,7 +25,9 @@ call with a new permission cannot escape these tests.
 
 Where moto differs from AWS (see also test_end_to_end.py): it records no failed scaling activities, so the
 circuit breaker's scenario answers DescribeScalingActivities with a stub; a stopped task stays listed
-with lastStatus RUNNING and desiredStatus STOPPED, so "meant to run" is desiredStatus RUNNING.
+with lastStatus RUNNING and desiredStatus STOPPED, so "meant to run" is desiredStatus RUNNING. moto stops
+a Spot Instance of a one-time Spot request, which AWS refuses (UnsupportedOperation), so the reaper's
+scenario answers such a stop with AWS's refusal (a stub kept for the next run too, as it is AWS's rule).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from conftest import (
     ASG, CLUSTER, ENV, FAMILY, HOME, attach_spot_instance, aws_client, build_fleet, create_queues, create_table,
     open_admission, scheduler_settings, set_teams, teams_json, two_fleets_json,
 )
-from faults import KINDS, Faults
+from faults import KINDS, Faults, error_response
 from moto import mock_aws
 from reaper.test_reaper_moto import put_utilisation
 
@@ -501,7 +503,8 @@ def reaper_world(home) -> dict:
     the protocol); fresh: idle, unmarked (marked); loose: a standalone machine marked long ago (stopped);
     raced: idle like `idle`, but a task is placed on it as the reaper drains it (the race of issue 13: the
     protocol's re-check after the drain re-activates it, ACTIVE again and untagged, never terminated); it is
-    a Spot Instance, so the re-activation reads its Spot request first."""
+    a Spot Instance, so the re-activation reads its Spot request first; one_time: a standalone Spot Instance
+    of a one-time request marked long ago (terminated: EC2 cannot stop it, lambdas/reaper/idle.py)."""
     instances = build_fleet(size=3, max_size=6)
     (busy, busy_arn), (idle, _), (fresh, _) = sorted(instances.items())
     raced, raced_arn = attach_spot_instance()
@@ -511,17 +514,25 @@ def reaper_world(home) -> dict:
         ImageId="ami-12c6146b", InstanceType="g5.xlarge", MinCount=1, MaxCount=1,
         TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": "mlfleet:environment", "Value": ENV}]}])[
         "Instances"]]
+    (request,) = ec2.request_spot_instances(InstanceCount=1, Type="one-time", LaunchSpecification={
+        "ImageId": "ami-12c6146b", "InstanceType": "g5.xlarge"})["SpotInstanceRequests"]
+    one_time = request["InstanceId"]
+    ec2.create_tags(Resources=[one_time], Tags=[{"Key": "mlfleet:environment", "Value": ENV}])
+    ONE_TIME_SPOT.clear()
+    ONE_TIME_SPOT.add(one_time)
     start_task(busy_arn, "a task started by hand", 0)
     # The reaper judges machines by their launch time, which moto takes from the real clock: its runs are
     # three hours after the world was made (older than the idle window).
     now = datetime.now(timezone.utc) + timedelta(hours=3)
     marked = (now - timedelta(minutes=40)).isoformat(timespec="seconds")
-    ec2.create_tags(Resources=[busy, idle, raced, loose], Tags=[{"Key": tag_keys.IDLE_SINCE, "Value": marked}])
+    ec2.create_tags(Resources=[busy, idle, raced, loose, one_time], Tags=[{"Key": tag_keys.IDLE_SINCE, "Value": marked}])
     for at in (now, now + NEXT_REAPER_RUN):
         for instance_id in (busy, idle, fresh, raced):
             put_utilisation(instance_id, at, cpu=2, gpu=0, region=HOME)
-        put_utilisation(loose, at, cpu=1, gpu=1, asg=None, region=HOME)
-    world = {"home": home, "now": now, "busy": [busy], "busy_arns": [busy_arn], "released": idle, "loose": loose}
+        for standalone in (loose, one_time):
+            put_utilisation(standalone, at, cpu=1, gpu=1, asg=None, region=HOME)
+    world = {"home": home, "now": now, "busy": [busy], "busy_arns": [busy_arn], "released": idle, "loose": loose,
+             "one_time": one_time}
     RACE.clear()
     RACE.update(world=world, instance_id=raced, arn=raced_arn)
     return world
@@ -540,6 +551,22 @@ def task_placed_while_draining(params: dict) -> None:
         RACE["world"]["busy"].append(RACE["instance_id"])  # from now on a machine with work
         RACE["world"]["busy_arns"].append(RACE["arn"])
     return None
+
+
+# The reaper world's Spot Instances of a one-time request, which EC2 cannot stop.
+ONE_TIME_SPOT: set = set()
+
+
+def stop_refused_like_aws(params: dict):
+    """AWS refuses StopInstances naming a Spot Instance of a one-time request (the whole call); moto stops it."""
+    if ONE_TIME_SPOT & set(params.get("InstanceIds", [])):
+        return error_response("ec2", "UnsupportedOperation", "You can't stop the Spot Instance because it is "
+                              "associated with a one-time Spot Instance request.")
+    return None
+
+
+# Stubs that model AWS's own rules (not a scenario's one-off event): kept for the run after the faulted one.
+AWS_RULES = {("ec2", "StopInstances"): stop_refused_like_aws}
 
 
 def reaper_run(world: dict, later: timedelta = timedelta(0)) -> None:
@@ -573,6 +600,8 @@ def check_reaper(world: dict, failed: set, injector: Faults) -> None:
         assert ecs.list_tasks(cluster=CLUSTER, containerInstance=arn, desiredStatus="RUNNING")["taskArns"], arn
     state = ec2.describe_instances(InstanceIds=[world["loose"]])["Reservations"][0]["Instances"][0]["State"]["Name"]
     assert state in ("stopping", "stopped"), state
+    state = ec2.describe_instances(InstanceIds=[world["one_time"]])["Reservations"][0]["Instances"][0]["State"]["Name"]
+    assert state in ("shutting-down", "terminated"), state
 
 
 SPOT_PRICES = {("ec2", "DescribeSpotPriceHistory"): spot_prices}
@@ -586,7 +615,7 @@ SCENARIOS = {
     "job-events-stream": (stream_world, stream_run, check_stream, {}),
     "budget-guard": (guard_world, guard_run, check_guard, {}),
     "reaper": (reaper_world, reaper_run, check_reaper,
-               {("ecs", "UpdateContainerInstancesState"): task_placed_while_draining}),
+               {("ecs", "UpdateContainerInstancesState"): task_placed_while_draining, **AWS_RULES}),
 }
 # Each entry point of each function, with the scenarios of one invocation of it: an operation is failed in
 # the first scenario that calls it (the scheduler's variants make the same run).
@@ -690,7 +719,7 @@ def one_case(injector: Faults, case, operations: list, kind: str) -> tuple[list[
                 run(world)
             failed = set(injector.injected)
             missed = [op for op in operations if (op, kind) not in failed]
-            injector.stubs = {k: v for k, v in stubs.items() if k in SPOT_PRICES}
+            injector.stubs = {k: v for k, v in stubs.items() if k in SPOT_PRICES or k in AWS_RULES}
             check(world, failed, injector)
         except Exception as error:  # collected: one failing operation must not hide the others
             return [f"{names} {kind}: {type(error).__name__}: {str(error)[:600]}"], []

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lambdas.reaper.idle import (
-    BUSY, DESTRUCTIVE, MARK, REAP_FLEET, SPARE, STOP_STANDALONE, UNMARK, WAIT_GRACE,
-    IdleSettings, Instance, decide, decide_all, keep_alive_protects, window_periods,
+    BUSY, DESTRUCTIVE, MARK, REAP_FLEET, SPARE, STOP_STANDALONE, TERMINATE_STANDALONE, UNMARK, WAIT_GRACE,
+    IdleSettings, Instance, decide, decide_all, keep_alive_protects, stop_refused, window_periods,
 )
 
 NOW = datetime(2026, 11, 22, 12, 2, 30, tzinfo=timezone.utc)
@@ -113,6 +113,8 @@ instances = st.builds(
     running_tasks=st.one_of(st.none(), st.integers(0, 4)),
     cpu=maybe_series,
     gpu=maybe_series,
+    spot_request_id=st.sampled_from([None, "sir-0aaa"]),
+    spot_request_type=st.sampled_from([None, "one-time", "persistent"]),
 )
 
 
@@ -135,6 +137,69 @@ def test_cap_holds_and_every_instance_gets_exactly_one_decision(fleet, cap):
     decisions = decide_all(fleet, NOW, SETTINGS, cap)
     assert sorted(d.instance_id for d in decisions) == sorted(i.instance_id for i in fleet)
     assert sum(d.destructive for d in decisions) <= cap
+
+
+# --- standalone machines: stopped when EC2 can stop them, terminated when it cannot ---------------------
+
+ONE_TIME = {"lifecycle": "spot", "spot_request_id": "sir-0one", "spot_request_type": "one-time"}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "action", "reason_part"),
+    [
+        ({"lifecycle": "on-demand"}, STOP_STANDALONE, "stopped (on-demand"),
+        ({"lifecycle": "spot", "spot_request_id": "sir-0per", "spot_request_type": "persistent"}, STOP_STANDALONE,
+         "stopped (Spot request sir-0per is persistent"),
+        (ONE_TIME, TERMINATE_STANDALONE,
+         "terminated: a Spot Instance of a one-time request (Spot request sir-0one) cannot be stopped, and its data "
+         "would not survive a Spot interruption either"),
+        ({"lifecycle": "spot", "spot_request_type": None}, STOP_STANDALONE,
+         "stopped (its Spot request could not be read: terminated instead if EC2 refuses the stop)"),
+        ({**ONE_TIME, "asg_name": "mlfleet-dev-gpu1"}, REAP_FLEET, "grace over"),  # the removal protocol's
+    ],
+    ids=["on-demand", "persistent-spot", "one-time-spot", "spot-request-unread", "fleet-member"],
+)
+def test_an_idle_standalone_machine_is_stopped_only_when_ec2_can_stop_it(overrides, action, reason_part):
+    """Before: every standalone machine was stopped, and EC2 refuses to stop a Spot Instance of a one-time
+    request (UnsupportedOperation), so it ran idle for ever, failing every run."""
+    decision = decide(instance(**{"asg_name": None, "tags": marked(45), **overrides}), NOW, SETTINGS)
+    assert decision.action == action
+    assert "grace over" in decision.reason and reason_part in decision.reason
+
+
+@pytest.mark.parametrize("minutes_ago", [None, 10, 29])
+def test_a_one_time_spot_machine_waits_the_same_window_and_grace_as_a_stop(minutes_ago):
+    tags = {} if minutes_ago is None else marked(minutes_ago)
+    decision = decide(instance(asg_name=None, tags=tags, **ONE_TIME), NOW, SETTINGS)
+    assert decision.action == (MARK if minutes_ago is None else WAIT_GRACE)
+
+
+def test_a_stop_ec2_refuses_terminates_a_spot_machine_and_fails_any_other():
+    refusal = "UnsupportedOperation: the instance cannot be stopped"
+    unread = instance(asg_name=None, tags=marked(45), lifecycle="spot")
+    stop = decide(unread, NOW, SETTINGS)
+    instead = stop_refused(stop, unread, refusal)
+    assert instead.action == TERMINATE_STANDALONE and instead.idle_since == stop.idle_since
+    assert "grace over; terminated: EC2 refused to stop this Spot Instance (UnsupportedOperation" in instead.reason
+    assert "stopped (" not in instead.reason
+    on_demand = instance(asg_name=None, tags=marked(45), lifecycle="on-demand")
+    assert stop_refused(decide(on_demand, NOW, SETTINGS), on_demand, refusal) is None  # never terminated
+    assert stop_refused(decide(instance(asg_name=None, lifecycle="spot"), NOW, SETTINGS), unread, refusal) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(instances)
+def test_a_machine_is_terminated_as_a_standalone_only_when_it_would_otherwise_be_stopped_and_cannot_be(i):
+    """Terminating is the stop of a machine EC2 cannot stop: the same idle contract, window and grace."""
+    decision = decide(i, NOW, SETTINGS)
+    as_on_demand = decide(Instance(**{**i.__dict__, "lifecycle": "on-demand"}), NOW, SETTINGS)
+    if decision.action == TERMINATE_STANDALONE:
+        assert i.asg_name is None and i.lifecycle == "spot" and i.spot_request_type == "one-time"
+        assert as_on_demand.action == STOP_STANDALONE
+    if as_on_demand.action == STOP_STANDALONE:
+        assert decision.action in (STOP_STANDALONE, TERMINATE_STANDALONE)
+    else:
+        assert decision.action == as_on_demand.action
 
 
 def test_the_reasons_docs_reaper_md_quotes_are_the_ones_logged_with_the_default_settings():

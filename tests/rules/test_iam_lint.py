@@ -211,6 +211,50 @@ def test_a_misspelt_start_task_condition_key_fails(misspelt):
         assert ("condition-key", f"ecs:StartTask does not support the condition key {wrong}") in findings_of(broken_grant)
 
 
+def terminate_request(stack: str, market: str = "spot", environment: str | None = None,
+                      region: str = "us-east-1") -> tuple[str, dict]:
+    """The resource and request context of the reaper's TerminateInstances of one standalone instance."""
+    return (f"arn:aws:ec2:{region}:{ACCOUNT_ID}:instance/i-0123456789abcdef0",
+            {f"aws:ResourceTag/{tags.ENVIRONMENT}": environment or stack, "ec2:InstanceMarketType": market})
+
+
+@pytest.mark.parametrize("stack", RULE_STACKS)
+def test_instances_are_terminated_only_by_the_reaper_and_only_the_environment_s_spot_instances(
+        renderings, stack_configs, stack):
+    """The reaper terminates an idle standalone Spot Instance EC2 cannot stop (a one-time request's,
+    lambdas/reaper/actions.py); its grant names instances carrying the environment's tag whose market type
+    is spot (ec2:InstanceMarketType, which the IAM reference lists for ec2:TerminateInstances on the instance
+    resource type; the lint checks it against the reference). No other role may call TerminateInstances."""
+    documents = every_document(renderings[stack], stack_configs[stack])
+    granted = list(allows(documents, "ec2:TerminateInstances"))
+    assert granted and all("reaper" in document.where for document, _ in granted), [d.where for d, _ in granted]
+    for _, grant in granted:
+        assert grant["Action"] == ["ec2:TerminateInstances"]
+        assert all(r.endswith(":instance/*") for r in grant["Resource"]), grant["Resource"]
+        assert grant["Condition"] == {"StringEquals": {f"aws:ResourceTag/{tags.ENVIRONMENT}": stack,
+                                                       "ec2:InstanceMarketType": "spot"}}
+        region = grant["Resource"][0].split(":")[3]  # each region's reaper, its own region's instances
+        assert evaluate([grant], "ec2:TerminateInstances", *terminate_request(stack, region=region))
+        assert not evaluate([grant], "ec2:TerminateInstances",
+                            *terminate_request(stack, market="on-demand", region=region))
+        assert not evaluate([grant], "ec2:TerminateInstances",
+                            *terminate_request(stack, environment=f"{stack}x", region=region))
+
+
+def test_a_misspelt_market_type_key_fails():
+    """The key misspelt in PERMISSIONS: the lint names it, and the request carries no such key."""
+    from lambdas.reaper import actions as reaper_actions
+
+    (grant,) = [s for s in statements(reaper_actions.PERMISSIONS, **ENV_ARGS) if s["Action"] == ["ec2:TerminateInstances"]]
+    assert findings_of(grant) == [] and evaluate([grant], "ec2:TerminateInstances", *terminate_request("dev"))
+    broken_grant = copy.deepcopy(grant)
+    broken_grant["Condition"]["StringEquals"]["ec2:MarketType"] = broken_grant["Condition"]["StringEquals"].pop(
+        "ec2:InstanceMarketType")
+    assert ("condition-key", "ec2:TerminateInstances does not support the condition key ec2:MarketType") in \
+        findings_of(broken_grant)
+    assert not evaluate([broken_grant], "ec2:TerminateInstances", *terminate_request("dev"))
+
+
 @pytest.mark.parametrize("stack", RULE_STACKS)
 def test_fleet_groups_are_changed_by_their_arn_and_tag_only(renderings, stack_configs, stack):
     """Every Auto Scaling write (the reference authorizes each on the autoScalingGroup ARN) names the
