@@ -101,10 +101,16 @@ def stack_policy(name: str, rule: Callable[..., list[rules.StackViolation]], lev
                                  validate=validate, enforcement_level=level, config_schema=config_schema)
 
 
+# The CLI validates each policy's config with gojsonschema against {"type": "object", "properties": ...}
+# (pulumi/pulumi pkg/resource/analyzer/config.go, validatePolicyConfig, convertSchema); the keywords here are
+# JSON Schema draft 4's, which it reads with or without a $schema. tests/policy/cli_config.py checks them.
 CEILING_SCHEMA = PolicyConfigSchema(properties={
     "maxSizeCeiling": {"type": "integer", "minimum": 1, "default": rules.DEFAULT_MAX_SIZE_CEILING,
-                       "description": "Largest maxSize a fleet ASG may declare (CI passes the stack's largest "
-                                      "fleet maxInstances: scripts/policy_config.py)"},
+                       "description": "Largest maxSize a fleet ASG of no listed fleet may declare (the stack's "
+                                      "largest fleet maxInstances: scripts/policy_config.py)"},
+    "fleetCeilings": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 1}, "default": {},
+                      "description": "Largest maxSize of each fleet's ASGs, by fleet name (the stack's maxInstances "
+                                     "of each fleet: scripts/policy_config.py)"},
 })
 BUDGET_SCHEMA = PolicyConfigSchema(properties={
     "actualPercents": {"type": "array", "items": {"type": "integer", "minimum": 1},
@@ -113,6 +119,12 @@ BUDGET_SCHEMA = PolicyConfigSchema(properties={
                                       "stack's budgetAlertPercents: scripts/policy_config.py)"},
 })
 
+def fleet_ceilings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """fleet_capped's options from the policy's config (JSON numbers reach the pack as floats)."""
+    return {"ceiling": int(config.get("maxSizeCeiling", rules.DEFAULT_MAX_SIZE_CEILING)),
+            "fleet_ceilings": {fleet: int(cap) for fleet, cap in (config.get("fleetCeilings") or {}).items()}}
+
+
 POLICIES = [
     resource_policy("imdsv2-required", rules.imdsv2_required, MANDATORY),
     resource_policy("ebs-volumes-encrypted", rules.volumes_encrypted, MANDATORY),
@@ -120,8 +132,7 @@ POLICIES = [
     resource_policy("sns-topics-encrypted", rules.topics_encrypted, MANDATORY),
     resource_policy("sqs-queues-encrypted", rules.queues_encrypted, MANDATORY),
     resource_policy("dynamodb-tables-kms-encrypted", rules.tables_encrypted_with_kms, MANDATORY),
-    resource_policy("fleet-asg-capped", rules.fleet_capped, MANDATORY, CEILING_SCHEMA,
-                    lambda c: {"ceiling": int(c.get("maxSizeCeiling", rules.DEFAULT_MAX_SIZE_CEILING))}),
+    resource_policy("fleet-asg-capped", rules.fleet_capped, MANDATORY, CEILING_SCHEMA, fleet_ceilings),
     resource_policy("required-tags", rules.required_tags, MANDATORY),
     resource_policy("dev-fleets-spot-only", rules.dev_without_on_demand, ADVISORY),
     stack_policy("fleet-idle-alarm", rules.fleets_have_idle_alarms, MANDATORY),

@@ -22,6 +22,10 @@ from typing import Any
 ENVIRONMENT_TAG = "mlfleet:environment"
 MANAGED_BY_TAG = "mlfleet:managed-by"
 MANAGED_BY = "pulumi"
+FLEET_TAG = "mlfleet:fleet"
+# A fleet group's name, mlfleet-<env>-<fleet> (components/compute/fleet.py fleet_group_name): a fleet name is
+# 1-12 lowercase letters and digits, no hyphen (components/config/model.py FLEET_NAME).
+FLEET_GROUP_NAME = re.compile(r"^mlfleet-.+-([a-z][a-z0-9]{0,11})$")
 
 ASG = "aws:autoscaling/group:Group"
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
@@ -61,7 +65,7 @@ TAGGABLE_TYPES = frozenset({
     "aws:ssm/parameter:Parameter",
 })
 
-# Defaults for a run without the stack's config. CI and `make policy-preview` pass the stack's own values
+# Defaults for a run without the stack's config. CI, `make up` and `make preview` pass the stack's own values
 # (scripts/policy_config.py): the config model accepts up to 1000 instances per fleet and any increasing
 # budgetAlertPercents with 100, which these would refuse.
 DEFAULT_MAX_SIZE_CEILING = 64
@@ -224,11 +228,32 @@ def tables_encrypted_with_kms(resource: Resource) -> list[str]:
     return []
 
 
-def fleet_capped(resource: Resource, ceiling: int = DEFAULT_MAX_SIZE_CEILING) -> list[str]:
-    """Every fleet ASG has a hard cap: maxSize set, above zero, and at most the configured ceiling.
+def fleets_named_by(resource: Resource) -> set[str]:
+    """The fleets a fleet group says it belongs to: its mlfleet:fleet tag, and the fleet its name ends with.
 
-    The ceiling CI passes is the stack's largest maxInstances (scripts/policy_config.py), so no group declares
-    more than the reviewed stack file allows; the default is for a run without the stack's config only.
+    The program tags every fleet group with its fleet (mlfleet:fleet, the value the instances and the Lambdas
+    read) and names it mlfleet-<env>-<fleet> (components/compute/fleet.py fleet_group_name; a fleet name has no
+    hyphen, so the name's last segment is the fleet whatever the environment). The tag is the identity; the
+    name counts too, so that a group that lost its tag, or whose tag and name disagree, is not loosened.
+    """
+    fleets = set()
+    tag = effective_tags(resource).get(FLEET_TAG)
+    if tag is not None:
+        fleets.add(str(_known(tag, f"tags.{FLEET_TAG}")))
+    name = _known(resource.props.get("name"), "name")
+    match = FLEET_GROUP_NAME.match(name) if isinstance(name, str) else None
+    if match:
+        fleets.add(match.group(1))
+    return fleets
+
+
+def fleet_capped(resource: Resource, ceiling: int = DEFAULT_MAX_SIZE_CEILING,
+                 fleet_ceilings: Mapping[str, int] | None = None) -> list[str]:
+    """Every fleet ASG has a hard cap: maxSize set, above zero, and at most its fleet's cap.
+
+    The config CI and make pass (scripts/policy_config.py) holds each fleet's maxInstances from the stack file
+    (`fleetCeilings`), so no group declares more than the reviewed stack file allows its own fleet. A group
+    of no listed fleet is held to `ceiling` (the stack's largest maxInstances, 64 without the stack's config).
     """
     if resource.type != ASG:
         return []
@@ -237,10 +262,21 @@ def fleet_capped(resource: Resource, ceiling: int = DEFAULT_MAX_SIZE_CEILING) ->
         return ["maxSize is not set"]
     if max_size <= 0:
         return [f"maxSize is {max_size:g}; a fleet needs a cap above 0 (remove the fleet instead)"]
+    # Without listed fleets the group's fleet does not matter and is not read (a preview with unknown tags
+    # still checks the ceiling).
+    caps = {fleet: fleet_ceilings[fleet] for fleet in fleets_named_by(resource) if fleet in fleet_ceilings} \
+        if fleet_ceilings else {}
+    if caps:
+        fleet = min(caps, key=lambda name: (caps[name], name))
+        if max_size > caps[fleet]:
+            return [f"maxSize is {max_size:g}, above the cap of fleet {fleet}, {caps[fleet]} (fleetCeilings: its "
+                    "maxInstances in stacks/Pulumi.<env>.yaml, in the config `make up`, `make preview` and CI pass, "
+                    "from scripts/policy_config.py; docs/ci.md)"]
+        return []
     if max_size > ceiling:
-        return [f"maxSize is {max_size:g}, above the policy ceiling of {ceiling} (maxSizeCeiling: the stack's "
-                "largest mlfleet:fleets maxInstances in the config CI and `make policy-preview` pass, from "
-                "scripts/policy_config.py; docs/ci.md)"]
+        return [f"maxSize is {max_size:g}, above the policy ceiling of {ceiling} (maxSizeCeiling, for a group of no "
+                "listed fleet: the stack's largest mlfleet:fleets maxInstances in the config `make up`, `make "
+                "preview` and CI pass, from scripts/policy_config.py; docs/ci.md)"]
     return []
 
 

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 from policy_config import pack_config, stack_pack_config  # noqa: E402,F401 - after the sys.path line above
 
 # The schema keywords the pack's config schemas use, which schema_problems checks as gojsonschema does.
-KEYWORDS = {"type", "minimum", "items", "default", "description"}
+KEYWORDS = {"type", "minimum", "items", "additionalProperties", "default", "description"}
 
 
 def policy_config(policy, file_config: dict | None) -> dict[str, Any]:
@@ -49,6 +49,13 @@ def _value_problems(spec: dict, value: Any) -> list[str]:
         if not isinstance(value, list):
             return [f"{value!r} is not an array"]
         return [problem for item in value for problem in _value_problems(spec.get("items", {}), item)]
+    if kind == "object":
+        if not isinstance(value, dict):
+            return [f"{value!r} is not an object"]
+        extra = spec.get("additionalProperties", {})
+        if not isinstance(extra, dict):
+            return ["additionalProperties other than a schema is not checked here"]
+        return [f"{key}: {problem}" for key, item in value.items() for problem in _value_problems(extra, item)]
     if "minimum" in spec and value < spec["minimum"]:
         return [f"{value!r} is below the minimum {spec['minimum']}"]
     return []

@@ -70,6 +70,17 @@ def test_fleet_ceiling_comes_from_policy_config(config, reported):
     assert len(run_resource_policy("fleet-asg-capped", "aws:autoscaling/group:Group", {"maxSize": 24}, config)) == reported
 
 
+def test_each_fleets_ceiling_comes_from_policy_config_as_the_cli_passes_numbers():
+    """The engine hands the config over as a protobuf Struct, whose numbers are floats."""
+    group = {"name": "mlfleet-prod-gpu4", "maxSize": 12,
+             "tags": [{"key": "mlfleet:fleet", "value": "gpu4", "propagateAtLaunch": True}]}
+    config = {"maxSizeCeiling": 24.0, "fleetCeilings": {"gpu1": 24.0, "gpu4": 6.0}}
+    (report,) = run_resource_policy("fleet-asg-capped", "aws:autoscaling/group:Group", group, config)
+    assert "maxSize is 12, above the cap of fleet gpu4, 6 " in report[0]
+    assert run_resource_policy("fleet-asg-capped", "aws:autoscaling/group:Group", group,
+                               {"maxSizeCeiling": 24.0, "fleetCeilings": {"gpu4": 12.0}}) == []
+
+
 def test_stack_policy_reports_each_uncovered_fleet_with_its_urn():
     asg = PolicyResource("aws:autoscaling/group:Group", unknown_checking_proxy({"name": "mlfleet-dev-gpu1", "maxSize": 4}),
                          "urn:asg", "asg", OPTS, PROVIDER, None, [], {})

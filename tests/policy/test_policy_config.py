@@ -31,13 +31,26 @@ def test_every_policy_and_property_it_sets_is_the_packs_and_valid_for_the_cli(st
         assert schema_problems(POLICIES[name], policy_config(POLICIES[name], derived)) == []
 
 
-def test_the_ceiling_is_the_largest_fleet_cap_and_the_percents_the_stacks():
+def test_each_fleets_cap_the_largest_as_the_ceiling_and_the_percents_the_stacks():
     values = {**stack_file_config("prod"), "mlfleet:budgetAlertPercents": "[10, 50, 100, 120]"}
     derived = pack_config(parse_stack_config(values, "prod"))
-    assert derived == {"fleet-asg-capped": {"maxSizeCeiling": 24},
+    assert derived == {"fleet-asg-capped": {"fleetCeilings": {"gpu1": 24, "gpu4": 6, "gpu8": 2}, "maxSizeCeiling": 24},
                        "environment-budget": {"actualPercents": [10, 50, 100, 120]}}
     # The model's own defaults count: a stack that leaves budgetAlertPercents out alerts at each quarter.
     assert stack_pack_config("dev")["environment-budget"] == {"actualPercents": [25, 50, 75, 100]}
+
+
+@pytest.mark.parametrize("ceilings, problem", [
+    ({"gpu1": 4}, None),
+    ({"gpu1": 0}, "fleet-asg-capped.fleetCeilings: gpu1: 0 is below the minimum 1"),
+    ({"gpu1": "4"}, "fleet-asg-capped.fleetCeilings: gpu1: '4' is not an integer"),
+    ([4], "fleet-asg-capped.fleetCeilings: [4] is not an object"),
+])
+def test_the_fleet_ceilings_schema_refuses_what_the_cli_would(ceilings, problem):
+    """The schema check the test above relies on, seen failing on known-bad values."""
+    capped = POLICIES["fleet-asg-capped"]
+    problems = schema_problems(capped, policy_config(capped, {"fleet-asg-capped": {"fleetCeilings": ceilings}}))
+    assert problems == ([problem] if problem else [])
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:

@@ -117,3 +117,20 @@ def test_a_stack_the_model_accepts_passes_the_pack_with_the_config_derived_from_
     below_the_stack = {**derived, "fleet-asg-capped": {"maxSizeCeiling": 999}}
     (message,) = violations_in(next(p for p in pack.POLICIES if p.name == "fleet-asg-capped"), resources, below_the_stack)
     assert "maxSize is 1000, above the policy ceiling of 999" in message and "scripts/policy_config.py" in message
+
+
+def test_a_fleet_group_above_its_own_fleets_cap_is_refused_though_another_fleet_goes_higher():
+    """Regression: the derived config held every group to one number, the stack's largest maxInstances, so prod's
+    gpu4 groups (maxInstances 6) could be declared with maxSize 12 because gpu1 goes to 24. Each group is now held
+    to its own fleet's cap (fleetCeilings), found from its mlfleet:fleet tag and its name."""
+    capped = next(p for p in pack.POLICIES if p.name == "fleet-asg-capped")
+    resources = tuple(
+        PolicyResource(r.resource_type, unknown_checking_proxy({**pack.plain(r.props), "maxSize": 12}), r.urn, r.name,
+                       r.opts, r.provider, r.parent, r.dependencies, r.property_dependencies)
+        if r.resource_type == "aws:autoscaling/group:Group" and r.props["name"] == "mlfleet-prod-gpu4" else r
+        for r in crossguard_resources("prod"))
+    messages = violations_in(capped, resources, stack_pack_config("prod"))
+    assert len(messages) == len([r for r in resources if r.name.endswith("-gpu4-asg")]) >= 1
+    assert all("maxSize is 12, above the cap of fleet gpu4, 6" in message for message in messages)
+    # Below the largest cap (24), so the stack-wide ceiling alone let it through.
+    assert violations_in(capped, resources, {"fleet-asg-capped": {"maxSizeCeiling": 24}}) == []

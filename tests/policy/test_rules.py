@@ -119,6 +119,46 @@ def test_fleet_cap_unknown_during_preview_is_reported_as_unknown_not_as_a_violat
         rules.fleet_capped(asg(max_size=UNKNOWN))
 
 
+def fleet_group(fleet_tag="gpu4", name="mlfleet-prod-gpu4", max_size=12):
+    """A prod fleet group as the program declares it: tagged mlfleet:fleet (unless fleet_tag is None), named."""
+    tags = asg(environment="prod").props["tags"]
+    if fleet_tag is not None:
+        tags = [*tags, {"key": "mlfleet:fleet", "value": fleet_tag, "propagateAtLaunch": True}]
+    return asg(name=name, environment="prod", max_size=max_size, tags=tags)
+
+
+PROD_CAPS = {"gpu1": 24, "gpu4": 6, "gpu8": 2}
+
+
+@pytest.mark.parametrize("group, violations", [
+    (fleet_group(), 1),  # above gpu4's 6, below gpu1's 24 and the ceiling
+    (fleet_group(max_size=6), 0),
+    (fleet_group(fleet_tag=None), 1),  # the tag lost: the name still says gpu4
+    (fleet_group(name="custom-name"), 1),  # renamed: the tag still says gpu4
+    (fleet_group(name=None), 1),  # no name (Pulumi would generate one): the tag
+    (fleet_group(fleet_tag="gpu1", name="mlfleet-prod-gpu4"), 1),  # tag and name disagree: the lower cap
+    (fleet_group(fleet_tag="gpu1", name="mlfleet-prod-gpu1"), 0),
+    (fleet_group(fleet_tag="gpu1", name="mlfleet-my-env-2-gpu1"), 0),  # hyphens in the environment
+    (fleet_group(fleet_tag=None, name="custom-name", max_size=24), 0),  # no listed fleet: the ceiling
+    (fleet_group(fleet_tag="gpu9", name="mlfleet-prod-gpu9", max_size=25), 1),
+])
+def test_each_fleet_group_is_held_to_its_own_fleets_cap(group, violations):
+    assert len(rules.fleet_capped(group, ceiling=24, fleet_ceilings=PROD_CAPS)) == violations
+
+
+def test_a_group_above_its_fleets_cap_names_the_fleet_and_where_the_cap_comes_from():
+    (message,) = rules.fleet_capped(fleet_group(), ceiling=24, fleet_ceilings=PROD_CAPS)
+    assert message.startswith("maxSize is 12, above the cap of fleet gpu4, 6 (fleetCeilings: its maxInstances in "
+                               "stacks/Pulumi.<env>.yaml")
+
+
+def test_a_fleet_unknown_during_preview_is_reported_as_unknown_only_when_fleets_are_listed():
+    group = fleet_group(fleet_tag=UNKNOWN)
+    with pytest.raises(UnknownValue, match="mlfleet:fleet"):
+        rules.fleet_capped(group, ceiling=24, fleet_ceilings=PROD_CAPS)
+    assert rules.fleet_capped(group, ceiling=24) == []
+
+
 @given(st.integers(min_value=-10, max_value=200), st.integers(min_value=1, max_value=100))
 def test_fleet_cap_holds_exactly_within_one_to_ceiling(max_size, ceiling):
     assert (rules.fleet_capped(asg(max_size=max_size), ceiling=ceiling) == []) == (1 <= max_size <= ceiling)
@@ -227,3 +267,12 @@ def test_budget_percents_are_configurable():
     tenths = [notification("ACTUAL", p) for p in (10, 20, 30)] + [notification("FORECASTED", 100)]
     assert rules.environment_has_budget([budget(tenths)], actual_percents=(10, 20, 30)) == []
     assert len(rules.environment_has_budget([budget(tenths)])) == 1
+
+
+@given(st.dictionaries(st.from_regex(r"[a-z][a-z0-9]{0,11}", fullmatch=True), st.integers(1, 1000), min_size=1),
+       st.data())
+def test_a_fleet_group_passes_exactly_up_to_its_own_fleets_cap(caps, data):
+    fleet = data.draw(st.sampled_from(sorted(caps)))
+    max_size = data.draw(st.integers(1, 1001))
+    group = fleet_group(fleet_tag=fleet, name=f"mlfleet-prod-{fleet}", max_size=max_size)
+    assert (rules.fleet_capped(group, ceiling=max(caps.values()), fleet_ceilings=caps) == []) == (max_size <= caps[fleet])
