@@ -5,15 +5,11 @@ public IP) and the public build (as before) are both checked; and `make ami` pas
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 
 import pytest
+from make_recipes import dry_run, run_line
 from rules.iam_lint import IDENTITY, Document, expand_action, lint
 
-from ami.conftest import PACKER
-
-REPO = PACKER.parent
 SUBNET = "subnet-0123456789abcdef0"
 
 
@@ -219,12 +215,7 @@ def test_the_public_build_is_unchanged(public, source, locals_):
 # --- make ami -------------------------------------------------------------------------------------------
 
 def make_ami(*arguments: str) -> str:
-    if shutil.which("make") is None:
-        pytest.skip("make is not installed")
-    result = subprocess.run(["make", "--no-print-directory", "-n", "ami", "ENV=dev", *arguments],
-                            capture_output=True, text=True, cwd=REPO)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
+    return dry_run("ami", "ENV=dev", *arguments)
 
 
 def packer_build(commands: str) -> str:
@@ -242,16 +233,10 @@ def test_make_ami_without_connect_leaves_the_default_to_the_template():
     assert "connect_via" not in command and "subnet_id" not in command and "iam_instance_profile" not in command
 
 
-def run_check(commands: str, marker: str, path: str) -> subprocess.CompletedProcess:
-    """Run the one recipe line of `make -n` output that contains marker, with PATH set to path."""
-    (line,) = [line for line in commands.splitlines() if marker in line]
-    return subprocess.run(["bash", "-c", line], capture_output=True, text=True, env={"PATH": path})
-
-
 @pytest.mark.parametrize(("connect", "passes"), [("", True), ("public_ip", True), ("session_manager", True),
                                                  ("ssm", False), ("private_ip", False)])
 def test_make_ami_names_a_bad_connect_value(connect, passes):
-    result = run_check(make_ami(f"CONNECT={connect}", f"SUBNET={SUBNET}"), "is not a way to reach", "/usr/bin:/bin")
+    result = run_line(make_ami(f"CONNECT={connect}", f"SUBNET={SUBNET}"), "is not a way to reach", "/usr/bin:/bin")
     assert (result.returncode == 0) is passes
     if not passes:
         assert f"CONNECT={connect} is not a way to reach the build instance" in result.stdout
@@ -259,10 +244,10 @@ def test_make_ami_names_a_bad_connect_value(connect, passes):
 
 def test_make_ami_private_needs_a_subnet():
     marker = "SUBNET=<private subnet"
-    result = run_check(make_ami("CONNECT=session_manager"), marker, "/usr/bin:/bin")
+    result = run_line(make_ami("CONNECT=session_manager"), marker, "/usr/bin:/bin")
     assert result.returncode == 2 and "usage: make ami ENV=dev CONNECT=session_manager SUBNET=" in result.stdout
-    assert run_check(make_ami("CONNECT=session_manager", f"SUBNET={SUBNET}"), marker, "/usr/bin:/bin").returncode == 0
-    assert run_check(make_ami(), marker, "/usr/bin:/bin").returncode == 0
+    assert run_line(make_ami("CONNECT=session_manager", f"SUBNET={SUBNET}"), marker, "/usr/bin:/bin").returncode == 0
+    assert run_line(make_ami(), marker, "/usr/bin:/bin").returncode == 0
 
 
 def test_make_ami_private_needs_the_session_manager_plugin(tmp_path):
@@ -270,8 +255,8 @@ def test_make_ami_private_needs_the_session_manager_plugin(tmp_path):
     plugin.write_text("#!/bin/sh\n")
     plugin.chmod(0o755)
     commands = make_ami("CONNECT=session_manager", f"SUBNET={SUBNET}")
-    missing = run_check(commands, "session-manager-plugin is missing", "/usr/bin:/bin")
+    missing = run_line(commands, "session-manager-plugin is missing", "/usr/bin:/bin")
     assert missing.returncode == 1 and "session-manager-plugin is missing" in missing.stdout
-    assert run_check(commands, "session-manager-plugin is missing", f"{tmp_path}:/usr/bin:/bin").returncode == 0
+    assert run_line(commands, "session-manager-plugin is missing", f"{tmp_path}:/usr/bin:/bin").returncode == 0
     # The public build does not need it.
-    assert run_check(make_ami(), "session-manager-plugin is missing", "/usr/bin:/bin").returncode == 0
+    assert run_line(make_ami(), "session-manager-plugin is missing", "/usr/bin:/bin").returncode == 0
