@@ -14,8 +14,8 @@ export PULUMI_BACKEND_URL
 .PHONY: help venv test snapshots preview up destroy lint ruff shellcheck admission-status admission-open
 
 help:
-	@echo "make up STACK=dev        deploy a stack (pulumi up; local file backend unless PULUMI_BACKEND_URL is set)"
-	@echo "make preview STACK=dev   show what would change"
+	@echo "make up STACK=dev        deploy a stack (pulumi up with the mandatory policy pack; local file backend unless PULUMI_BACKEND_URL is set)"
+	@echo "make preview STACK=dev   show what would change, checked by the mandatory policy pack"
 	@echo "make destroy STACK=dev   tear the whole environment down in one pass"
 	@echo "make test                install test dependencies, run the linters (ruff, shellcheck) and the whole test suite"
 	@echo "make snapshots           rewrite tests/snapshots after an intended infrastructure change"
@@ -34,6 +34,14 @@ $(VENV_STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@touch $@
 
 venv: $(VENV_STAMP)
+
+# The program's virtualenv when there is none yet, as Pulumi makes it on its first run (Pulumi.yaml: toolchain
+# pip, virtualenv venv; requirements.txt). preview and up need it before Pulumi runs: the policy pack's config
+# is derived through the config model (mk/policy.mk). `make venv` adds the test tools to the same one.
+$(BIN)/python:
+	@$(PYTHON) scripts/preflight.py python
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -r requirements.txt
 
 # What the tests need is checked before anything is installed. Then the linters (ruff with pyproject.toml's
 # rules, shellcheck) and the suite.
@@ -65,13 +73,17 @@ define require_stack
 	pulumi stack select --create $(STACK)
 endef
 
+# Both run the policy pack's mandatory rules with the stack's own config, as CI does (mk/policy.mk). There is
+# no switch to skip them: docs/ci.md, "The policy pack on make preview and make up", says why.
 preview:
 	$(require_stack)
-	pulumi preview --stack $(STACK) --diff
+	@+$(MAKE) --no-print-directory policy-deps
+	$(call pulumi_with_policy_pack,preview --diff)
 
 up:
 	$(require_stack)
-	pulumi up --stack $(STACK)
+	@+$(MAKE) --no-print-directory policy-deps
+	$(call pulumi_with_policy_pack,up)
 
 # One pass: groups are force-deleted with their protected instances, no capacity provider holds the
 # cluster. What outlives a stack is listed in the README ("Tear down"); images go with `make ami-clean`.

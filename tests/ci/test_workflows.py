@@ -189,12 +189,6 @@ def test_every_policy_pack_run_gets_the_config_derived_from_its_stack(workflow, 
     assert any("venv/bin/pip install --quiet -r requirements.txt" in s.get("run", "") for s in steps[:steps.index(written)])
 
 
-def test_make_policy_preview_passes_the_stacks_pack_config():
-    recipe = (WORKFLOWS.parents[1] / "mk" / "policy.mk").read_text()
-    assert "$(PY) scripts/policy_config.py $(STACK) > $(POLICY_CONFIG)" in recipe
-    assert "pulumi preview -s $(STACK) --policy-pack policy --policy-pack-config $(POLICY_CONFIG)" in recipe
-
-
 def test_checkouts_do_not_persist_the_token():
     for workflow in ALL.values():
         for job in workflow["jobs"].values():
