@@ -1,4 +1,4 @@
-"""mlfleet's CrossGuard policy pack: `pulumi preview --policy-pack policy` (or `make policy-preview`)."""
+"""mlfleet's CrossGuard policy pack: `pulumi preview --policy-pack policy`, run by `make preview` and `make up`."""
 
 from pulumi_policy import EnforcementLevel, PolicyPack
 
