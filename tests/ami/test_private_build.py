@@ -5,10 +5,16 @@ public IP) and the public build (as before) are both checked; and `make ami` pas
 from __future__ import annotations
 
 import re
+import sys
+from pathlib import Path
 
 import pytest
 from make_recipes import dry_run, run_line
-from rules.iam_lint import IDENTITY, Document, expand_action, lint
+
+# tests/rules' lint by its own module name, as tests/rules imports it: `rules` is also the policy pack's module
+# (tests/policy puts policy/ on sys.path), and whichever an xdist worker imported first hid the other.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rules"))
+from iam_lint import IDENTITY, Document, expand_action, lint  # noqa: E402 - after the sys.path line above
 
 SUBNET = "subnet-0123456789abcdef0"
 
