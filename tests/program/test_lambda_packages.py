@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import os
 import re
 import shutil
 import subprocess
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from components.functions.python_function import PROJECT_ROOT, package_files
+from components.functions.python_function import PROJECT_ROOT, RUNTIME, package_files
 
 FUNCTIONS = sorted(p.parent.name for p in (PROJECT_ROOT / "lambdas").glob("*/handler.py"))
 
@@ -76,8 +77,32 @@ assert callable(h.handler), "handler is not callable"
 """
 
 
+def _runtime_interpreter() -> str | None:
+    """An interpreter of the Lambda runtime's Python version (RUNTIME, python3.13), where this machine has one:
+    on PATH, or built by pyenv (whose shim on PATH refuses a version that is not selected). None otherwise."""
+    version = RUNTIME.removeprefix("python")
+    root = Path(os.environ.get("PYENV_ROOT", "~/.pyenv")).expanduser()
+    candidates = [shutil.which(f"python{version}"), *sorted(map(str, root.glob(f"versions/{version}*/bin/python{version}")))]
+    for candidate in filter(None, candidates):
+        probe = subprocess.run([candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                               capture_output=True, text=True, timeout=30)
+        if probe.returncode == 0 and probe.stdout.strip() == version:
+            return candidate
+    return None
+
+
+RUNTIME_INTERPRETER = _runtime_interpreter()
+
+
+@pytest.mark.parametrize("interpreter", [
+    pytest.param(sys.executable, id="venv"),
+    # The runtime's own version: a module the standard library dropped since the venv's (PEP 594's dead
+    # batteries went in 3.13) or syntax it refuses is only seen there.
+    pytest.param(RUNTIME_INTERPRETER, id=RUNTIME, marks=pytest.mark.skipif(
+        RUNTIME_INTERPRETER is None, reason=f"no {RUNTIME} interpreter on this machine (PATH, pyenv)")),
+])
 @pytest.mark.parametrize("function", FUNCTIONS)
-def test_handler_imports_from_its_archive_and_the_runtime_alone(function, tmp_path, runtime_packages):
+def test_handler_imports_from_its_archive_and_the_runtime_alone(function, interpreter, tmp_path, runtime_packages):
     archive = tmp_path / "task"
     for path in package_files(function):
         (archive / path).parent.mkdir(parents=True, exist_ok=True)
@@ -86,7 +111,7 @@ def test_handler_imports_from_its_archive_and_the_runtime_alone(function, tmp_pa
     # site-packages of the venv. sys.path is the unpacked archive (Lambda's /var/task, also the cwd), the SDK,
     # and the standard library.
     code = CHECK.format(archive=str(archive), runtime=str(runtime_packages), function=function)
-    result = subprocess.run([sys.executable, "-I", "-S", "-c", code], cwd=archive, capture_output=True,
+    result = subprocess.run([interpreter, "-I", "-S", "-c", code], cwd=archive, capture_output=True,
                             text=True, env={"PATH": "/usr/bin:/bin"}, timeout=60)
     assert result.returncode == 0, result.stderr
 
