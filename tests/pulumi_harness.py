@@ -11,6 +11,7 @@ values checked against the pulumi_aws API docs (see tests/test_provider_schema.p
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import logging
 import zlib
@@ -353,6 +354,14 @@ def render_stack(stack: str, **overrides: Any) -> Rendering:
     for key, value in overrides.items():
         values[f"mlfleet:{key}"] = value if isinstance(value, str) else json.dumps(value)
     return render_config(values, stack)
+
+
+@functools.cache
+def committed_rendering(stack: str) -> Rendering:
+    """render_stack(stack) as committed, once per test process, for tests that only read it: the program is
+    deterministic, and each stack took 0.7-2.2 s to render for each of the dozen modules that read it. A test
+    that patches what the program reads (the Packer manifest, a lookup's answer) renders its own."""
+    return render_stack(stack)
 
 
 COMPONENT_TAGS = {"mlfleet:environment": "test", "mlfleet:managed-by": "pulumi"}

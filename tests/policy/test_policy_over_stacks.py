@@ -25,7 +25,7 @@ from pulumi_policy.proxy import unknown_checking_proxy
 
 import pack
 from cli_config import pack_config, policy_config, stack_pack_config
-from pulumi_harness import STACKS, _region_of, render_config, render_stack, stack_file_config
+from pulumi_harness import STACKS, _region_of, committed_rendering, render_config, stack_file_config
 
 from components.config import parse_stack_config
 
@@ -37,7 +37,7 @@ OPTS = PolicyResourceOptions(False, [], None, [], PolicyCustomTimeouts(0, 0, 0),
 
 @functools.cache
 def crossguard_resources(stack: str) -> tuple[PolicyResource, ...]:
-    return as_crossguard_resources(render_stack(stack))
+    return as_crossguard_resources(committed_rendering(stack))
 
 
 def as_crossguard_resources(rendering) -> tuple[PolicyResource, ...]:

@@ -9,7 +9,7 @@ import importlib
 import pytest
 
 import rules
-from pulumi_harness import STACKS, render_stack
+from pulumi_harness import STACKS, committed_rendering
 
 
 def has_tags_input(type_token: str) -> bool:
@@ -26,6 +26,6 @@ def test_listed_type_is_taggable_in_pulumi_aws(type_token):
 
 
 def test_every_taggable_type_the_stacks_declare_is_listed():
-    declared = {r.type for stack in STACKS for r in render_stack(stack).resources if r.type.startswith("aws:")}
+    declared = {r.type for stack in STACKS for r in committed_rendering(stack).resources if r.type.startswith("aws:")}
     unlisted = sorted(t for t in declared - rules.TAGGABLE_TYPES if has_tags_input(t))
     assert unlisted == []

@@ -24,7 +24,7 @@ from lambdas.job_events.handler import Settings as JobEventsSettings
 from lambdas.jobs.checkpoints import ACCOUNT_REGIONAL, GLOBAL, NO_ACCOUNT_REGIONAL_NAMESPACE, bucket_namespace
 from lambdas.jobs.checkpoints import bucket_name as checkpoint_bucket_name
 from lambdas.scheduler.handler import Settings as SchedulerSettings
-from pulumi_harness import ACCOUNT_ID, STACKS, render_stack
+from pulumi_harness import ACCOUNT_ID, STACKS, committed_rendering
 from test_config import with_values
 
 S3 = "aws:s3/"
@@ -42,7 +42,7 @@ CONFIGURATION = {  # suffix of the resource name -> type, in the order they are 
 def stack(request):
     from pulumi_harness import stack_file_config
 
-    return render_stack(request.param), parse_stack_config(stack_file_config(request.param), request.param)
+    return committed_rendering(request.param), parse_stack_config(stack_file_config(request.param), request.param)
 
 
 def test_one_bucket_per_fleet_region_named_for_the_account_and_region(stack):

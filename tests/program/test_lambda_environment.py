@@ -17,7 +17,7 @@ import dataclasses
 import importlib
 
 import pytest
-from pulumi_harness import STACKS, render_stack
+from pulumi_harness import STACKS, committed_rendering, render_stack
 
 from components.functions.python_function import PROJECT_ROOT, package_files
 
@@ -97,7 +97,7 @@ def variables_read(function: str) -> Reads:
 def given() -> dict[str, list[tuple[str, set[str]]]]:
     """{stack: [(function folder, names of the variables the program gives it)]}, for every committed stack and
     dev with every optional setting on."""
-    renderings = {stack: render_stack(stack) for stack in STACKS}
+    renderings = {stack: committed_rendering(stack) for stack in STACKS}
     renderings["every-option"] = render_stack("dev", **EVERY_OPTION)
     found = {}
     for stack, rendering in renderings.items():

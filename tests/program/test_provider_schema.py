@@ -14,7 +14,7 @@ import re
 import pulumi_aws
 import pytest
 
-from pulumi_harness import STACKS, render_stack
+from pulumi_harness import STACKS, committed_rendering
 
 ARGS_REF = re.compile(r"ForwardRef\('(\w+Args)'\)")
 
@@ -61,7 +61,7 @@ def _check(inputs: dict, parameters: dict[str, str], inputs_module, path: str, p
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_input_is_a_real_argument_of_the_aws_provider(stack):
     problems: list[str] = []
-    for resource in render_stack(stack).resources:
+    for resource in committed_rendering(stack).resources:
         if not (resource.type.startswith("aws:") or resource.type == "pulumi:providers:aws"):
             continue
         cls = _resource_class(resource.type)

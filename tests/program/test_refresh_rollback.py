@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 import botocore.session
 import pytest
-from pulumi_harness import COMPONENT_TAGS, render_in_region, render_stack
+from pulumi_harness import COMPONENT_TAGS, committed_rendering, render_in_region
 
 from components.compute import GpuSpotFleet, GpuSpotFleetArgs
 from components.compute.boot_alarm import boot_alarm_name
@@ -75,7 +75,7 @@ def test_the_boot_alarm_is_in_the_fleet_s_region():
 def test_every_fleet_s_alarm_watches_the_series_the_scheduler_publishes_for_it(stack):
     """What the scheduler publishes for the FLEETS the program gives it, datum by datum, is what each fleet's
     alarm watches, in the fleet's region, and each group's refresh names its own fleet's alarm."""
-    rendering = render_stack(stack)
+    rendering = committed_rendering(stack)
     (scheduler,) = [f for f in rendering.of_type(FUNCTION) if f.inputs["handler"] == "lambdas.scheduler.handler.handler"]
     variables = scheduler.inputs["environment"]["variables"]
     fleets = parse_fleets(variables["FLEETS"])
@@ -117,7 +117,7 @@ def test_a_refresh_the_boot_alarm_stops_is_told_to_the_region_s_alert_topic(stac
     acts only on a topic in its region; tests/rules, alarm-actions-in-region, checks every alarm's)."""
     from pulumi_harness import _region_of
 
-    rendering = render_stack(stack)
+    rendering = committed_rendering(stack)
     alarms = boot_alarms(rendering)
     assert alarms
     for alarm in alarms:

@@ -13,14 +13,14 @@ import json
 import pytest
 
 from components.config import parse_stack_config
-from pulumi_harness import ROOT, STACKS, render_stack, stack_file_config
+from pulumi_harness import ROOT, STACKS, committed_rendering, stack_file_config
 
 SNAPSHOTS = ROOT / "tests" / "snapshots"
 
 
 @pytest.fixture(scope="module", params=STACKS)
 def rendering(request):
-    return render_stack(request.param)
+    return committed_rendering(request.param)
 
 
 def test_every_fleet_region_gets_a_cluster_and_its_fleets(rendering):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from pulumi_harness import render_stack
+from pulumi_harness import committed_rendering, render_stack
 
 from lambdas.common.settings import SettingsError, from_env
 from lambdas.reaper.handler import Settings as ReaperSettings
@@ -48,7 +48,7 @@ def test_a_release_delay_of_zero_reaches_the_scheduler_as_zero():
 
 
 def test_an_unset_release_delay_is_left_out_so_the_scheduler_measures_it():
-    (variables,) = environments(render_stack("dev"), "-scheduler-function").values()
+    (variables,) = environments(committed_rendering("dev"), "-scheduler-function").values()
     assert "RELEASE_AFTER_EMPTY_MINUTES" not in variables and variables["DISRUPTION_BUDGET_PERCENT"] == "10"
 
 
@@ -57,7 +57,7 @@ def test_headroom_reaches_the_scheduler_only_when_the_stack_turns_it_on():
                                 "-scheduler-function").values()
     settings = from_env(SchedulerSettings, {k: str(v) for k, v in variables.items()})
     assert (settings.headroom_window_minutes, settings.headroom_max_jobs) == (240, 4)
-    (default,) = environments(render_stack("dev"), "-scheduler-function").values()
+    (default,) = environments(committed_rendering("dev"), "-scheduler-function").values()
     assert not {"HEADROOM_WINDOW_MINUTES", "HEADROOM_MAX_JOBS"} & set(default)
     assert from_env(SchedulerSettings, {k: str(v) for k, v in default.items()}).headroom_window_minutes == 0
 
@@ -65,7 +65,7 @@ def test_headroom_reaches_the_scheduler_only_when_the_stack_turns_it_on():
 def test_a_lower_purchase_search_reaches_the_scheduler_only_when_the_stack_sets_one():
     (variables,) = environments(render_stack("staging", purchaseSearchCpuSeconds=5), "-scheduler-function").values()
     assert from_env(SchedulerSettings, {k: str(v) for k, v in variables.items()}).purchase_search_cpu_seconds == 5
-    (default,) = environments(render_stack("dev"), "-scheduler-function").values()
+    (default,) = environments(committed_rendering("dev"), "-scheduler-function").values()
     assert "PURCHASE_SEARCH_CPU_SECONDS" not in default
     assert from_env(SchedulerSettings, {k: str(v) for k, v in default.items()}).purchase_search_cpu_seconds == 30
 

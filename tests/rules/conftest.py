@@ -9,13 +9,13 @@ broken input, so the check itself can be seen to fail.
 from __future__ import annotations
 
 import pytest
-from pulumi_harness import STACKS, Rendering, render_config, render_stack, stack_file_config
+from pulumi_harness import Rendering, STACKS, committed_rendering, render_config, stack_file_config
 
 
 @pytest.fixture(scope="session")
 def stack_renderings() -> dict[str, Rendering]:
     """Every committed stack rendered once per test session (rendering is deterministic)."""
-    return {stack: render_stack(stack) for stack in STACKS}
+    return {stack: committed_rendering(stack) for stack in STACKS}
 
 
 @pytest.fixture(scope="session")
