@@ -250,6 +250,92 @@ def test_the_name_checks_find_what_does_not_exist():
         "x.md: python -m benchmarks.placment: no such module"]
 
 
+
+# --- Links between the documents, as GitHub renders them -------------------------------------------------
+def github_slug(heading: str) -> str:
+    """The id GitHub gives a heading (github-slugger over the rendered text): no code marks, emphasis or link
+    targets, lower case, punctuation dropped but for - and _, each space a -."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading).replace("`", "").replace("*", "")
+    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
+
+
+def outside_code(text: str) -> list[str]:
+    """The lines of the text outside fenced code blocks."""
+    lines, fenced = [], False
+    for line in text.splitlines():
+        if re.match(r" *```", line):
+            fenced = not fenced
+        elif not fenced:
+            lines.append(line)
+    return lines
+
+
+def anchors(text: str) -> set[str]:
+    """Every heading id of the text, a repeated heading numbered as GitHub numbers it (-1, -2, ...)."""
+    seen: dict[str, int] = {}
+    found = set()
+    for line in outside_code(text):
+        match = re.match(r"#{1,6} (.*)", line)
+        if match:
+            slug = github_slug(match.group(1))
+            found.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+            seen[slug] = seen.get(slug, 0) + 1
+    return found
+
+
+def link_problems(document: str, text: str) -> list[str]:
+    """A link to a heading that does not exist (GitHub shows the page's top), a heading id written as
+    `{#id}` (GitHub prints it and ignores it), and a code fence left open or opened after a list marker
+    (GitHub renders the rest of the page inside out)."""
+    problems = []
+    here = (ROOT / document).parent
+    for target, anchor in re.findall(r"\]\(([\w./-]*\.md|)#([^)\s]+)\)", text):
+        path = here / target
+        if target and not path.exists():
+            continue  # path_problems names it
+        if anchor not in anchors(path.read_text() if target else text):
+            problems.append(f"{document}: link to {target or document}#{anchor}: no such heading there")
+    problems += [f"{document}: heading `{line}`: GitHub ignores {{#id}}; link to the heading's own id"
+                 for line in outside_code(text) if re.match(r"#{1,6} .*\{#[\w-]+\}\s*$", line)]
+    problems += [f"{document}: {line.strip()!r}: a code fence must start its own line" for line in text.splitlines()
+                 if re.match(r" *(?:[-*+]|\d+\.) +(?:\[[ xX]\] +)?```", line)]
+    if len(re.findall(r"^ *```", text, flags=re.M)) % 2:
+        problems.append(f"{document}: a code fence is never closed")
+    return problems
+
+
+@pytest.mark.parametrize("document", DOCUMENTS)
+def test_every_link_to_a_heading_finds_it_and_every_code_fence_closes(document):
+    problems = link_problems(document, (ROOT / document).read_text())
+    assert problems == [], "\n".join(problems)
+
+
+def test_the_runbook_links_the_code_gives_in_alarms_and_messages_find_their_heading():
+    """An alarm's description or a message names docs/<page>.md#<heading> for a person to open."""
+    problems = []
+    for source in sorted([*(ROOT / "components").rglob("*.py"), *(ROOT / "lambdas").rglob("*.py")]):
+        for page, anchor in re.findall(r"docs/([\w-]+\.md)#([\w-]+)", source.read_text()):
+            if anchor not in anchors((ROOT / "docs" / page).read_text()):
+                problems.append(f"{source.relative_to(ROOT)}: docs/{page}#{anchor}: no such heading")
+    assert problems == [], "\n".join(problems)
+
+
+def test_the_link_checks_find_a_broken_link_a_custom_id_and_a_stray_fence():
+    assert github_slug("9. After `make destroy`") == "9-after-make-destroy"
+    assert github_slug("At a spot notice: the group's replacement, kept or declined") == \
+        "at-a-spot-notice-the-groups-replacement-kept-or-declined"
+    assert anchors("# A\n## Notes\n```\n# not a heading\n```\n## Notes\n") == {"a", "notes", "notes-1"}
+    stale = ("## 9. After `make destroy` {#after-make-destroy}\n\nSee [it](#after-make-destroy), "
+             "[that](docs/runbook.md#no-such-part).\n\n- [ ] ```\n  $ aws s3 ls\n  ```\n")
+    assert link_problems("README.md", stale) == [
+        "README.md: link to README.md#after-make-destroy: no such heading there",
+        "README.md: link to docs/runbook.md#no-such-part: no such heading there",
+        "README.md: heading `## 9. After `make destroy` {#after-make-destroy}`: GitHub ignores {#id}; "
+        "link to the heading's own id",
+        "README.md: '- [ ] ```': a code fence must start its own line",
+        "README.md: a code fence is never closed"]
+
+
 if __name__ == "__main__":
     for document, text in samples().items():
         print(f"===== {document}\n{text}\n")

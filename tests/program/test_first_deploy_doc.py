@@ -58,5 +58,5 @@ def test_the_make_check_finds_a_target_that_does_not_exist():
 
 def test_the_readme_links_the_checklist_and_the_runbook_anchor_exists():
     assert "(docs/first-deploy.md)" in (ROOT / "README.md").read_text()
-    assert "{#after-make-destroy}" in DOC.read_text()
-    assert "first-deploy.md#after-make-destroy" in (ROOT / "docs" / "runbook.md").read_text()
+    assert "\n## 9. After `make destroy`\n" in DOC.read_text()
+    assert "first-deploy.md#9-after-make-destroy" in (ROOT / "docs" / "runbook.md").read_text()
