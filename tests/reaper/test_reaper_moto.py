@@ -170,6 +170,15 @@ def test_the_run_summary_reaches_slack_as_a_chatbot_notification_and_e_mail_as_t
     assert summaries(world) == [message["default"]]  # the queue, like every other protocol: the text
 
 
+def test_a_run_that_changes_nothing_mails_no_summary(world):
+    # README.md: a run mails a summary only when it marks, unmarks, removes or stops a machine, or fails to;
+    # a reaper every 10 minutes mailing "nothing happened" would teach people to ignore its mail.
+    run(world["settings"], world["now"])
+    assert len(summaries(world)) == 1
+    result = run(world["settings"], world["now"])  # the marks are inside their grace: the run only waits
+    assert set(result["decisions"]) == {"wait-grace", "busy", "spare"}
+    assert summaries(world) == []
+
 def test_dry_run_changes_nothing(world):
     settings = Settings(**{**world["settings"].__dict__, "dry_run": True})
     result = run(settings, world["now"])
