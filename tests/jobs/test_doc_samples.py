@@ -4,7 +4,8 @@ in its document. `python tests/jobs/test_doc_samples.py` prints the samples to p
 
 Every document (but the benchmark's log) also names only what exists: each `make` target and variable in the
 Makefile and mk/*.mk, each `mlfleet` command and flag in the command's parser, each repository path and
-`python -m` module in the checkout."""
+`python -m` module in the checkout, each `mlfleet:` config key in the config model, each heading a link points
+to."""
 
 from __future__ import annotations
 
@@ -225,10 +226,23 @@ def path_problems(document: str, text: str) -> list[str]:
     return problems
 
 
+def config_key_problems(document: str, text: str) -> list[str]:
+    """`mlfleet:someKey` (camelCase: tag keys are kebab-case or one word) that the config model does not have.
+    A key the model names as removed may be named (to say it is gone), and so may a misspelt key on the line
+    of the error that refuses it ("unknown key")."""
+    from components.config.model import REMOVED_KEYS, stack_keys
+
+    known = {*stack_keys(), *REMOVED_KEYS}
+    return [f"{document}: mlfleet:{key}: no such key in components/config/model.py"
+            for line in text.splitlines() if "unknown key" not in line
+            for key in re.findall(r"(?<![\w-])mlfleet:([a-z][a-z0-9]*[A-Z][A-Za-z0-9]*)", line) if key not in known]
+
+
 @pytest.mark.parametrize("document", DOCUMENTS)
 def test_every_make_command_mlfleet_flag_and_path_a_document_names_exists(document):
     text = (ROOT / document).read_text()
     problems = make_problems(document, text) + mlfleet_problems(document, text) + path_problems(document, text)
+    problems += config_key_problems(document, text)
     assert problems == [], "\n".join(problems)
 
 
@@ -245,6 +259,9 @@ def test_the_name_checks_find_what_does_not_exist():
         "mlfleet submit has no --gpu",
         "x.md: `mlfleet watch sub-1`: mlfleet has no such command",
         "x.md: `mlfleet notify unsubscribe a@example.com`: mlfleet has no such command"]
+    assert config_key_problems("x.md", "Set `mlfleet:idleWindowMinute: 60` (not `mlfleet:keep-alive`).\n"
+                               "  - mlfleet:natGatway: unknown key (did you mean mlfleet:natGateway?)\n") == [
+        "x.md: mlfleet:idleWindowMinute: no such key in components/config/model.py"]
     assert path_problems("x.md", stale) == [
         "x.md: lambdas/jobs/cli/submit.py does not exist", "x.md: DESIGN.md is not in the repository",
         "x.md: python -m benchmarks.placment: no such module"]
