@@ -374,7 +374,7 @@ def parse_spec(document: Mapping, *, fleet_regions: Sequence[str], catalog: Cata
         names = sorted({t.name for t, _ in candidates})
         shown = ", ".join(names[:SHOWN_TYPES]) + (f" and {len(names) - SHOWN_TYPES} more" if len(names) > SHOWN_TYPES else "")
         problems.append(f"instance_type_pattern={pattern!r}: matches no {where} in {', '.join(wanted)} ({shown})")
-    elif gpu_memory_mib is not None:
+    if gpu_memory_mib is not None:
         if None not in (vcpus, memory_mib) and not problems:
             _shared_gpu_fits(problems, matching, gpu_memory_mib, vcpus, memory_mib, where, wanted, pattern)
     elif gpus is not None and gpus > largest:

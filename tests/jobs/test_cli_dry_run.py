@@ -222,3 +222,11 @@ def test_a_pattern_no_fleet_type_matches_is_named_with_the_types_there_are(share
                    "  - instance_type_pattern='p5.*': matches no instance type of this stack's fleets in us-east-1 "
                    "(g4dn.xlarge, g5.2xlarge, g5.xlarge, g6.2xlarge, g6.xlarge)",
                    "Nothing was queued."]
+
+
+def test_a_pattern_matching_nothing_and_too_many_gpus_are_both_named():
+    """Every problem at once: the pattern's did not hide the GPU count's."""
+    code, _, err = dry_run("dev", "--image", IMAGE, "--gpus", "9", "--vcpus", "4", "--memory", "8GiB",
+                           "--instance-type-pattern", "p5.*", "--", "python")
+    assert code == 2 and err[1].startswith("  - instance_type_pattern='p5.*': matches no instance type")
+    assert err[2].startswith("  - gpus=9: more GPUs than any instance type of this stack's fleets has") and len(err) == 4
