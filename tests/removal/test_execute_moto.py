@@ -296,6 +296,23 @@ def test_race_a_keep_alive_written_during_the_drain_keeps_the_machine(fleet_aws)
     assert run(world, world.ids[1]).terminated == [world.ids[1]]
 
 
+def test_a_machine_an_operator_drained_and_that_is_kept_stays_drained(fleet_aws):
+    """An operator drains a machine by hand (docs/runbook.md, "Taking a machine out of service"), and the
+    reaper proposes it. Kept (a keep-alive written during the re-check), it is not set ACTIVE: the removal
+    undoes only a drain it made itself. Its own tag goes; the operator's drain stays."""
+    world = build(size=3)
+    machine = world.ids[0]
+    aws("ecs").update_container_instances_state(cluster=CLUSTER, containerInstances=[world.instances[machine]],
+                                                status="DRAINING")
+    # Written during the re-check's ledger read, before it reads the instance's tags again.
+    on_call("dynamodb", "Query", lambda params: aws("ec2").create_tags(
+        Resources=[machine], Tags=[{"Key": "mlfleet:keep-alive", "Value": "true"}]), region=HOME)
+    outcome = run(world, machine)
+    assert "protected since it was proposed" in outcome.reactivated[machine]
+    assert status_of(world, machine) == "DRAINING" and "mlfleet:removing" not in tags_of(machine)
+    assert machine in group_state()[1]
+
+
 # Fault injection: each AWS call of the executor throttles, times out or is refused before it reaches
 # AWS, and each write also times out after AWS applied it. Whatever fails, no machine with work is
 # terminated, and after the method's next run nothing is left DRAINING or tagged.
