@@ -90,6 +90,15 @@ def test_room_cheaper_than_a_box_of_its_own_is_taken_whatever_the_prior():
                        runtime_prior=week_long)) == {"unknown": "host"}
 
 
+def test_dear_room_holds_for_a_job_without_a_belief_even_where_the_prior_says_it_ends_first():
+    """docs/scheduler.md, "1. Live machines": the prior judges room that costs more than a box of the job's own,
+    and dear room still declines room whose share costs more than twice that, whatever the prior says."""
+    dear = machine("dear", "p5.48xlarge", free_gpus=4, busy_h=3)
+    minutes = RuntimePrior.of([0.05 * HOUR] * 30)  # every finished job ran three minutes: it would end first
+    result = plan([job("small")], [dear], [fleet("g4dn.xlarge")], CATALOG, LIMITS, now=NOW, runtime_prior=minutes)
+    assert placed(result) == {} and [(s.fleet, s.add_instances) for s in result.scale_outs] == [("g4dn.xlarge", 1)]
+
+
 @pytest.mark.parametrize("instance_type, free_gpus, placed_there", [
     ("p5.48xlarge", 4, False),    # an eighth of $23.45/h for a job a g4dn.xlarge runs for $0.20/h
     ("p5.48xlarge", 8, False),    # empty: the same share, the same price

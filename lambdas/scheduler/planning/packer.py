@@ -30,7 +30,7 @@ rule takes it, expecting it to be shared: judged by the prior there too, jobs wi
 g4dn.12xlarge that requeued jobs refill under spot interruptions for boxes of their own, +1.05% per
 completed GPU-hour (docs/scheduler-benchmark.md, "What other jobs took").
 
-Where the job's runtime (and any prior) or the machine's end is unknown, the job may outlast the
+Where the job has no runtime belief of its own (prior or not) or the machine's end is unknown, it may outlast the
 machine's other jobs and keep it up. It then takes room on a machine only where its share of the machine's price (the
 largest share of the GPUs, vCPUs or memory it takes, times the price) is at most DECLINE_FACTOR times
 the cheapest instance it could have alone: the room on an 8-H100 instance bought for a training job is
