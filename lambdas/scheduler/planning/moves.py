@@ -26,7 +26,7 @@ A running job's expected end: its runtime belief given how long it has run (runt
 with none, as long again as it has run; a machine's, its jobs' latest, the jobs this run placed included
 (the planner passes them as running from now). A machine none of whose jobs the stage knows (tasks the
 ledger does not show running) is taken to stay up whatever is moved there. At most MAX_MOVES_PER_RUN
-machines a run, the largest saving first.
+machines a run, those that would cost most until their jobs end first (the most a move of each could save).
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def _holds_others(machine: Machine, jobs: Sequence[RunningJob], catalog) -> bool
 def propose_moves(machines: Sequence[Machine], fleets: Sequence[Fleet], catalog, running: Sequence[RunningJob],
                   room: Packer, alone_hourly: Callable[[JobRequest], float | None], now: float,
                   placed_on: Collection[str] = (), max_moves: int = MAX_MOVES_PER_RUN) -> tuple[Move, ...]:
-    """The machines to empty, the largest expected saving first. `room`: the live machines' room after this
+    """The machines to empty, those that would cost most until their jobs end first. `room`: the live machines' room after this
     run's placements; the moves' jobs are placed in it (later stages must not count on it)."""
     by_machine: dict[str, list[RunningJob]] = {}
     for job in running:
