@@ -37,7 +37,7 @@ from .packer import Packer
 # second per COVER_USD_PER_HOUR_PER_SECOND of the greedy plan's $/h, at most COVER_MAX_CPU_SECONDS (and
 # never past what the caller has left: the scheduler Lambda's remaining time, `purchase(cpu_seconds=)`).
 # A cover stopped early pays for it every hour its boxes run, and the CPU is cheap beside that: on a burst
-# of 17,065 jobs of 288 kinds (greedy $7,898/h) 30 s instead of 5 bought $97.59/h less (1.3%), for
+# of 17,065 jobs of 288 kinds (greedy $7,898/h) 30 s instead of 5 bought $91.08/h less (1.2%), for
 # under $0.001 of Lambda time; 0.6% on three more bursts of that size (docs/scheduler-benchmark.md,
 # "Plan CPU"). The shared trace (87 kinds, 7,064 jobs) converges in about 1.6 s, within the least.
 COVER_CPU_SECONDS = 5.0
