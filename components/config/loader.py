@@ -50,6 +50,12 @@ _DERIVED_KEYS = {"environment": "stack name", "homeRegion": "aws:region"}
 AWS_PROVIDER_KEYS = ("profile", "allowedAccountIds", "forbiddenAccountIds", "assumeRoles", "sharedConfigFiles",
                      "sharedCredentialsFiles")
 AWS_STATIC_CREDENTIALS = ("accessKey", "secretKey", "token")
+# The model's fields the loader fills (model.DERIVED_FIELDS) are not `mlfleet:` keys: where each comes from instead.
+_FILLED_BY_THE_LOADER = {
+    "environment": lambda stack: f"the stack's name is the environment: {stack!r}",
+    "homeRegion": lambda stack: "aws:region sets the home region",
+    "awsProvider": lambda stack: f"the providers take {', '.join('aws:' + k for k in AWS_PROVIDER_KEYS)}",
+}
 _PLAIN = re.compile(r"[A-Za-z0-9_.:/-]+")
 
 
@@ -158,6 +164,10 @@ def parse_stack_config(values: Mapping[str, Any], stack: str) -> StackConfig:
                 lines.append(f"{key}: unknown key (did you mean {PROJECT}:{name}?)")
             continue
         name = name.removeprefix("config:")  # the pre-3.0 key form "mlfleet:config:regions"
+        if name in _FILLED_BY_THE_LOADER:
+            # Read as a key, it would overwrite what the loader filled in without a word (the environment's name).
+            lines.append(f"{key}: unknown key ({_FILLED_BY_THE_LOADER[name](stack)})")
+            continue
         document[name] = _decode(raw)
     if provider:
         document["awsProvider"] = provider

@@ -324,6 +324,30 @@ def test_an_mlfleet_key_in_a_misspelt_or_other_namespace_is_an_error():
     assert parse_stack_config(with_values(**{"pulumi:tags": "{}", "aws:region": "us-west-2"}), "dev")
 
 
+# Regression (found by tests/program/test_config_properties.py): the fields the loader fills were also read from
+# `mlfleet:` keys, which overwrote them without a word: `mlfleet:environment: prod` in the dev stack file named
+# (and tagged) dev's resources prod; `mlfleet:homeRegion` moved the home region away from aws:region.
+@pytest.mark.parametrize("key, value, expected", [
+    ("mlfleet:environment", "prod", "mlfleet:environment: unknown key (the stack's name is the environment: 'dev')"),
+    ("mlfleet:environment", "", "mlfleet:environment: unknown key"),
+    ("mlfleet:homeRegion", "us-west-2", "mlfleet:homeRegion: unknown key (aws:region sets the home region)"),
+    ("mlfleet:awsProvider", '{"profile": "ml"}', "mlfleet:awsProvider: unknown key (the providers take aws:profile"),
+    ("mlfleet:config:environment", "prod", "mlfleet:config:environment: unknown key"),
+])
+def test_a_field_the_loader_fills_is_not_a_stack_key(key, value, expected):
+    with pytest.raises(ConfigError) as error:
+        parse_stack_config({**stack_file_config("dev"), key: value}, "dev")
+    header, *lines = str(error.value).splitlines()
+    assert header == "stack 'dev' has 1 configuration error(s):" and lines[0].startswith(f"  - {expected}"), lines
+
+
+def test_every_field_the_loader_fills_is_refused_as_a_key():
+    from components.config.loader import _FILLED_BY_THE_LOADER
+    from components.config.model import DERIVED_FIELDS
+
+    assert set(_FILLED_BY_THE_LOADER) == {StackConfig.model_fields[name].alias for name in DERIVED_FIELDS}
+
+
 def test_the_count_covers_both_limits_of_the_job_functions():
     # Regression: too many fleet-region pairs and instance types were counted as one error and listed as two.
     values = with_values(regions=["us-east-1", "us-east-2", "us-west-2"],
