@@ -121,7 +121,10 @@ egress can pull, docs/network.md). A number inside `fleets` or `teams` is a numb
 Keys of other namespaces: `aws:region` is required; `pulumi:disable-default-providers: ["aws"]` is set
 in every committed stack so that no resource can silently use an unconfigured provider (mlfleet
 declares one explicit provider per region). An mlfleet key under a misspelt namespace (`mlfeet:`) or
-another one (`aws:natGateway`) is an unknown key, not ignored.
+another one (`aws:natGateway`) is an unknown key, not ignored. The model's `environment`, `homeRegion` and
+`awsProvider` are no `mlfleet:` keys either: the stack's name, `aws:region` and the `aws:` keys below give
+them. A key whose name does not show (empty, a newline, a trailing space) is quoted in the error:
+`mlfleet:'natGateway '`.
 
 Explicit providers read no stack config (pulumi/pulumi-aws#1307), so mlfleet passes these `aws:` keys to
 each of its providers itself: `aws:profile`, `aws:allowedAccountIds` or `aws:forbiddenAccountIds`

@@ -59,15 +59,24 @@ _FILLED_BY_THE_LOADER = {
 _PLAIN = re.compile(r"[A-Za-z0-9_.:/-]+")
 
 
+def _written(key: str) -> str:
+    """A stack key as the file writes it, with a name that is not plain (empty, a newline, a trailing space) quoted,
+    as the names inside objects are: the error shows it, and on its one line."""
+    namespace, colon, name = key.partition(":")
+    if not (colon and _PLAIN.fullmatch(namespace)):
+        return repr(key)
+    return key if _PLAIN.fullmatch(name) else f"{namespace}:{name!r}"
+
+
 def _format_location(loc: tuple[Any, ...]) -> str:
     if loc[-1:] == ("[key]",):  # pydantic's marker for a mapping's key (rather than its value): the key is named
         loc = loc[:-1]
     head, *rest = loc or ("(stack)",)
     if head == "awsProvider" and rest:  # an `aws:` key the providers take: named as the stack file has it
         head, *rest = rest
-        key = f"aws:{head}"
+        key = _written(f"aws:{head}")
     else:
-        key = _DERIVED_KEYS.get(str(head), f"{PROJECT}:{head}")
+        key = _DERIVED_KEYS.get(str(head)) or _written(f"{PROJECT}:{head}")
     for part in rest:
         # A name that is not plain (empty, spaces, a newline) is quoted, so the error shows it.
         key += f"[{part}]" if isinstance(part, int) else f".{part}" if _PLAIN.fullmatch(str(part)) else f"[{part!r}]"
@@ -161,12 +170,13 @@ def parse_stack_config(values: Mapping[str, Any], stack: str) -> StackConfig:
             # Nothing else reads a key of ours elsewhere: a misspelt namespace (mlfeet:, MLFleet:) or one of our
             # keys under another (aws:natGateway) would be ignored without a word.
             if _misplaced(namespace, name):
-                lines.append(f"{key}: unknown key (did you mean {PROJECT}:{name}?)")
+                meant = name if name in stack_keys() else next(iter(difflib.get_close_matches(name, stack_keys(), n=1)), name)
+                lines.append(f"{_written(key)}: unknown key (did you mean {_written(f'{PROJECT}:{meant}')}?)")
             continue
         name = name.removeprefix("config:")  # the pre-3.0 key form "mlfleet:config:regions"
         if name in _FILLED_BY_THE_LOADER:
             # Read as a key, it would overwrite what the loader filled in without a word (the environment's name).
-            lines.append(f"{key}: unknown key ({_FILLED_BY_THE_LOADER[name](stack)})")
+            lines.append(f"{_written(key)}: unknown key ({_FILLED_BY_THE_LOADER[name](stack)})")
             continue
         document[name] = _decode(raw)
     if provider:
@@ -183,15 +193,16 @@ def parse_stack_config(values: Mapping[str, Any], stack: str) -> StackConfig:
 def _unread_aws_key(name: str) -> str:
     """Why `aws:<name>` is refused: Pulumi's explicit providers read no stack config (pulumi/pulumi-aws#1307)
     and the stacks disable the default provider, so nothing would read it."""
+    key = _written(f"aws:{name}")
     if name in AWS_STATIC_CREDENTIALS:
-        return (f"aws:{name}: mlfleet's per-region providers do not read keys from stack config; give credentials "
+        return (f"{key}: mlfleet's per-region providers do not read keys from stack config; give credentials "
                 "in the environment (AWS_PROFILE, SSO, a CI role through OIDC; with Pulumi ESC, as "
                 "environmentVariables), or set aws:profile or aws:assumeRoles")
     if name in stack_keys():
-        return f"aws:{name}: unknown key (did you mean {PROJECT}:{name}?)"
+        return f"{key}: unknown key (did you mean {PROJECT}:{name}?)"
     close = difflib.get_close_matches(name, AWS_PROVIDER_KEYS, n=1)
     hint = f"did you mean aws:{close[0]}? " if close else ""
-    return (f"aws:{name}: not read by mlfleet's per-region providers ({hint}they take aws:region and "
+    return (f"{key}: not read by mlfleet's per-region providers ({hint}they take aws:region and "
             f"{', '.join('aws:' + k for k in AWS_PROVIDER_KEYS)}); remove it or set it in the environment")
 
 

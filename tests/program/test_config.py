@@ -348,6 +348,26 @@ def test_every_field_the_loader_fills_is_refused_as_a_key():
     assert set(_FILLED_BY_THE_LOADER) == {StackConfig.model_fields[name].alias for name in DERIVED_FIELDS}
 
 
+# Regression (found by tests/program/test_config_properties.py): a stack key's own name was shown as written, so a
+# newline in it broke the one line of its problem in two (and the count no longer matched the lines) and a trailing
+# space did not show. Names inside objects were quoted already (test_bad_values_..., fleet-name-with-a-newline).
+@pytest.mark.parametrize("key, expected", [
+    ("mlfleet:\n", "mlfleet:'\\n': unknown key"),
+    ("mlfleet:", "mlfleet:'': unknown key"),
+    ("mlfleet:nat\nGateway", "mlfleet:'nat\\nGateway': unknown key (did you mean mlfleet:natGateway?)"),
+    ("mlfleet:natGateway ", "mlfleet:'natGateway ': unknown key (did you mean mlfleet:natGateway?)"),
+    ("aws:profile\n", "aws:'profile\\n': not read by mlfleet's per-region providers (did you mean aws:profile?"),
+    ("mlfeet:natGateway\n", "mlfeet:'natGateway\\n': unknown key (did you mean mlfleet:natGateway?)"),
+    ("ml\nfleet:natGateway", "'ml\\nfleet:natGateway': unknown key (did you mean mlfleet:natGateway?)"),
+])
+def test_a_key_whose_name_does_not_show_is_quoted_on_its_one_line(key, expected):
+    with pytest.raises(ConfigError) as error:
+        parse_stack_config({**stack_file_config("dev"), key: "1"}, "dev")
+    header, *lines = str(error.value).split("\n")
+    assert header == "stack 'dev' has 1 configuration error(s):" and len(lines) == 1, str(error.value)
+    assert lines[0].startswith(f"  - {expected}"), lines[0]
+
+
 def test_the_count_covers_both_limits_of_the_job_functions():
     # Regression: too many fleet-region pairs and instance types were counted as one error and listed as two.
     values = with_values(regions=["us-east-1", "us-east-2", "us-west-2"],
