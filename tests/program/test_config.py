@@ -551,3 +551,13 @@ def test_pulumi_yaml_and_the_configuration_reference_are_what_the_generator_writ
     result = subprocess.run([sys.executable, "scripts/render_config.py", "--check"], cwd=ROOT,
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_long_bad_value_is_shown_cut_short_with_its_length():
+    """A 500-digit number named in full made the error a screenful; the key and the start of the value say it."""
+    values = stack_file_config("dev")
+    values["mlfleet:idleWindowMinutes"] = "9" * 500
+    with pytest.raises(ConfigError) as error:
+        parse_stack_config(values, "dev")
+    (line,) = [line for line in str(error.value).splitlines() if "idleWindowMinutes" in line]
+    assert line.endswith("'" + "9" * 119 + "... (502 characters))") and len(line) < 250
