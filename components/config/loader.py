@@ -19,7 +19,7 @@ from typing import Any
 import pulumi
 from pydantic import BaseModel, ValidationError
 
-from .model import Problems, StackConfig, inner_type, stack_keys
+from .model import REMOVED_KEYS, Problems, StackConfig, inner_type, removed_key_problem, stack_keys
 
 PROJECT = "mlfleet"
 
@@ -184,6 +184,10 @@ def parse_stack_config(values: Mapping[str, Any], stack: str) -> StackConfig:
                 lines.append(f"{_written(key)}: unknown key (did you mean {_written(f'{PROJECT}:{meant}')}?)")
             continue
         name = name.removeprefix("config:")  # the pre-3.0 key form "mlfleet:config:regions"
+        if name in REMOVED_KEYS:
+            # Listed with the stack's other problems: the model's own check would stop before finding them.
+            lines.append(removed_key_problem(name))
+            continue
         if name in _FILLED_BY_THE_LOADER:
             # Read as a key, it would overwrite what the loader filled in without a word (the environment's name).
             lines.append(f"{_written(key)}: unknown key ({_FILLED_BY_THE_LOADER[name](stack)})")

@@ -97,6 +97,11 @@ MAX_TEAMS = 10
 DEFAULT_INSTANCE_TYPES = ("g6.2xlarge", "g5.2xlarge", "g4dn.2xlarge", "g6.4xlarge", "g5.4xlarge")
 
 
+def removed_key_problem(key: str) -> str:
+    """What replaced a key of REMOVED_KEYS, as its error line says it."""
+    return f"mlfleet:{key} is no longer a stack key: {REMOVED_KEYS[key]}"
+
+
 class Problems(ValueError):
     """Several independent problems found by one validator; the loader lists (and counts) each."""
 
@@ -481,10 +486,11 @@ class StackConfig(_Model):
     @model_validator(mode="before")
     @classmethod
     def _removed_keys(cls, document):
-        """A key mlfleet no longer reads says what replaced it, instead of "unknown key"."""
+        """A key mlfleet no longer reads says what replaced it, instead of "unknown key". The loader lists these
+        beside the stack's other problems (components/config/loader.py); this covers a model built directly."""
         present = [key for key in REMOVED_KEYS if isinstance(document, dict) and key in document]
         if present:
-            raise ValueError("\n  - ".join(f"mlfleet:{key} is no longer a stack key: {REMOVED_KEYS[key]}" for key in present))
+            raise Problems([removed_key_problem(key) for key in present])
         return document
 
     @field_validator("environment")

@@ -226,3 +226,12 @@ def test_a_notification_the_guard_could_not_act_on_reaches_the_team():
                                           environment="dev", log_group_arn="arn:aws:logs:us-east-1:123456789012:log-group:/aws/lambda/g"))
     publish = [s for s in document["Statement"] if "sns:Publish" in s["Action"]]
     assert publish and publish[0]["Resource"] == [destination]
+
+
+def test_the_removed_key_is_listed_with_the_stack_s_other_problems():
+    """Every problem at once: the removed key's check ran first and stopped there, hiding the rest."""
+    with pytest.raises(ConfigError) as raised:
+        parse_stack_config(config(10_000, activateCostAllocationTag="true", idleWindowMinutes="5"), "dev")
+    message = str(raised.value)
+    assert "2 configuration error" in message and "mlfleet:activateCostAllocationTag is no longer a stack key" in message
+    assert "mlfleet:idleWindowMinutes: Input should be greater than or equal to 30" in message
