@@ -168,6 +168,7 @@ def parse_stack_config(values: Mapping[str, Any], stack: str) -> StackConfig:
         document["homeRegion"] = home
     lines = []
     provider: dict[str, Any] = {}
+    written: dict[str, str] = {}  # a key's name -> the key as the stack file wrote it
     for key, raw in values.items():
         namespace, _, name = key.partition(":")
         if namespace == "aws" and name != "region":
@@ -192,6 +193,11 @@ def parse_stack_config(values: Mapping[str, Any], stack: str) -> StackConfig:
             # Read as a key, it would overwrite what the loader filled in without a word (the environment's name).
             lines.append(f"{_written(key)}: unknown key ({_FILLED_BY_THE_LOADER[name](stack)})")
             continue
+        if name in written:
+            # Both forms of one key (mlfleet:regions and mlfleet:config:regions): one would win without a word.
+            lines.append(f"{_written(key)}: the same key as {_written(written[name])}; keep one of them")
+            continue
+        written[name] = key
         document[name] = _decode(raw)
     if provider:
         document["awsProvider"] = provider

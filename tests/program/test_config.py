@@ -561,3 +561,12 @@ def test_a_long_bad_value_is_shown_cut_short_with_its_length():
         parse_stack_config(values, "dev")
     (line,) = [line for line in str(error.value).splitlines() if "idleWindowMinutes" in line]
     assert line.endswith("'" + "9" * 119 + "... (502 characters))") and len(line) < 250
+
+
+def test_a_key_given_in_both_forms_is_refused_naming_both():
+    """mlfleet:regions and its pre-3.0 form mlfleet:config:regions in one stack: the later won without a word."""
+    values = stack_file_config("dev")
+    values["mlfleet:config:regions"] = json.dumps(["us-west-2"])
+    with pytest.raises(ConfigError) as error:
+        parse_stack_config(values, "dev")
+    assert "mlfleet:config:regions: the same key as mlfleet:regions; keep one of them" in str(error.value)
