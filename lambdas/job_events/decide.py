@@ -32,7 +32,8 @@ Events (forwarded from every fleet region to the home region's default bus):
       * an exit code the spec lists in `retry_on_exit_codes`: requeued while attempts remain;
       * any other exit code: FAILED at once, with the exit code and ECS's reason in the record;
       * no exit code (the container never ran to an exit, e.g. TaskFailedToStart with
-        CannotPullContainerError): requeued while attempts remain.
+        CannotPullContainerError), or an exitCode ECS cannot report (not a 32-bit integer): requeued while
+        attempts remain.
     Each run's cost is recorded when it ends (lambdas/jobs/costs.py). An event for an older attempt, or
     for a job that has moved on, changes nothing (but the run of a job cancelled while it ran is still
     charged, once); a task still running for an attempt the ledger no longer holds is stopped, so one
@@ -74,6 +75,7 @@ NOTICE_STOP_REASON = "spot interruption of "
 
 # EC2 instance ids: i- and 8 (older) or 17 hexadecimal digits.
 _INSTANCE_ID = re.compile(r"i-[0-9a-f]{8}(?:[0-9a-f]{9})?")
+EXIT_CODES = (-2**31, 2**31 - 1)  # what ECS reports: a 32-bit integer (a Windows status shows as a negative one)
 
 
 class EventError(ValueError):
@@ -102,6 +104,7 @@ class TaskStateChange:
     stopped_reason: str
     exit_code: int | None  # the job container's, when it has one
     stopped_at: float | None = None  # detail.stoppedAt, else the event's time (epoch seconds)
+    unread: tuple[str, ...] = ()  # values of the event read as absent, each naming its key and value
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,28 @@ def _attempt(detail: Mapping) -> int | None:
     return None
 
 
+def _exit_codes(detail: Mapping) -> tuple[list[int], list[str]]:
+    """The containers' exit codes, and a note for each exitCode that is not one ECS can report (a 32-bit
+    integer: Container.exitCode is an Integer in ECS's API, botocore's ecs model, BoxedInteger). Such a
+    value is read as no exit code, which retries the job while attempts remain: refusing the event would
+    leave the job RUNNING with its task gone, and storing it would fail the ledger write (DynamoDB keeps 38
+    digits) on every delivery of the event."""
+    codes, unread = [], []
+    containers = detail.get("containers")
+    for n, container in enumerate(containers if isinstance(containers, list) else []):
+        code = container.get("exitCode") if isinstance(container, Mapping) else None
+        if code is None:
+            continue
+        if isinstance(code, int) and not isinstance(code, bool) and EXIT_CODES[0] <= code <= EXIT_CODES[1]:
+            codes.append(code)
+            continue
+        # (repr refuses an integer of more than 4,300 digits: Python's int_max_str_digits)
+        shown = f"an integer of {code.bit_length()} bits" if isinstance(code, int) and code.bit_length() > 10_000 \
+            else repr(code)[:60]
+        unread.append(f"detail.containers[{n}].exitCode={shown}: not a 32-bit integer, read as no exit code")
+    return codes, unread
+
+
 def _text(detail: Mapping, key: str) -> str:
     value = detail.get(key)
     return value if isinstance(value, str) else ""
@@ -172,8 +197,7 @@ def parse_event(event: Mapping) -> InstanceEvent | TaskStateChange | RebalanceCh
             raise EventError(f"detail.instance-id={instance_id[:40]!r}: not an EC2 instance id")
         return InstanceEvent(detail_type, region, instance_id, _time(_require(event, "time", "event"), "event.time"))
     started_by = _text(detail, "startedBy")
-    exit_codes = [c["exitCode"] for c in _objects(detail.get("containers"))
-                  if isinstance(c.get("exitCode"), int) and not isinstance(c.get("exitCode"), bool)]
+    exit_codes, unread = _exit_codes(detail)
     stopped_key, stopped = (("detail.stoppedAt", detail["stoppedAt"]) if detail.get("stoppedAt")
                             else ("event.time", event.get("time")))
     return TaskStateChange(
@@ -182,9 +206,10 @@ def parse_event(event: Mapping) -> InstanceEvent | TaskStateChange | RebalanceCh
         job_id=started_by if is_job_id(started_by) else None, attempt=_attempt(detail),
         last_status=_require(detail, "lastStatus", "detail"), desired_status=_text(detail, "desiredStatus"),
         stop_code=_text(detail, "stopCode"), stopped_reason=_text(detail, "stoppedReason"),
-        # The first nonzero exit code if any container failed (a job task has one container).
-        exit_code=next((c for c in exit_codes if c != 0), 0) if exit_codes else None,
-        stopped_at=_time(stopped, stopped_key).timestamp() if stopped else None,
+        # The first nonzero exit code if any container failed (a job task has one container); none known
+        # when one could not be read and none failed.
+        exit_code=next((c for c in exit_codes if c != 0), None if unread else 0) if exit_codes else None,
+        stopped_at=_time(stopped, stopped_key).timestamp() if stopped else None, unread=tuple(unread),
     )
 
 

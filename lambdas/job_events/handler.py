@@ -187,6 +187,8 @@ def dispatch(parsed, ledger: L.Ledger, settings: Settings, now: datetime, failur
 
 
 def task_changed(event: D.TaskStateChange, ledger: L.Ledger, settings: Settings, now: datetime) -> dict:
+    for note in event.unread:
+        log_decision("event-value-unread", job_id=event.job_id, task_arn=event.task_arn[:200], error=note)
     try:
         record = ledger.get(event.job_id) if event.job_id else None
     except L.UndecodableRecord as error:

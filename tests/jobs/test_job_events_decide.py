@@ -186,6 +186,20 @@ def test_malformed_events_are_refused_with_the_key(event, fragment):
         D.parse_event(event)
 
 
+@pytest.mark.parametrize("exit_code, shown", [
+    (10**40, "10000000000000000000000000000000000000000"), (2**31, "2147483648"), (-2**31 - 1, "-2147483649"),
+    (1.5, "1.5"), ("1", "'1'"), (True, "True"), ({"code": 1}, "{'code': 1}")])
+def test_an_exit_code_ecs_cannot_report_is_read_as_none_and_named(exit_code, shown):
+    """Found by tests/jobs/test_event_properties.py: exitCode 10**40 parsed, and the ledger write of the
+    job's end failed on DynamoDB's 38 digits (decimal.Rounded) on every delivery, so the event was retried,
+    then dropped, and the job stayed RUNNING with its task gone. ECS's exitCode is a 32-bit integer; any
+    other value is read as no exit code (the job is retried while attempts remain), with a note naming the key."""
+    event = D.parse_event(task_event(exit_code=exit_code))
+    assert event.exit_code is None
+    assert event.unread == (f"detail.containers[0].exitCode={shown}: not a 32-bit integer, read as no exit code",)
+    assert D.parse_event(task_event(exit_code=-2**31)).exit_code == -2**31 and not D.parse_event(task_event()).unread
+
+
 def test_unknown_detail_type_is_ignored():
     assert D.parse_event({"detail-type": "EC2 Instance State-change Notification"}) == D.Unknown(
         "EC2 Instance State-change Notification")
