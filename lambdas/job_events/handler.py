@@ -121,9 +121,12 @@ def handler(event, context=None, settings: Settings | None = None):
 
 
 def is_stream_batch(event) -> bool:
-    records = event.get("Records") if isinstance(event, dict) else None
-    return isinstance(records, list) and all(isinstance(r, dict) and r.get("eventSource") == "aws:dynamodb"
-                                             for r in records) and bool(records)
+    """A batch of the ledger's stream: a list of records of which one at least is a DynamoDB record (and no
+    EventBridge detail-type). One broken record does not make the batch an EventBridge event, which would
+    drop its good records with it; submissions_to_check skips the broken ones, each logged."""
+    records = event.get("Records") if isinstance(event, dict) and "detail-type" not in event else None
+    return isinstance(records, list) and any(isinstance(r, dict) and r.get("eventSource") == "aws:dynamodb"
+                                             for r in records)
 
 
 def ended_jobs(records: list, settings: Settings, now: datetime | None = None) -> dict:

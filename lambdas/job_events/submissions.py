@@ -42,10 +42,23 @@ def _new_image(record: object) -> Mapping:
     return image if isinstance(image, Mapping) else {}
 
 
+def _shown(value: object) -> str:
+    try:
+        return repr(value)[:60]
+    except (ValueError, RecursionError):  # an integer past int_max_str_digits, nesting past the stack
+        return f"a {type(value).__name__}"
+
+
 def submissions_to_check(records: Iterable[Mapping]) -> list[str]:
     """Submissions of the stream records whose job ended and whose spec asks for a notification."""
     found: dict[str, None] = {}
-    for record in records:
+    for position, record in enumerate(records):
+        source = record.get("eventSource") if isinstance(record, Mapping) else None
+        if source != "aws:dynamodb":
+            shown = f".eventSource={_shown(source)}" if isinstance(record, Mapping) else f"={_shown(record)}"
+            log_decision("stream-record-skipped", record=position,
+                         error=f"Records[{position}]{shown}: not a record of the ledger's stream")
+            continue
         image = _new_image(record)
         if image.get("state") == {"S": L.QUARANTINED}:
             # Quarantined: it never runs again, but its item cannot be decoded (that is why it is quarantined),
@@ -57,7 +70,8 @@ def submissions_to_check(records: Iterable[Mapping]) -> list[str]:
         try:
             job = L.decode(record["dynamodb"]["NewImage"])
         except Exception as error:  # a record this code cannot read: not one to announce; say so, go on
-            log_decision("stream-record-skipped", error=f"{type(error).__name__}: {str(error)[:200]}")
+            log_decision("stream-record-skipped", record=position,
+                         error=f"Records[{position}].dynamodb.NewImage: {type(error).__name__}: {str(error)[:200]}")
             continue
         if job.state in L.TERMINAL and job.spec.notify:
             found.setdefault(job.submission_id)

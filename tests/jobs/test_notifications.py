@@ -186,6 +186,25 @@ def test_the_lambda_entry_point_routes_stream_batches(world, monkeypatch):
     assert not events.is_stream_batch({"Records": [{"eventSource": "aws:sns"}]}) and not events.is_stream_batch({})
 
 
+def test_a_broken_record_does_not_cost_its_batch_the_good_ones(world, caplog):
+    """Found by tests/jobs/test_event_properties.py: one record of a stream batch without its eventSource
+    (or with another) made the whole batch read as an EventBridge event, dropped as 'event.detail-type is
+    missing': the good record's submission was never announced. Now the broken record is skipped, named."""
+    topics, settings = world
+    ana = inbox(topics["email"], notify.filter_policy("ana@example.com"))
+    submission = submit("ana@example.com", jobs=1)
+    (job,) = ledger().by_submission(submission)
+    end(job.job_id)
+    (good,) = stream(job.job_id)
+    broken = {k: v for k, v in good.items() if k != "eventSource"}
+    assert events.handler({"Records": [broken, good, None]}, settings=settings) == {"submissions": {submission: "announced"}}
+    assert len(received(ana)) == 1
+    skipped = [json.loads(r.getMessage()) for r in caplog.records if "stream-record-skipped" in r.getMessage()]
+    assert [line["error"] for line in skipped] == [
+        "Records[0].eventSource=None: not a record of the ledger's stream",
+        "Records[2]=None: not a record of the ledger's stream"]
+
+
 def test_a_job_record_that_cannot_be_read_is_quarantined_and_its_submission_announced_with_it(world):
     """An unreadable job of the submission is quarantined by the batch that meets it; its end is not known
     until then, so the submission is announced by the quarantine's own stream record, the quarantined job
