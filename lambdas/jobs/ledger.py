@@ -308,10 +308,18 @@ def _field(document: Mapping, key: str, kind: type, *, optional: bool = False, d
     return kind(value) if kind is float else value
 
 
+def _attribute(name: str, value: Any) -> Any:
+    """One attribute value of an item, or DecodeError naming the attribute it could not be read from."""
+    try:
+        return _deserializer.deserialize(value)
+    except (KeyError, ValueError, TypeError, AttributeError, ArithmeticError, RecursionError) as error:
+        raise DecodeError(f"field {str(name)[:40]!r}: {type(error).__name__}: {str(error)[:160]}") from None
+
+
 def decode(item: Mapping) -> JobRecord:
     """A job record from its item; DecodeError names the first field that is missing or mistyped."""
     try:
-        document = _from_dynamo({k: _deserializer.deserialize(v) for k, v in item.items()})
+        document = _from_dynamo({k: _attribute(k, v) for k, v in item.items()})
         state = _field(document, "state", str)
         if state == QUARANTINED:
             raise DecodeError(f"quarantined: {(document.get('quarantine') or {}).get('error', 'no reason recorded')}")

@@ -365,3 +365,17 @@ def test_a_quarantine_botocore_resent_after_its_answer_was_lost_is_reported_done
     assert raw_item(ledger)["version"] == {"N": "1"}
     # A later quarantine of the same stale view is still refused: it is not the write that quarantined it.
     assert not resending.quarantine(item, "field 'spec' is missing", now=501.0, by="test")
+
+
+@pytest.mark.parametrize("attribute, value", [("spec", {"M": []}), ("index", {"N": {"x": 1}}), ("owner", {"X": "a"}),
+                                              ("reasons", ["not", "typed"])])
+def test_an_attribute_dynamodb_types_cannot_hold_is_named_in_the_decode_error(attribute, value):
+    """Found by tests/jobs/test_event_properties.py: a stream record's new image with an attribute value that is
+    no DynamoDB type was skipped with 'DecodeError: TypeError: Value must be a nonempty dictionary whose key
+    is a valid dynamodb type.', naming neither the attribute nor its value."""
+    job = assign_ids("sub-20261122110000-abcdef", [parse_spec(
+        {"image": "img:1", "command": ["run"], "gpus": 1, "vcpus": 1, "memory_mib": 1024}, fleet_regions=("us-east-1",),
+        catalog=load_catalog(), default_max_attempts=3)])[0]
+    item = {**L.encode(L.new_record(job, 1.0)), attribute: value}
+    with pytest.raises(L.DecodeError, match=f"^field '{attribute}': "):
+        L.decode(item)
