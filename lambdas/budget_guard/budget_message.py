@@ -18,10 +18,9 @@ instead, so a wording change by AWS is seen, not silently ignored.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-_FIELD = re.compile(r"^\s*(Budget Name|Alert Type|Alert Threshold|Budgeted Amount|ACTUAL Amount|FORECASTED Amount)\s*:\s*(.+?)\s*$", re.M)
+FIELDS = ("Budget Name", "Alert Type", "Alert Threshold", "Budgeted Amount", "ACTUAL Amount", "FORECASTED Amount")
 
 
 def budget_name(environment: str) -> str:
@@ -43,8 +42,20 @@ class BudgetNotice:
     amount: str | None
 
 
+def fields_of(text: str) -> dict[str, str]:
+    """`Name: value` lines of FIELDS (the last of each), in time linear in the text. (A regular expression
+    with \\s* on both sides of a lazy value took time quadratic in a run of blank lines or spaces: an SNS
+    message of 256 KB of newlines held the guard for minutes, past its timeout.)"""
+    found = {}
+    for line in text.split("\n"):
+        name, colon, value = line.partition(":")
+        if colon and name.strip() in FIELDS and value.strip():
+            found[name.strip()] = value.strip()
+    return found
+
+
 def parse_budget_message(text: str) -> BudgetNotice:
-    fields = {key: value for key, value in _FIELD.findall(text if isinstance(text, str) else "")}
+    fields = fields_of(text if isinstance(text, str) else "")
     return BudgetNotice(
         budget_name=fields.get("Budget Name"),
         alert_type=fields.get("Alert Type"),

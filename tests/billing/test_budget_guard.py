@@ -223,3 +223,16 @@ def test_a_new_month_does_not_reopen_admission_and_the_docs_say_so(environment):
         for row in rows:
             assert "wait for next month" not in row and "or wait for the month;" not in row, (document, row)
             assert "stays closed" in row and "admission-open" in row, (document, row)
+
+
+@pytest.mark.parametrize("filler", ["\n", "\t\n", " "])
+def test_a_message_of_blank_lines_is_read_in_linear_time(filler):
+    """Found by tests/billing/test_budget_guard_properties.py: the field pattern (\\s* on both sides of a lazy
+    value, over lines) took time quadratic in a run of blank lines: 40,000 newlines took 14 s, and an SNS
+    message holds 256 KB, which held the guard past its timeout, so Lambda retried it, to the same end."""
+    import time
+
+    started = time.perf_counter()
+    notice = parse_budget_message(filler * 20_000 + BUDGETS_TEXT + "Budget Name: x" + " " * 20_000 + "y\n")
+    assert time.perf_counter() - started < 0.5
+    assert (notice.budget_name, notice.alert_type) == ("x" + " " * 20_000 + "y", "ACTUAL")
