@@ -67,9 +67,31 @@ def sns_records(event) -> Iterator[tuple[str, str, str]]:
         sns = record.get("Sns") if isinstance(record, Mapping) else None
         fields = [sns.get(k) for k in ("TopicArn", "Subject", "Message")] if isinstance(sns, Mapping) else []
         if len(fields) != 3 or not isinstance(fields[0], str) or not isinstance(fields[2], str):
-            log_decision("ignore", record=position, reason="not an SNS record with TopicArn and Message")
+            log_decision("ignore", record=position, reason="not an SNS record with TopicArn and Message",
+                         error=_bad_key(position, record))
             continue
         yield fields[0], fields[1] if isinstance(fields[1], str) else "", fields[2]
+
+
+def _bad_key(position: int, record) -> str:
+    """The first key of the record that is missing or not what an SNS record holds there, with its value."""
+    where = f"Records[{position}]"
+    if not isinstance(record, Mapping):
+        return f"{where}={_shown(record)}: not a JSON object"
+    sns = record.get("Sns")
+    if not isinstance(sns, Mapping):
+        return f"{where}.Sns={_shown(sns)}: {'missing' if sns is None else 'not a JSON object'}"
+    for key in ("TopicArn", "Message"):
+        if not isinstance(sns.get(key), str):
+            return f"{where}.Sns.{key}={_shown(sns.get(key))}: {'missing' if sns.get(key) is None else 'not a string'}"
+    return f"{where}: not an SNS record"
+
+
+def _shown(value) -> str:
+    try:
+        return repr(value)[:80]
+    except (ValueError, RecursionError):  # an integer past int_max_str_digits, nesting past the stack
+        return f"a {type(value).__name__}"
 
 
 def handler(event, context=None, settings: Settings | None = None):
