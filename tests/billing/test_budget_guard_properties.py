@@ -102,7 +102,7 @@ def well_shaped(record) -> bool:
     return isinstance(sns, dict) and isinstance(sns.get("TopicArn"), str) and isinstance(sns.get("Message"), str)
 
 
-@settings(max_examples=EXAMPLES or 10, deadline=None, **({"database": None} if EXAMPLES else {}),
+@settings(max_examples=EXAMPLES or 8, deadline=None, **({"database": None} if EXAMPLES else {}),
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(bad=st.lists(perturbed(GOOD), min_size=1, max_size=3), position=st.integers(0, 3))
 def test_a_batch_of_broken_records_is_logged_key_by_key_and_its_budget_notice_still_closes_admission(world, bad,
