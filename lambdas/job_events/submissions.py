@@ -60,18 +60,24 @@ def submissions_to_check(records: Iterable[Mapping]) -> list[str]:
                          error=f"Records[{position}]{shown}: not a record of the ledger's stream")
             continue
         image = _new_image(record)
+        submission = image.get("submission_id")
+        submission = submission.get("S") if isinstance(submission, Mapping) else None
         if image.get("state") == {"S": L.QUARANTINED}:
             # Quarantined: it never runs again, but its item cannot be decoded (that is why it is quarantined),
             # so whether its submission asked to be told is read from the submission's other jobs (announce).
-            submission = image.get("submission_id")
-            if isinstance(submission, Mapping) and isinstance(submission.get("S"), str) and submission["S"]:
-                found.setdefault(submission["S"])
+            if isinstance(submission, str) and submission:
+                found.setdefault(submission)
             continue
         try:
             job = L.decode(record["dynamodb"]["NewImage"])
-        except Exception as error:  # a record this code cannot read: not one to announce; say so, go on
+        except Exception as error:  # a record this code cannot read: say so, and still look at its submission
             log_decision("stream-record-skipped", record=position,
                          error=f"Records[{position}].dynamodb.NewImage: {type(error).__name__}: {str(error)[:200]}")
+            # Its job may be the submission's last: announce meets the item through the submission's jobs, the
+            # batch's sweep quarantines it, and the quarantine's own record announces the submission. Skipped
+            # alone, nothing would ever look at the submission again.
+            if isinstance(submission, str) and submission:
+                found.setdefault(submission)
             continue
         if job.state in L.TERMINAL and job.spec.notify:
             found.setdefault(job.submission_id)

@@ -231,6 +231,27 @@ def test_a_job_record_that_cannot_be_read_is_quarantined_and_its_submission_anno
     assert f"  {broken.job_id}  quarantined: " in mail
 
 
+def test_a_submission_whose_last_job_ends_with_a_record_that_cannot_be_read_is_announced(world):
+    """The last job's end comes as a stream record that cannot be decoded: it was skipped alone, so nothing
+    looked at its submission again and the submission was never announced. Its submission is still looked at:
+    the batch quarantines the item, and the quarantine's own record announces the submission."""
+    topics, settings = world
+    ana = inbox(topics["email"], notify.filter_policy("ana@example.com"))
+    submission = submit("ana@example.com", jobs=2)
+    first, last = sorted(ledger().by_submission(submission), key=lambda r: r.index)
+    end(first.job_id)
+    assert events.ended_jobs(stream(first.job_id), settings)["submissions"] == {submission: f"running ({last.job_id})"}
+    end(last.job_id)
+    dynamodb = boto3.client("dynamodb", HOME)
+    item = dynamodb.get_item(TableName=f"mlfleet-{ENV}-jobs", Key={"job_id": {"S": last.job_id}})["Item"]
+    del item["spec"]  # as a hand edit or an old writer leaves it
+    dynamodb.put_item(TableName=f"mlfleet-{ENV}-jobs", Item=item)
+    assert events.ended_jobs(stream(last.job_id), settings)["submissions"] == {submission: f"running ({last.job_id})"}
+    assert events.ended_jobs(stream(last.job_id), settings)["submissions"] == {submission: "announced"}
+    (mail,) = received(ana)
+    assert "  QUARANTINED 1" in mail and f"{last.job_id}  quarantined: " in mail
+
+
 def test_a_submission_whose_last_job_is_quarantined_is_announced(world):
     """Regression: the stream's filter let only SUCCEEDED, FAILED and CANCELLED records through, so a
     submission whose last job the scheduler quarantined was never announced."""
