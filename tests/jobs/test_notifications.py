@@ -88,6 +88,27 @@ def stream(*job_ids: str) -> list[dict]:
         for j in job_ids]
 
 
+def item_of(job_id: str) -> dict:
+    return boto3.client("dynamodb", HOME).get_item(TableName=f"mlfleet-{ENV}-jobs", Key={"job_id": {"S": job_id}})["Item"]
+
+
+def make_unreadable(job_id: str) -> None:
+    """The job's item without its spec, as a hand edit or an old writer leaves it: it cannot be decoded."""
+    item = item_of(job_id)
+    del item["spec"]
+    boto3.client("dynamodb", HOME).put_item(TableName=f"mlfleet-{ENV}-jobs", Item=item)
+
+
+def two_jobs_the_first_ended(topics) -> tuple[object, str, L.JobRecord, L.JobRecord]:
+    """Ana's inbox and a submission of two jobs that asked to tell her, its first job ended: (inbox,
+    submission, first, last)."""
+    ana = inbox(topics["email"], notify.filter_policy("ana@example.com"))
+    submission = submit("ana@example.com", jobs=2)
+    first, last = sorted(ledger().by_submission(submission), key=lambda r: r.index)
+    end(first.job_id)
+    return ana, submission, first, last
+
+
 def test_subscribing_filters_on_the_address(world):
     topics, _ = world
     out: list[str] = []
@@ -210,14 +231,8 @@ def test_a_job_record_that_cannot_be_read_is_quarantined_and_its_submission_anno
     until then, so the submission is announced by the quarantine's own stream record, the quarantined job
     counted and listed with the failures (it went to the dead-letter queue)."""
     topics, settings = world
-    ana = inbox(topics["email"], notify.filter_policy("ana@example.com"))
-    submission = submit("ana@example.com", jobs=2)
-    first, broken = sorted(ledger().by_submission(submission), key=lambda r: r.index)
-    end(first.job_id)
-    dynamodb = boto3.client("dynamodb", HOME)
-    item = dynamodb.get_item(TableName=f"mlfleet-{ENV}-jobs", Key={"job_id": {"S": broken.job_id}})["Item"]
-    del item["spec"]  # as a hand edit or an old writer leaves it
-    dynamodb.put_item(TableName=f"mlfleet-{ENV}-jobs", Item=item)
+    ana, submission, first, broken = two_jobs_the_first_ended(topics)
+    make_unreadable(broken.job_id)
     assert events.ended_jobs(stream(first.job_id), settings)["submissions"] == {submission: f"running ({broken.job_id})"}
     with pytest.raises(L.UndecodableRecord) as unreadable:
         ledger().get(broken.job_id)
@@ -236,16 +251,10 @@ def test_a_submission_whose_last_job_ends_with_a_record_that_cannot_be_read_is_a
     looked at its submission again and the submission was never announced. Its submission is still looked at:
     the batch quarantines the item, and the quarantine's own record announces the submission."""
     topics, settings = world
-    ana = inbox(topics["email"], notify.filter_policy("ana@example.com"))
-    submission = submit("ana@example.com", jobs=2)
-    first, last = sorted(ledger().by_submission(submission), key=lambda r: r.index)
-    end(first.job_id)
+    ana, submission, first, last = two_jobs_the_first_ended(topics)
     assert events.ended_jobs(stream(first.job_id), settings)["submissions"] == {submission: f"running ({last.job_id})"}
     end(last.job_id)
-    dynamodb = boto3.client("dynamodb", HOME)
-    item = dynamodb.get_item(TableName=f"mlfleet-{ENV}-jobs", Key={"job_id": {"S": last.job_id}})["Item"]
-    del item["spec"]  # as a hand edit or an old writer leaves it
-    dynamodb.put_item(TableName=f"mlfleet-{ENV}-jobs", Item=item)
+    make_unreadable(last.job_id)
     assert events.ended_jobs(stream(last.job_id), settings)["submissions"] == {submission: f"running ({last.job_id})"}
     assert events.ended_jobs(stream(last.job_id), settings)["submissions"] == {submission: "announced"}
     (mail,) = received(ana)
@@ -258,14 +267,10 @@ def test_a_submission_whose_last_job_is_quarantined_is_announced(world):
     from components.jobs.jobs import ENDED_JOBS_FILTER
 
     topics, settings = world
-    ana = inbox(topics["email"], notify.filter_policy("ana@example.com"))
-    submission = submit("ana@example.com", jobs=2)
-    first, last = sorted(ledger().by_submission(submission), key=lambda r: r.index)
-    end(first.job_id)
+    ana, submission, first, last = two_jobs_the_first_ended(topics)
     assert events.ended_jobs(stream(first.job_id), settings)["submissions"] == {submission: f"running ({last.job_id})"}
     quarantine = Quarantine(ledger(), client("sqs"), settings.jobs_dlq_url, by="scheduler")
-    item = boto3.client("dynamodb", HOME).get_item(TableName=f"mlfleet-{ENV}-jobs", Key={"job_id": {"S": last.job_id}})["Item"]
-    assert quarantine.item(L.Undecodable(last.job_id, item, "a record the planner's request cannot be built from"), NOW)
+    assert quarantine.item(L.Undecodable(last.job_id, item_of(last.job_id), "a record the planner's request cannot be built from"), NOW)
 
     (record,) = stream(last.job_id)
     assert L.QUARANTINED in json.loads(ENDED_JOBS_FILTER)["dynamodb"]["NewImage"]["state"]["S"]
