@@ -19,7 +19,7 @@ from typing import Any
 import pulumi
 from pydantic import BaseModel, ValidationError
 
-from .model import REMOVED_KEYS, Problems, StackConfig, inner_type, removed_key_problem, stack_keys
+from .model import REMOVED_KEYS, Problems, StackConfig, inner_type, removed_key_problem, shown, stack_keys
 
 PROJECT = "mlfleet"
 
@@ -141,18 +141,8 @@ def _format_errors(error: ValidationError) -> list[str]:
             messages = cause.problems if isinstance(cause, Problems) else (problem["msg"].removeprefix("Value error, "),)
             lines.extend(f"{_format_location(loc)}: {message}" if loc else message for message in messages)
         else:
-            lines.append(f"{_format_location(loc)}: {problem['msg']} (got {_shown(problem.get('input'))})")
+            lines.append(f"{_format_location(loc)}: {problem['msg']} (got {shown(problem.get('input'))})")
     return lines
-
-
-SHOWN_CHARACTERS = 120  # of a bad value in an error: enough to recognise it, not a 4,000-digit number in full
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    if len(text) <= SHOWN_CHARACTERS:
-        return text
-    return f"{text[:SHOWN_CHARACTERS]}... ({len(text):,} characters)"
 
 
 def parse_stack_config(values: Mapping[str, Any], stack: str) -> StackConfig:

@@ -102,6 +102,17 @@ def removed_key_problem(key: str) -> str:
     return f"mlfleet:{key} is no longer a stack key: {REMOVED_KEYS[key]}"
 
 
+SHOWN_CHARACTERS = 120  # of a bad value in an error: enough to recognise it, not a 4,000-digit number in full
+
+
+def shown(value: Any) -> str:
+    """A bad value as an error shows it: its repr, cut to SHOWN_CHARACTERS with its full length said."""
+    text = repr(value)
+    if len(text) <= SHOWN_CHARACTERS:
+        return text
+    return f"{text[:SHOWN_CHARACTERS]}... ({len(text):,} characters)"
+
+
 class Problems(ValueError):
     """Several independent problems found by one validator; the loader lists (and counts) each."""
 
@@ -112,7 +123,7 @@ class Problems(ValueError):
 
 def _known_region(region: str) -> str:
     if region not in AWS_REGIONS:
-        raise ValueError(f"{region!r} is not an AWS region mlfleet knows")
+        raise ValueError(f"{shown(region)} is not an AWS region mlfleet knows")
     return region
 
 
@@ -121,7 +132,7 @@ def _gpu_instance_type(name: str) -> str:
     if name not in catalog:
         close = difflib.get_close_matches(name, catalog.names(), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else " (lambdas/common/data/instance_catalog.json lists them)"
-        raise ValueError(f"{name!r} is not a GPU instance type in the catalog{hint}")
+        raise ValueError(f"{shown(name)} is not a GPU instance type in the catalog{hint}")
     return name
 
 
@@ -228,14 +239,14 @@ class AssumeRoleConfig(_Model):
     @classmethod
     def _role_arn(cls, arn: str) -> str:
         if not ROLE_ARN.match(arn):
-            raise ValueError(f"{arn!r} is not an IAM role ARN like arn:aws:iam::123456789012:role/deployer")
+            raise ValueError(f"{shown(arn)} is not an IAM role ARN like arn:aws:iam::123456789012:role/deployer")
         return arn
 
 
 def _account_ids(ids: tuple[str, ...]) -> tuple[str, ...]:
     bad = [i for i in ids if not ACCOUNT_ID.match(i)]
     if bad:
-        raise ValueError(f"{', '.join(map(repr, bad))}: an AWS account id is 12 digits, written as a string")
+        raise ValueError(f"{', '.join(map(shown, bad))}: an AWS account id is 12 digits, written as a string")
     return ids
 
 
@@ -515,7 +526,7 @@ class StackConfig(_Model):
         except ValueError:
             network = None
         if network is None or "/" not in cidr:
-            raise ValueError(f"{cidr!r} is not an IPv4 CIDR block like 10.80.0.0/16")
+            raise ValueError(f"{shown(cidr)} is not an IPv4 CIDR block like 10.80.0.0/16")
         if not VPC_PREFIX_LENGTHS[0] <= network.prefixlen <= VPC_PREFIX_LENGTHS[1]:
             raise ValueError(f"{cidr!r} is a /{network.prefixlen}; mlfleet's VPCs are /{VPC_PREFIX_LENGTHS[0]} to "
                              f"/{VPC_PREFIX_LENGTHS[1]}")
@@ -545,7 +556,7 @@ class StackConfig(_Model):
             if len(closed) == 1:
                 fixes.append(f"an image in {closed[0]}'s own ECR")
             raise ValueError(
-                f"{image!r} comes from {'Docker Hub' if registry == DOCKER_HUB else registry}, which "
+                f"{shown(image)} comes from {'Docker Hub' if registry == DOCKER_HUB else registry}, which "
                 f"{', '.join(unreachable)} cannot reach without internet egress (natGateway is false); "
                 f"use {' or '.join(fixes)}, or set mlfleet:natGateway: true"
             )
@@ -558,7 +569,7 @@ class StackConfig(_Model):
         workspace = info.field_name == "slack_workspace_id"
         if value is not None and not (SLACK_WORKSPACE_ID if workspace else SLACK_CHANNEL_ID).match(value):
             example = "T0123456789: digits and upper-case letters" if workspace else "C0123456789: letters and digits"
-            raise ValueError(f"{value!r} is not a Slack {'workspace' if workspace else 'channel'} id (like {example}, "
+            raise ValueError(f"{shown(value)} is not a Slack {'workspace' if workspace else 'channel'} id (like {example}, "
                              "as AWS Chatbot takes it)")
         return value
 
@@ -606,11 +617,11 @@ class StackConfig(_Model):
         if not percents:
             raise ValueError("needs at least one threshold")
         if any(p <= 0 or p > 1000 for p in percents):
-            raise ValueError(f"thresholds must be between 1 and 1000 percent, got {list(percents)}")
+            raise ValueError(f"thresholds must be between 1 and 1000 percent, got {shown(list(percents))}")
         if list(percents) != sorted(set(percents)):
-            raise ValueError(f"thresholds must be strictly increasing, got {list(percents)}")
+            raise ValueError(f"thresholds must be strictly increasing, got {shown(list(percents))}")
         if 100 not in percents:
-            raise ValueError(f"must include 100 (the alert that stops job admission), got {list(percents)}")
+            raise ValueError(f"must include 100 (the alert that stops job admission), got {shown(list(percents))}")
         return percents
 
     @field_validator("cost_allocation_tags")
@@ -618,7 +629,7 @@ class StackConfig(_Model):
     def _no_reserved_tag_prefix(cls, tags: dict[str, str]) -> dict[str, str]:
         reserved = [key for key in tags if key.lower().startswith(("aws:", "mlfleet:"))]
         if reserved:
-            raise ValueError(f"tag keys {reserved} use a reserved prefix (aws:, mlfleet:)")
+            raise ValueError(f"tag keys {shown(reserved)} use a reserved prefix (aws:, mlfleet:)")
         return tags
 
     @model_validator(mode="after")
@@ -708,7 +719,7 @@ class StackConfig(_Model):
         if self.default_team is not None and self.default_team not in self.teams:
             listed = ", ".join(sorted(self.teams)) or "none: set mlfleet:teams first"
             close = difflib.get_close_matches(self.default_team, list(self.teams), n=1)
-            problems.append(f"mlfleet:defaultTeam: {self.default_team!r} is not one of mlfleet:teams ({listed})"
+            problems.append(f"mlfleet:defaultTeam: {shown(self.default_team)} is not one of mlfleet:teams ({listed})"
                             + (f"; did you mean {close[0]}?" if close else ""))
         capacity = self.fleet_gpus()
         for name, team in sorted(self.teams.items()):

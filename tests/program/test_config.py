@@ -563,6 +563,22 @@ def test_a_long_bad_value_is_shown_cut_short_with_its_length():
     assert line.endswith("'" + "9" * 119 + "... (502 characters))") and len(line) < 250
 
 
+@pytest.mark.parametrize("key, value, fragment", [
+    ("mlfleet:regions", json.dumps(["x" * 5000]), "is not an AWS region"),
+    ("mlfleet:defaultTeam", "t" * 5000, "mlfleet:defaultTeam"),
+    ("mlfleet:budgetAlertPercents", json.dumps(list(range(1, 2000))), "between 1 and 1000 percent"),
+    ("mlfleet:slackChannelId", "c" * 5000, "is not a Slack channel id"),
+])
+def test_a_long_bad_value_is_cut_short_in_the_validators_own_messages_too(key, value, fragment):
+    """The validators' own messages named their value in full: a 5,000-character region was a screenful."""
+    values = stack_file_config("dev")
+    values[key] = value
+    with pytest.raises(ConfigError) as error:
+        parse_stack_config(values, "dev")
+    (line,) = [line for line in str(error.value).splitlines() if fragment in line]
+    assert "characters)" in line and len(line) < 600, line
+
+
 def test_a_key_given_in_both_forms_is_refused_naming_both():
     """mlfleet:regions and its pre-3.0 form mlfleet:config:regions in one stack: the later won without a word."""
     values = stack_file_config("dev")
