@@ -335,9 +335,9 @@ class StackConfig(_Model):
     fleets: dict[Annotated[str, StringConstraints(pattern=FLEET_NAME.pattern)], FleetConfig] = Field(
         min_length=1,
         description="GPU fleets: `{name: {instanceTypes, minInstances, maxInstances, onDemandBaseCapacity, "
-        "onDemandPercentageAboveBase, regions}}`. Fleet names are 1-12 lowercase letters/digits; all types of a fleet "
-        "have the same GPU count; `maxInstances` (1-1000) is the per-region hard cap; `regions` defaults to every "
-        "stack region. At most 8 fleet-region pairs and 40 instance types summed over them (the job functions get "
+        "onDemandPercentageAboveBase, regions}}`. Fleet names are 1-12 lowercase letters/digits, starting with a "
+        "letter; all types of a fleet have the same GPU count; `maxInstances` (1-1000) is the per-region hard cap; "
+        "`regions` defaults to every stack region. At most 8 fleet-region pairs and 40 instance types summed over them (the job functions get "
         "every fleet in a 4 KB environment).")
     networks: dict[Region, ExistingNetwork] = Field(
         default_factory=dict,
@@ -389,11 +389,12 @@ class StackConfig(_Model):
         default=None,
         description="Slack channel id that receives the environment's notifications through AWS Chatbot.")
 
-    # Money. The budget may be derived from the caps (None: the fleets' worst-case monthly cost).
+    # Money. The budget may be derived from the caps (None: the worst case the caps allow, components/billing/cost.py).
     monthly_budget_usd: int | None = Field(
         default=None,
-        description="Expected monthly spend in dollars; alerts at each quarter of it. Unset means the fleets' "
-        "worst-case monthly cost at their caps.")
+        description="Expected monthly spend in dollars; alerts at each of its budgetAlertPercents (each quarter by "
+        "default). Unset means the worst case the caps allow for a month: the fleets at maxInstances, at most "
+        "maxHourlyUsd (docs/billing.md).")
     budget_alert_percents: tuple[int, ...] = Field(
         default=(25, 50, 75, 100),
         description="Percents of the monthly budget (actual spend) that send an alert, strictly increasing.")
