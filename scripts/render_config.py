@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from components.config import ConfigError, StackConfig, parse_stack_config, stack_keys  # noqa: E402 - after the sys.path line above
-from components.config.project import render_pulumi_yaml, required_keys, undeclared_keys  # noqa: E402
+from components.config.project import declarations, render_pulumi_yaml, required_keys, undeclared_keys  # noqa: E402
 
 # What the Pulumi CLI prints for the two rules it checks itself, from its source (config.go,
 # missingStackConfigurationKeysError and validateStackConfigValue); tests/rules/test_pulumi_project.py
@@ -59,8 +59,8 @@ that leaves it out before the program runs. So `Pulumi.yaml` declares:
   required: {undeclared}. A stack may set them; the model validates them.
 
 Pulumi checks the declared types (`string`, `integer`, `boolean`, `array` with its `items`; a boolean as
-written: `true` or `false`, not `True`). Object-valued keys (`fleets`, `networks`, `amiIds`,
-`costAllocationTags`) have no type in `Pulumi.yaml`, because Pulumi has none for objects. The program
+written: `true` or `false`, not `True`). Object-valued keys have no type in `Pulumi.yaml`, because Pulumi
+has none for objects: {objects}. The program
 then validates the whole stack at once: unknown or misspelt keys (nested ones too), ranges, and the
 rules between keys below. `tests/rules/pulumi_project.py` ports the CLI's rules from its source and runs
 them on every stack in `make test`.
@@ -174,7 +174,8 @@ def render() -> str:
         if field.alias in stack_keys():
             rows.append(f"| `mlfleet:{field.alias}` | {_default(field)} | {field.description} |")
     header = HEADER.format(required=quoted,
-                           undeclared=", ".join(f"`{key}`" for key in undeclared_keys()))
+                           undeclared=", ".join(f"`{key}`" for key in undeclared_keys()),
+                           objects=", ".join(f"`{key}`" for key, d in declarations().items() if "type" not in d))
     errors = ERRORS.format(missing=PULUMI_MISSING_KEY, wrong_type=PULUMI_WRONG_TYPE, bad_stack=BAD_STACK,
                            model_error=model_error_example())
     return header + "\n".join(rows) + "\n" + errors + FOOTER
