@@ -591,7 +591,7 @@ class StackConfig(_Model):
         if budget is not None and budget <= 0:
             raise ValueError(
                 f"{budget} is not a budget: it must be a positive number of dollars, or left unset so that the "
-                "budget is derived from the fleets' worst-case monthly cost at their caps"
+                "budget is the worst case the caps allow for a month (the fleets at maxInstances, at most maxHourlyUsd)"
             )
         return budget
 

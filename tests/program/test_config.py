@@ -127,7 +127,7 @@ BAD_CASES = [
     pytest.param({"alertEmails": ["ml@example.com", "ML@Example.com"]},
                  ["mlfleet:alertEmails: lists ml@example.com more than once"], id="same-email-in-another-case"),
     pytest.param({"monthlyBudgetUsd": "0"}, ["mlfleet:monthlyBudgetUsd: 0 is not a budget",
-                                             "left unset so that the budget is derived from the fleets' worst-case"],
+                                             "left unset so that the budget is the worst case the caps allow for a month"],
                  id="zero-budget"),
     pytest.param({"monthlyBudgetUsd": "-100"}, ["mlfleet:monthlyBudgetUsd: -100 is not a budget"], id="negative-budget"),
     pytest.param({"jobMaxAttempts": str(MAX_ATTEMPTS_LIMIT + 5)},
