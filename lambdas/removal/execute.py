@@ -158,8 +158,10 @@ def remove(candidates: Sequence[Candidate], scope: Scope, *, registered: Mapping
         groups = read_groups(scope.region, scope.asg_names, with_tags=True)
     except AWS_ERRORS as error:
         reason = _error("read-groups", None, error, region=scope.region)
-        for c in mine:
+        for c in mine:  # one line per machine, as for any candidate dropped
             outcome.dropped[c.instance_id] = f"groups unreadable: {reason}"
+            log_decision("removal-dropped", instance_id=c.instance_id, asg=c.asg_name, method=c.method,
+                         reason=outcome.dropped[c.instance_id], dry_run=scope.dry_run)
         return outcome
 
     resumes = decide.to_resume(groups.values(), scope.method, now, scope.adopt_after)
@@ -431,8 +433,9 @@ def _terminate(ec2, ecs, scope: Scope, targets: list[_Target], lease_left: Calla
         groups = read_groups(scope.region, sorted({t.asg_name for t in targets}), with_tags=False)
     except AWS_ERRORS as error:
         reason = _error("read-groups", None, error, region=scope.region)
-        for t in targets:
+        for t in targets:  # one line per machine: drained and tagged, the next run resumes it
             outcome.left[t.instance_id] = f"groups unreadable before the terminate ({reason}); drained, tagged"
+            log_decision("removal-deferred", instance_id=t.instance_id, asg=t.asg_name, reason=outcome.left[t.instance_id])
         return
     autoscaling = client("autoscaling", scope.region)
     done: dict[str, int] = {}

@@ -361,3 +361,20 @@ def test_each_call_the_executor_makes_is_one_the_fault_matrix_covers(fleet_aws):
     made = record_calls(("autoscaling", FLEET_REGION), ("ec2", FLEET_REGION), ("ecs", FLEET_REGION), ("dynamodb", HOME))
     run(world, world.ids[0], world.ids[1], budget_percent=100)
     assert set(made) == {(s, o) for s, o, _ in CALLS}, set(made) ^ {(s, o) for s, o, _ in CALLS}
+
+
+@pytest.mark.parametrize(("skip", "decision", "why"), [
+    (0, "removal-dropped", "groups unreadable"),  # the read before validation: nothing tagged or drained
+    (1, "removal-deferred", "groups unreadable before the terminate"),  # the read right before the terminate
+], ids=["before-validation", "before-the-terminate"])
+def test_groups_unreadable_each_machine_gets_its_line_with_the_reason(fleet_aws, caplog, skip, decision, why):
+    """docs/removal.md: one structured line per decision, so that `filter instance_id = ...` answers why a
+    machine was not removed. A group read that fails logs one removal-error without any machine; each
+    machine it stops must still get its own line (dropped before the drain, deferred before the terminate)."""
+    world = build(size=3)
+    machine = world.ids[0]
+    inject("autoscaling", "DescribeAutoScalingGroups", FAULTS["throttle"], skip=skip)
+    outcome = run(world, machine)
+    assert outcome.terminated == [] and why in {**outcome.dropped, **outcome.left}[machine]
+    lines = [d for d in decisions(caplog) if d.get("instance_id") == machine and d["decision"] == decision]
+    assert len(lines) == 1 and why in lines[0]["reason"], decisions(caplog)
