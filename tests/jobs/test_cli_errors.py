@@ -42,6 +42,9 @@ def ledger() -> L.Ledger:
     ("bad.json", '{"image": "x",\n "gpus": }', "bad.json:2:10: not valid JSON: Expecting value"),
     ("list.yaml", "- image: x\n", "list.yaml: holds a list, not a mapping of image, command"),
     ("empty.yaml", "", "empty.yaml: is empty; a job spec is a mapping of image, command"),
+    # Regression: two lines, the second 'in "<unicode string>", position 17' (no line or column).
+    ("control.yaml", "image: x\ngpus: 1\x08\n",
+     "control.yaml:2:8: not valid YAML: character #x0008: special characters are not allowed"),
 ])
 def test_a_malformed_spec_file_is_one_message_with_file_line_and_column(tmp_path, name, text, message):
     error = one_error_for_spec_file(tmp_path, name, text)

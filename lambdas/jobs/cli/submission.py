@@ -138,6 +138,11 @@ def _yaml(path: str, text: str):
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
         context = f" ({error.context})" if error.context and error.problem else ""
         raise CliError(f"{where}: not valid YAML: {error.problem or error.context}{context}") from None
+    except yaml.reader.ReaderError as error:
+        # A character YAML does not allow (a control character): PyYAML gives its position in the text, not a mark.
+        line, column = text.count("\n", 0, error.position) + 1, error.position - text.rfind("\n", 0, error.position)
+        raise CliError(f"{path}:{line}:{column}: not valid YAML: character #x{error.character:04x}: "
+                       f"{error.reason}") from None
     except yaml.YAMLError as error:
         raise CliError(f"{path}: not valid YAML: {error}") from None
     except RecursionError:
