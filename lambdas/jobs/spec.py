@@ -287,10 +287,10 @@ def parse_spec(document: Mapping, *, fleet_regions: Sequence[str], catalog: Cata
     environment_values = _named_values(problems, document, "environment", "string value")
     for name, value in environment_values.items():
         if problem := _name_problem("environment", name):
-            problems.append(problem)
-        if not isinstance(value, str):
+            problems.append(problem)  # the name alone: a value after a name that is none is no variable
+        elif not isinstance(value, str):
             problems.append(f"environment {name}={value!r}: value must be a string")
-        elif isinstance(name, str) and (problem := credential_problem(name, value, environment)):
+        elif problem := credential_problem(name, value, environment):
             problems.append(problem)
 
     secret_refs = _named_values(problems, document, "secrets", "an SSM parameter or secret reference")
@@ -754,7 +754,7 @@ def parse_sweep(value, where: str = "sweep") -> dict[str, list[str]]:
             values = [values]
         if not isinstance(values, (list, tuple)) or not all(
                 isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in values):
-            problems.append(f"{where}.{name}={values!r}: must be a list of strings or numbers (quote true/false/yes/no)")
+            problems.append(f"{where}.{_shown(name)}={values!r}: must be a list of strings or numbers (quote true/false/yes/no)")
             continue
         sweep[str(name)] = [str(v) for v in values]
     if problems:
@@ -821,10 +821,10 @@ def expand(spec: JobSpec, *, sweep: Mapping[str, Sequence[str]] | None = None, b
         if name in ("start", "end") and batches is not None:
             problems.append(f"sweep parameter {name!r}: reserved for --batches")
         if not values:
-            problems.append(f"sweep parameter {name}: has no values")
+            problems.append(f"sweep parameter {_shown(name)}: has no values")
         repeated = [v for v, n in Counter(values).items() if n > 1]
         if repeated:
-            problems.append(f"sweep parameter {name}: {', '.join(map(repr, repeated))} given twice (it would "
+            problems.append(f"sweep parameter {_shown(name)}: {', '.join(map(repr, repeated))} given twice (it would "
                             "queue the same job twice)")
     if batches is not None:
         for key, names in (("environment", spec.environment), ("secrets", spec.secrets)):

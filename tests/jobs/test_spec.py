@@ -322,6 +322,18 @@ def test_a_sweep_value_given_twice_is_refused():
         expand(parse(command=["train", "{lr}"]), sweep={"lr": ["0.1", "0.01", "0.1"]})
 
 
+def test_a_sweep_parameter_or_variable_that_is_no_name_is_named_on_one_line():
+    """Regression: a name with a line break was printed as it is ('sweep parameter a\nb: has no values',
+    'environment \n=1: value must be a string'), breaking the problem over two lines."""
+    with pytest.raises(SpecError) as refused:
+        expand(parse(command=["train"]), sweep={"a\nb": []})
+    assert refused.value.problems == ("sweep parameter 'a\\nb': must be a name like lr or batch_size",
+                                      "sweep parameter 'a\\nb': has no values")
+    with pytest.raises(SpecError) as refused:
+        parse(environment={"\n": 1})
+    assert refused.value.problems == ("environment key '\\n': not a valid variable name",)
+
+
 def test_a_spec_file_sweep_becomes_strings():
     assert parse_sweep({"lr": [0.1, 0.01], "model": ["a", "b"], "seed": 7}) == {
         "lr": ["0.1", "0.01"], "model": ["a", "b"], "seed": ["7"]}
@@ -331,6 +343,8 @@ def test_a_spec_file_sweep_becomes_strings():
     ([1, 2], "must be a mapping"),
     ({"flag": [True, False]}, "sweep.flag=[True, False]: must be a list of strings or numbers (quote"),
     ({"x": [{"a": 1}]}, "sweep.x"),
+    # Regression: the name as it was, its line break splitting the message ('sweep.\n=None').
+    ({"\n": None}, "sweep.'\\n'=None: must be a list"),
 ])
 def test_a_spec_file_sweep_that_is_not_lists_of_values_is_refused(value, fragment):
     with pytest.raises(SpecError, match=re.escape(fragment)):
