@@ -67,6 +67,9 @@ CHECKPOINT_INTERVAL_LIMIT_MINUTES = 1440
 KEYS = ("image", "command", "environment", "secrets", "gpus", "gpu_memory_mib", "gpu_compute_percent", "vcpus",
         "memory_mib", "instance_type_pattern", "regions", "lifecycle", "max_attempts", "checkpoint_interval_minutes",
         "retry_on_exit_codes", "team", "priority", "notify", "expected_runtime_s")
+# DynamoDB's smallest positive number ("Positive range: 1E-130 to 9.9999999999999999999999999999999999999E+125",
+# the DynamoDB developer guide, "Data types"): a float spec value below it cannot be written to the ledger.
+SMALLEST_NUMBER = 1e-130
 # A runtime estimate beyond this is a typo (minutes given as seconds twice over), not a plan.
 MAX_EXPECTED_RUNTIME_S = 90 * 86_400
 # Keys of a spec file that belong to the submission, not to each job: `sweep: {name: [values]}`.
@@ -208,6 +211,11 @@ def _number(problems: list[str], key: str, value, kind, minimum, *, inclusive: b
     # An integer past float's range (vcpus: 1e400 written out) cannot be held, let alone be a size.
     if kind is float and abs(value) > sys.float_info.max:
         problems.append(f"{key}={value!r}: too large")
+        return None
+    # The ledger keeps the spec in DynamoDB, whose numbers reach down to 1E-130 (boto3 refuses 1e-300 with
+    # decimal.Underflow, after the submission id was printed); no size or time is that small anyway.
+    if kind is float and 0 < abs(value) < SMALLEST_NUMBER:
+        problems.append(f"{key}={value!r}: too small (the ledger stores numbers from {SMALLEST_NUMBER:g})")
         return None
     if (value < minimum) if inclusive else (value <= minimum):
         problems.append(f"{key}={value!r}: must be {'>=' if inclusive else '>'} {minimum}")

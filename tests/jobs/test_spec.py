@@ -443,6 +443,9 @@ def test_ecr_public_without_a_cache_is_unreachable_without_egress():
     ({"vcpus": float("nan")}, "vcpus=nan: must be a finite number"),
     ({"expected_runtime_s": float("nan")}, "expected_runtime_s=nan: must be a finite number"),
     ({"instance_type_pattern": "g5{99999999999}"}, "instance_type_pattern='g5{99999999999}': not a regular expression"),
+    # Found by the spec-file property: accepted, then boto3 raised decimal.Underflow writing it to the ledger.
+    ({"vcpus": 1e-300}, "vcpus=1e-300: too small (the ledger stores numbers from 1e-130)"),
+    ({"expected_runtime_s": 5e-324}, "expected_runtime_s=5e-324: too small"),
     ({"instance_type_pattern": "(" * 5000 + ")" * 5000}, "not a regular expression"),
 ])
 def test_numbers_and_patterns_python_cannot_hold_are_refused_by_key(changes, fragment):
