@@ -101,11 +101,23 @@ _JOB_ID = re.compile(r"(sub-\d{14}-[0-9a-f]{6})-(\d{5})")
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_.-]+")
 
 
+# A problem is shown whole up to this many characters. A longer one (a spec file's 240 KB value echoed) keeps
+# its beginning, the key and the start of its value, and its end, what is wrong; the middle is left out.
+PROBLEM_CHARS = 1000
+
+
+def _brief(problem: str) -> str:
+    if len(problem) <= PROBLEM_CHARS:
+        return problem
+    keep = PROBLEM_CHARS // 2
+    return f"{problem[:keep]} ... ({len(problem) - 2 * keep:,} characters left out) ... {problem[-keep:]}"
+
+
 class SpecError(ValueError):
     """A job spec or an expansion is invalid; `problems` lists every bad key with its value."""
 
     def __init__(self, problems: Sequence[str]):
-        self.problems = tuple(problems)
+        self.problems = tuple(_brief(problem) for problem in problems)
         super().__init__("invalid job spec:\n  - " + "\n  - ".join(self.problems))
 
 

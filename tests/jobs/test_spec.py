@@ -453,6 +453,16 @@ def test_numbers_and_patterns_python_cannot_hold_are_refused_by_key(changes, fra
         parse(**changes)
 
 
+def test_a_huge_value_is_shown_by_its_beginning_and_end_not_echoed_whole():
+    """Regression (found by the spec-file property): a spec file's 240 KB value was echoed whole, the key and
+    what is wrong with it 240 KB apart on one line of the error."""
+    with pytest.raises(SpecError) as refused:
+        parse(lifecycle="ab" * 120_000)
+    (problem,) = refused.value.problems
+    assert problem.startswith("lifecycle='abab") and problem.endswith("abab': must be one of spot, on-demand")
+    assert " ... (239,044 characters left out) ... " in problem and len(problem) < 1100
+
+
 @pytest.mark.parametrize("regions", [[["us-east-1"]], [{}], ["eu-west-9"]])
 def test_a_region_that_is_not_a_name_is_refused_by_key_against_the_stacks_fleets(regions):
     """Regression: `regions: [[us-east-1]]` (YAML nesting) raised TypeError (unhashable) where the stack's fleet
