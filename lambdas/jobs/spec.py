@@ -866,7 +866,11 @@ def expand(spec: JobSpec, *, sweep: Mapping[str, Sequence[str]] | None = None, b
     for name in names:
         count *= len(sweep[name])
     if count > MAX_JOBS_PER_SUBMISSION:
-        raise SpecError([f"submission expands into {count} jobs, more than {MAX_JOBS_PER_SUBMISSION} per submission"])
+        keys = " and ".join(["sweep"] * bool(names) + ["batches"] * (batches is not None))
+        factors = [*(f"{len(sweep[name])} values of {name}" for name in names),
+                   *([f"{len(ranges):,} ranges of {batches}"] if batches is not None else [])]
+        raise SpecError([f"{keys}: {' x '.join(factors)} make {count:,} jobs, more than {MAX_JOBS_PER_SUBMISSION:,} "
+                         "per submission"])
     jobs, credentials = [], []
     for combo in itertools.product(*(sweep[n] for n in names)):
         for batch in ranges:

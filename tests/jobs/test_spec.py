@@ -183,9 +183,17 @@ def test_batches_past_the_submission_cap_are_refused_before_their_ranges_are_lis
 
 def test_sweep_times_batches_and_the_submission_cap():
     assert len(expand(parse(command=["run", "{lr}"]), sweep={"lr": ["1", "2", "3"]}, batches="0:10:5")) == 6
-    with pytest.raises(SpecError, match="more than 10000"):
+    # Regression (found by the spec-file property): the problem named neither the sweep nor the batches
+    # ('submission expands into 20000 jobs, more than 10000 per submission').
+    with pytest.raises(SpecError) as refused:
         expand(parse(command=["run", "{a}", "{b}"]), sweep={"a": [str(i) for i in range(200)],
                                                             "b": [str(i) for i in range(51)]})
+    assert refused.value.problems == (
+        "sweep: 200 values of a x 51 values of b make 10,200 jobs, more than 10,000 per submission",)
+    with pytest.raises(SpecError) as refused:
+        expand(parse(command=["run", "{s}"]), sweep={"s": [str(i) for i in range(200)]}, batches="0:100:1")
+    assert refused.value.problems == (
+        "sweep and batches: 200 values of s x 100 ranges of 0:100:1 make 20,000 jobs, more than 10,000 per submission",)
 
 
 @given(st.dictionaries(st.from_regex(r"[a-z]{1,6}", fullmatch=True),
