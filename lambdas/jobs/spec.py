@@ -770,6 +770,11 @@ def parse_sweep(value, where: str = "sweep") -> dict[str, list[str]]:
         raise SpecError([f"{where}={value!r}: must be a mapping of parameter name to a list of values"])
     problems, sweep = [], {}
     for name, values in value.items():
+        if isinstance(name, bool) or name is None:
+            # `on: [...]` would be parameter "True", and overwrite a parameter "True" given beside it.
+            problems.append(f"{where}.{name}: not a parameter name (YAML reads yes, no, on, off, true, false and null "
+                            "as values: quote it)")
+            continue
         if isinstance(values, (str, int, float)) and not isinstance(values, bool):
             values = [values]
         if not isinstance(values, (list, tuple)) or not all(

@@ -330,6 +330,16 @@ def test_a_sweep_value_given_twice_is_refused():
         expand(parse(command=["train", "{lr}"]), sweep={"lr": ["0.1", "0.01", "0.1"]})
 
 
+def test_a_sweep_parameter_yaml_reads_as_a_boolean_is_refused_not_merged_into_another():
+    """Regression (found writing the spec-file property): `sweep: {on: [1, 2], "True": [3]}` became one parameter
+    "True" with the values [3], the 1 and 2 dropped without a word."""
+    with pytest.raises(SpecError) as refused:
+        parse_sweep({True: [1, 2], "True": [3], None: [4]})
+    assert refused.value.problems == (
+        "sweep.True: not a parameter name (YAML reads yes, no, on, off, true, false and null as values: quote it)",
+        "sweep.None: not a parameter name (YAML reads yes, no, on, off, true, false and null as values: quote it)")
+
+
 def test_a_sweep_parameter_or_variable_that_is_no_name_is_named_on_one_line():
     """Regression: a name with a line break was printed as it is ('sweep parameter a\nb: has no values',
     'environment \n=1: value must be a string'), breaking the problem over two lines."""
