@@ -48,9 +48,10 @@ def paths(document, prefix=()) -> list[tuple]:
 
 
 @st.composite
-def perturbed(draw, valid, values: st.SearchStrategy, times: int = 3):
+def perturbed(draw, valid, values: st.SearchStrategy, times: int = 3, keys: st.SearchStrategy = st.text(max_size=12)):
     """`valid` with 1 to `times` changes, each at a path drawn from the document as it then is: the key
-    dropped, its value replaced by one of `values` or wrapped in a list, or a key (an item) added beside it."""
+    dropped, its value replaced by one of `values` or wrapped in a list, or a key (one of `keys`; an item)
+    added beside it."""
     document = copy.deepcopy(valid)
     for _ in range(draw(st.integers(1, times))):
         where = paths(document)
@@ -68,7 +69,7 @@ def perturbed(draw, valid, values: st.SearchStrategy, times: int = 3):
         elif change == "wrap":
             parent[path[-1]] = [parent[path[-1]]]
         elif isinstance(parent, dict):
-            parent[draw(st.text(max_size=12))] = draw(values)
+            parent[draw(keys)] = draw(values)
         else:
             parent.append(draw(values))
     return document
