@@ -3,8 +3,9 @@
 Plain:  submit_s,duration_s,gpus,vcpus,memory_mib[,instance_type][,submission][,gpu_memory_mib]
         (instance_type: a regex, full match; submission: jobs sharing it are one sweep or batch range;
         gpu_memory_mib > 0 with gpus 0: the job shares one GPU, asking that much of its memory)
-openb:  name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec[,qos,pod_phase][,creation_time,deletion_time,
-        scheduled_time]   (a pod list without the time columns has no times: it runs in snapshot mode)
+openb:  name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec][,qos,pod_phase][,creation_time,deletion_time,
+        scheduled_time], in any order   (a pod list without the time columns has no times: it runs in
+        snapshot mode; the publishers' multigpu lists have the first five columns alone)
 
 openb mapping: submit = creation_time; duration = deletion_time - scheduled_time when the pod was
 scheduled, else deletion_time - creation_time (it waited that long and was then removed); vCPUs =
@@ -28,7 +29,8 @@ from pathlib import Path
 
 PLAIN = ("submit_s", "duration_s", "gpus", "vcpus", "memory_mib")
 PLAIN_OPTIONAL = {"instance_type", "submission", "gpu_memory_mib"}
-OPENB = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec")
+# gpu_spec is not required: the publishers' multigpu20..50 lists have only these five columns.
+OPENB = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 OPENB_TIMES = ("creation_time", "deletion_time", "scheduled_time")
 # openb GPU models (its node list: T4, V100M16, V100M32, A10, P100, G2, G3) on the AWS families with them.
 # AWS sells an A10 variant, the A10G (g5, 24 GB like the A10); P100, G2 and G3 it does not.

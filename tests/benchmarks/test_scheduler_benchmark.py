@@ -49,6 +49,23 @@ def test_openb_mapping(tmp_path):
     assert by_id["p5"].instance_type_pattern == r"(?:g5\..*)"
 
 
+
+def test_the_publishers_five_column_pod_lists_run_in_snapshot_mode(tmp_path, capsys):
+    # The first rows of alibaba/clusterdata's openb_pod_list_multigpu50.csv (multigpu20 has the same header):
+    # no gpu_spec, qos, phase or times.
+    path = write(tmp_path, "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+                 "openb-pod-0000,12000,16384,1,1000\nopenb-pod-0001,6000,12288,1,460\n"
+                 "openb-pod-0005,20000,65536,0,0\nopenb-pod-0017,88000,327680,8,1000\n"
+                 "openb-pod-0422,17400,43008,2,1000\n")
+    trace = read_trace(path)
+    assert trace.format == "openb" and not trace.timed and trace.excluded == {"no_gpu": 1}
+    assert [(j.job_id, j.gpus, j.instance_type_pattern) for j in trace.jobs] == [
+        ("openb-pod-0000", 1, None), ("openb-pod-0001", 1, None), ("openb-pod-0017", 8, None),
+        ("openb-pod-0422", 2, None)]
+    result = run_json(capsys, "--trace", str(path), "--mode", "replay", "--share-fractional-gpus")
+    assert result["mode"] == "snapshot" and "mode_note" in result and result["jobs"] == 4
+    assert all(f["jobs_completed"] == 4 for f in result["strategies"].values())
+
 def test_plain_format_with_instance_type_column(tmp_path):
     trace = read_trace(write(tmp_path, "submit_s,duration_s,gpus,vcpus,memory_mib,instance_type\n0,60,1,4,8192,g5\\..*\n"))
     assert trace.format == "plain" and trace.jobs[0].instance_type_pattern == r"g5\..*"
