@@ -102,10 +102,17 @@ def read_trace(path: Path, limit: int | None = None, *, share_fractional: bool =
                              f"({','.join(PLAIN)}[,instance_type][,submission]) nor the openb pod list")
         timed = kind == "plain" or set(OPENB_TIMES[:2]) <= set(header)
         trace = Trace(str(path), kind, [], timed=timed)
+        names: dict[str, int] = {}  # openb pod name -> its line
         for line, row in enumerate(reader, start=2):
             if not row:
                 continue
             values = dict(zip(header, row))
+            if kind == "openb":  # the name is the job's id: two pods of one name would be one job, silently
+                name = values["name"].strip()
+                if not name or name in names:
+                    raise TraceError(f"{path}: line {line}, column name: " + (
+                        f"{name!r} is the name of the pod on line {names[name]} too" if name else "empty"))
+                names[name] = line
             try:
                 job = _plain(values, line) if kind == "plain" else _openb(
                     values, line, trace.excluded, timed, reference_gpu_memory_mib if share_fractional else 0)
@@ -177,6 +184,6 @@ def _openb(values: dict, line: int, excluded: Counter, timed: bool, reference_gp
         scheduled = values.get("scheduled_time", "").strip()
         start = _number(values, "scheduled_time", line) if scheduled else created
         duration = max(1.0, deleted - start)
-    return TraceJob(values["name"], created, duration, gpus,
+    return TraceJob(values["name"].strip(), created, duration, gpus,
                     _number(values, "cpu_milli", line) / 1000, _number(values, "memory_mib", line, int), pattern,
                     gpu_memory_mib=gpu_memory, gpu_fraction=fraction)

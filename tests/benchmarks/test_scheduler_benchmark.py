@@ -81,6 +81,11 @@ def test_plain_format_with_instance_type_column(tmp_path):
     ("submit_s,duration_s,gpus,vcpus,memory_mib\n-Infinity,60,1,4,8192\n", "line 2, column submit_s: '-Infinity' is not a finite"),
     ("submit_s,duration_s,gpus,vcpus,memory_mib,instance_type\n0,60,1,4,8192,g5.*\n0,60,1,4,8192,[g5\n",
      "line 3, column instance_type: '[g5' is not a regular expression"),
+    # The name is the job's id: a second pod of one name was merged into the first, silently, and every
+    # strategy ended fewer jobs than the run reported.
+    (OPENB_HEADER + "\np0,4000,8192,1,1000,,LS,Running,0,60,0\np0,4000,8192,2,1000,,LS,Running,5,90,5\n",
+     "line 3, column name: 'p0' is the name of the pod on line 2 too"),
+    (OPENB_HEADER + "\n,4000,8192,1,1000,,LS,Running,0,60,0\n", "line 2, column name: empty"),
 ])
 def test_bad_traces_name_file_line_and_column(tmp_path, text, fragment):
     path = write(tmp_path, text)
