@@ -90,16 +90,53 @@ class Trace:
 
 def read_trace(path: Path, limit: int | None = None, *, share_fractional: bool = False,
                reference_gpu_memory_mib: int = 0) -> Trace:
-    with Path(path).open(newline="") as handle:
-        reader = csv.reader(handle)
+    try:
+        return _read(path, limit, share_fractional, reference_gpu_memory_mib)
+    except UnicodeDecodeError:
+        raise TraceError(_undecodable(path)) from None
+
+
+def _undecodable(path: Path) -> str:
+    """Where a trace is not UTF-8: the decoder reads ahead in blocks, so its own position names no line."""
+    with Path(path).open("rb") as handle:
+        header = handle.readline().decode("utf-8-sig", "replace").strip().split(",")
+        handle.seek(0)
+        for line, raw in enumerate(handle, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                column = raw[:error.start].count(b",")
+                where = f", column {header[column].strip()}" if line > 1 and column < len(header) else ""
+                return (f"{path}: line {line}{where}: byte {raw[error.start]:#04x} is not UTF-8 text "
+                        "(save the trace as UTF-8)")
+    return f"{path}: not UTF-8 text"
+
+
+def _records(path: Path, reader):
+    try:
+        yield from reader
+    except csv.Error as error:  # a field past the csv module's limit (an unclosed quote reads to the end)
+        raise TraceError(f"{path}: line {reader.line_num}: {error}") from None
+
+
+def _read(path: Path, limit: int | None, share_fractional: bool, reference_gpu_memory_mib: int) -> Trace:
+    # utf-8-sig: a byte-order mark (spreadsheet exports) is not part of the first column's name.
+    with Path(path).open(newline="", encoding="utf-8-sig") as handle:
+        reader = _records(path, csv.reader(handle))
         header = tuple(h.strip() for h in next(reader, ()))
+        if not any(header):
+            raise TraceError(f"{path}: line 1: no header (the file is empty or starts with a blank line)")
+        repeated = sorted(c for c, n in Counter(header).items() if n > 1)
+        if repeated:
+            raise TraceError(f"{path}: line 1: column {', '.join(map(repr, repeated))} more than once in the header")
         if header[:5] == PLAIN and set(header[5:]) <= PLAIN_OPTIONAL:
             kind = "plain"
         elif set(OPENB) <= set(header):
             kind = "openb"
         else:
             raise TraceError(f"{path}: line 1: header {','.join(header)!r} is neither the plain format "
-                             f"({','.join(PLAIN)}[,instance_type][,submission]) nor the openb pod list")
+                             f"({','.join(PLAIN)}[,instance_type][,submission][,gpu_memory_mib]) nor the openb "
+                             f"pod list ({','.join(OPENB)}[,...])")
         timed = kind == "plain" or set(OPENB_TIMES[:2]) <= set(header)
         trace = Trace(str(path), kind, [], timed=timed)
         names: dict[str, int] = {}  # openb pod name -> its line

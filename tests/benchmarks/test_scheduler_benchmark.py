@@ -94,6 +94,32 @@ def test_bad_traces_name_file_line_and_column(tmp_path, text, fragment):
     assert fragment in str(error.value)
 
 
+
+PLAIN_ROW = b"submit_s,duration_s,gpus,vcpus,memory_mib\n0,60,1,4,8192\n"
+
+
+@pytest.mark.parametrize(("data", "fragment"), [
+    (b"", "line 1: no header"),
+    (PLAIN_ROW + b"0,60,1,4,8192\xe9\n", "line 3, column memory_mib: byte 0xe9 is not UTF-8"),  # a Latin-1 export
+    (PLAIN_ROW + b'0,60,1,4,"' + b"8" * 140_000 + b"\n", "line 3: field larger than field limit"),
+    (b"name,cpu_milli,name,memory_mib,num_gpu,gpu_milli\n", "line 1: column 'name' more than once"),
+])
+def test_unreadable_traces_are_one_error_naming_file_and_line(tmp_path, capsys, data, fragment):
+    """Bytes that are not a CSV of UTF-8 text stopped the run with a traceback (UnicodeDecodeError, csv.Error)."""
+    path = tmp_path / "trace.csv"
+    path.write_bytes(data)
+    assert main(["--trace", str(path), "--json"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"error: {path}: ") and fragment in error and error.count("\n") == 1
+
+
+def test_a_byte_order_mark_is_not_part_of_the_header(tmp_path):
+    path = tmp_path / "trace.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + OPENB_HEADER.replace(",", ", ").encode() + b"\r\n"
+                     b"p0,4000,8192,1,1000,,LS,Running,0,60,0\r\n")
+    trace = read_trace(path)
+    assert trace.format == "openb" and [(j.job_id, j.duration_s) for j in trace.jobs] == [("p0", 60)]
+
 def test_bounds_on_a_hand_computed_case():
     types = [t for t in instance_types(load_catalog(), "us-east-1") if t.name == "g4dn.xlarge"]
     price = types[0].price
