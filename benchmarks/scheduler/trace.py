@@ -113,8 +113,12 @@ def _undecodable(path: Path) -> str:
 
 
 def _records(path: Path, reader):
+    """Each row with the line it starts on (a quoted value may hold line breaks)."""
     try:
-        yield from reader
+        line = 1
+        for row in reader:
+            yield line, row
+            line = reader.line_num + 1
     except csv.Error as error:  # a field past the csv module's limit (an unclosed quote reads to the end)
         raise TraceError(f"{path}: line {reader.line_num}: {error}") from None
 
@@ -123,7 +127,7 @@ def _read(path: Path, limit: int | None, share_fractional: bool, reference_gpu_m
     # utf-8-sig: a byte-order mark (spreadsheet exports) is not part of the first column's name.
     with Path(path).open(newline="", encoding="utf-8-sig") as handle:
         reader = _records(path, csv.reader(handle))
-        header = tuple(h.strip() for h in next(reader, ()))
+        header = tuple(h.strip() for h in next(reader, (1, ()))[1])
         if not any(header):
             raise TraceError(f"{path}: line 1: no header (the file is empty or starts with a blank line)")
         repeated = sorted(c for c, n in Counter(header).items() if n > 1)
@@ -140,9 +144,14 @@ def _read(path: Path, limit: int | None, share_fractional: bool, reference_gpu_m
         timed = kind == "plain" or set(OPENB_TIMES[:2]) <= set(header)
         trace = Trace(str(path), kind, [], timed=timed)
         names: dict[str, int] = {}  # openb pod name -> its line
-        for line, row in enumerate(reader, start=2):
+        for line, row in reader:
             if not row:
                 continue
+            if len(row) != len(header):  # zip would read a short row's last columns as empty, and drop extras
+                raise TraceError(f"{path}: line {line}" + (
+                    f", column {header[len(row)]}: missing" if len(row) < len(header) else
+                    f", column {len(header) + 1}: more fields than the header's") +
+                    f" ({len(row)} fields, the header has {len(header)}; a value with a comma must be quoted)")
             values = dict(zip(header, row))
             if kind == "openb":  # the name is the job's id: two pods of one name would be one job, silently
                 name = values["name"].strip()

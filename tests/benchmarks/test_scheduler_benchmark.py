@@ -86,6 +86,14 @@ def test_plain_format_with_instance_type_column(tmp_path):
     (OPENB_HEADER + "\np0,4000,8192,1,1000,,LS,Running,0,60,0\np0,4000,8192,2,1000,,LS,Running,5,90,5\n",
      "line 3, column name: 'p0' is the name of the pod on line 2 too"),
     (OPENB_HEADER + "\n,4000,8192,1,1000,,LS,Running,0,60,0\n", "line 2, column name: empty"),
+    # A short row's last columns were read as empty (a pod that ran became one never scheduled), extra fields
+    # were dropped, and an unclosed quote made the rest of the file one value of one pod, silently.
+    (OPENB_HEADER + "\np0,4000,8192,1,1000,,LS,Running,0,60\n", "line 2, column scheduled_time: missing (10 fields"),
+    ("submit_s,duration_s,gpus,vcpus,memory_mib\n0,60,1,4,8192,g5.*\n", "line 2, column 6: more fields"),
+    ('submit_s,duration_s,gpus,vcpus,memory_mib,submission\n0,60,1,4,8192,"a\nb"\n0,60,1,x,8192,c\n',
+     "line 4, column vcpus: 'x' is not a number"),  # the line a row starts on, after a value with a line break
+    (OPENB_HEADER + '\np0,4000,8192,1,1000,"T4,LS,Running,0,60,0\np1,4000,8192,1,1000,,LS,Running,0,60,0\n',
+     "line 2, column qos: missing (6 fields"),
 ])
 def test_bad_traces_name_file_line_and_column(tmp_path, text, fragment):
     path = write(tmp_path, text)
