@@ -229,7 +229,14 @@ def _openb(values: dict, line: int, excluded: Counter, timed: bool, reference_gp
         deleted = _number(values, "deletion_time", line)
         scheduled = values.get("scheduled_time", "").strip()
         start = _number(values, "scheduled_time", line) if scheduled else created
-        duration = max(1.0, deleted - start)
+        # Times out of order make no duration: max(1, negative) would run such a pod for a second, silently.
+        for column, value, earlier, before in (("scheduled_time", start, "creation_time", created),
+                                               ("deletion_time", deleted, "scheduled_time" if scheduled
+                                                else "creation_time", start)):
+            if value < before:
+                raise TraceError(f"line {line}, column {column}: {values[column].strip()!r} is before "
+                                 f"{earlier} {values[earlier].strip()!r}")
+        duration = max(1.0, deleted - start)  # deleted the second it was scheduled: the simulation's shortest job
     return TraceJob(values["name"].strip(), created, duration, gpus,
                     _number(values, "cpu_milli", line) / 1000, _number(values, "memory_mib", line, int), pattern,
                     gpu_memory_mib=gpu_memory, gpu_fraction=fraction)

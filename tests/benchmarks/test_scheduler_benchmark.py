@@ -90,6 +90,13 @@ def test_plain_format_with_instance_type_column(tmp_path):
     # were dropped, and an unclosed quote made the rest of the file one value of one pod, silently.
     (OPENB_HEADER + "\np0,4000,8192,1,1000,,LS,Running,0,60\n", "line 2, column scheduled_time: missing (10 fields"),
     ("submit_s,duration_s,gpus,vcpus,memory_mib\n0,60,1,4,8192,g5.*\n", "line 2, column 6: more fields"),
+    # Times out of order ran the pod for 1 s, silently.
+    (OPENB_HEADER + "\np0,4000,8192,1,1000,,LS,Running,100,150,200\n", "line 2, column deletion_time: '150' is "
+     "before scheduled_time '200'"),
+    (OPENB_HEADER + "\np0,4000,8192,1,1000,,LS,Pending,300,200,\n", "line 2, column deletion_time: '200' is "
+     "before creation_time '300'"),
+    (OPENB_HEADER + "\np0,4000,8192,1,1000,,LS,Running,300,400,200\n", "line 2, column scheduled_time: '200' is "
+     "before creation_time '300'"),
     ('submit_s,duration_s,gpus,vcpus,memory_mib,submission\n0,60,1,4,8192,"a\nb"\n0,60,1,x,8192,c\n',
      "line 4, column vcpus: 'x' is not a number"),  # the line a row starts on, after a value with a line break
     (OPENB_HEADER + '\np0,4000,8192,1,1000,"T4,LS,Running,0,60,0\np1,4000,8192,1,1000,,LS,Running,0,60,0\n',
