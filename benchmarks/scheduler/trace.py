@@ -215,10 +215,13 @@ def _openb(values: dict, line: int, excluded: Counter, timed: bool, reference_gp
     if fraction is not None and reference_gpu_memory_mib:
         gpus, gpu_memory = 0, max(1, reference_gpu_memory_mib * milli // 1000)
     spec = values.get("gpu_spec", "").strip()
+    if spec.lower() == "nan":  # the publishers' README writes no constraint as pandas does: `nan`
+        spec = ""
     pattern = None
     if spec:
         # Each model once: the publishers' gpuspec33 variant names one twice (`V100M16|V100M32|V100M32`).
-        models = list(dict.fromkeys(GPU_MODEL_PATTERNS[m] for m in spec.split("|") if m in GPU_MODEL_PATTERNS))
+        models = list(dict.fromkeys(GPU_MODEL_PATTERNS[m.strip()] for m in spec.split("|")
+                                    if m.strip() in GPU_MODEL_PATTERNS))
         if not models:
             excluded[f"gpu_spec_without_aws_equivalent:{spec}"] += 1
             return None

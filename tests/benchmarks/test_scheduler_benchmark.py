@@ -50,6 +50,16 @@ def test_openb_mapping(tmp_path):
 
 
 
+
+def test_gpu_spec_nan_is_no_constraint_and_models_may_have_spaces(tmp_path):
+    # alibaba/clusterdata's README: "`nan` means no GPU type constraints" (a list saved by pandas writes it
+    # so); both pods were dropped as tied to models AWS does not sell.
+    trace = read_trace(write(tmp_path, OPENB_HEADER + "\n"
+                             "p0,4000,4096,1,1000,nan,LS,Running,0,60,0\n"
+                             "p1,4000,4096,1,1000, T4 | V100M16 ,LS,Running,0,60,0\n"))
+    assert not trace.excluded
+    assert {j.job_id: j.instance_type_pattern for j in trace.jobs} == {"p0": None, "p1": r"(?:g4dn\..*)|(?:p3\..*)"}
+
 def test_the_publishers_five_column_pod_lists_run_in_snapshot_mode(tmp_path, capsys):
     # The first rows of alibaba/clusterdata's openb_pod_list_multigpu50.csv (multigpu20 has the same header):
     # no gpu_spec, qos, phase or times.
