@@ -337,8 +337,12 @@ RANGES = {
     "checkpoint_interval_minutes": (0, math.inf, True), "on_demand_max_instances": (0, math.inf, False),
     "consolidate_after_seconds": (0, math.inf, False), "timeline_hours": (0, math.inf, False),
     "headroom_window_minutes": (0, math.inf, False), "headroom_max_jobs": (0, math.inf, False),
-    "release_after_empty_seconds": (0, math.inf, False),
+    "release_after_empty_seconds": (0, math.inf, False), "idle_window_minutes": (0, math.inf, False),
+    "idle_grace_minutes": (0, math.inf, False), "configuration_bound_minutes": (0, math.inf, True),
 }
+# A timeline sample more often than the scheduler's one-minute tick shows nothing new, and a tiny interval
+# never ends (1e-9 h: 10^13 samples over a day).
+TIMELINE_MIN_HOURS = 1 / 60
 
 
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -346,10 +350,14 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     bad = []
     for key, (low, high, open_low) in RANGES.items():
         value = getattr(args, key)
-        if value is not None and not ((value > low if open_low else value >= low) and value <= high):
+        # Finite: an infinite boot, window or rate made the simulation loop for ever or stop with a traceback.
+        if value is not None and not ((value > low if open_low else value >= low) and value <= high
+                                      and math.isfinite(value)):
             bound = f"> {low:g}" if open_low and high == math.inf else (
                 f">= {low:g}" if high == math.inf else f"in [{low:g}, {high:g}]")
-            bad.append(f"--{key.replace('_', '-')} {value:g} (must be {bound})")
+            bad.append(f"--{key.replace('_', '-')} {value:g} (must be {'a finite number ' * (not math.isfinite(value))}{bound})")
+    if 0 < args.timeline_hours < TIMELINE_MIN_HOURS:
+        bad.append(f"--timeline-hours {args.timeline_hours:g} (must be 0 or at least {TIMELINE_MIN_HOURS:.4f}, a minute)")
     if bad:
         parser.error("; ".join(bad))
     if set(args.mlfleet_without) - set(MLFLEET_PARTS):

@@ -105,6 +105,23 @@ def test_the_scheduler_benchmark_names_each_flag_out_of_range(tmp_path, capsys):
     assert "--checkpoint-interval-minutes 0 (must be > 0)" in error
 
 
+@pytest.mark.parametrize("flag, value, message", [
+    # Each ran: infinities hung the simulation or stopped it with a traceback (OverflowError), and the
+    # reaper's window and grace took any value.
+    ("--boot-seconds", "inf", "--boot-seconds inf (must be a finite number >= 0)"),
+    ("--interruptions-per-hour", "inf", "--interruptions-per-hour inf (must be a finite number >= 0)"),
+    ("--hint-sigma", "inf", "--hint-sigma inf (must be a finite number >= 0)"),
+    ("--idle-window-minutes", "-5", "--idle-window-minutes -5 (must be >= 0)"),
+    ("--idle-grace-minutes", "nan", "--idle-grace-minutes nan (must be a finite number >= 0)"),
+    ("--configuration-bound-minutes", "0", "--configuration-bound-minutes 0 (must be > 0)"),
+    ("--timeline-hours", "1e-9", "--timeline-hours 1e-09 (must be 0 or at least 0.0167, a minute)"),
+])
+def test_the_scheduler_benchmark_refuses_infinite_and_unbounded_flags(tmp_path, capsys, flag, value, message):
+    with pytest.raises(SystemExit) as stop:
+        scheduler_main(["--trace", str(plain_trace(tmp_path)), "--mode", "replay", flag, value])
+    assert stop.value.code == 2 and message in capsys.readouterr().err
+
+
 def test_the_text_report_says_what_the_trace_left_out(tmp_path, capsys):
     trace = tmp_path / "cpu.csv"
     trace.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
