@@ -28,6 +28,9 @@ from benchmarks.scheduler.strategies import (  # noqa: E402
     OneInstancePerJobStrategy, StrategyCannotRun,
 )
 from benchmarks.scheduler.trace import TraceError, read_trace  # noqa: E402
+from lambdas.jobs.spec import CHECKPOINT_INTERVAL_LIMIT_MINUTES, MAX_ATTEMPTS_LIMIT  # noqa: E402
+from lambdas.scheduler.planning.headroom import MAX_JOBS as HEADROOM_MAX_JOBS  # noqa: E402
+from lambdas.scheduler.planning.headroom import MAX_WINDOW_MINUTES as HEADROOM_MAX_WINDOW_MINUTES  # noqa: E402
 from lambdas.common.catalog import load_catalog  # noqa: E402
 
 DEFAULT_TRACE = ROOT / "benchmarks" / "data" / "openb_pod_list_default.csv"
@@ -329,20 +332,34 @@ def build_parser(prog: str = "python -m benchmarks.scheduler") -> argparse.Argum
     return parser
 
 
-# Each numeric flag and the range it must lie in: (low, high, low excluded).
+# Each numeric flag and the range it must lie in: (low, high, low excluded). Where a stack setting or a job
+# spec key is what the flag models, the flag takes that setting's range: the job spec's attempts
+# (lambdas/jobs/spec.py MAX_ATTEMPTS_LIMIT) and checkpoint interval (from a minute: shorter ones made a
+# 300-job replay run for minutes), the config model's reaper window, grace and release delay (a day:
+# components/config/model.py) and headroom (planning/headroom.py). A boot of more than a day hung the
+# simulation (1e9 s) and is no fleet anyone runs.
+DAY_MINUTES = 24 * 60
 RANGES = {
-    "interruptions_per_hour": (0, math.inf, False), "max_attempts": (1, math.inf, False),
-    "boot_seconds": (0, math.inf, False), "limit": (1, math.inf, False), "hint_share": (0, 1, False),
+    "interruptions_per_hour": (0, math.inf, False), "max_attempts": (1, MAX_ATTEMPTS_LIMIT, False),
+    "boot_seconds": (0, DAY_MINUTES * 60, False), "limit": (1, math.inf, False), "hint_share": (0, 1, False),
     "checkpoint_share": (0, 1, False), "hint_sigma": (0, math.inf, False),
-    "checkpoint_interval_minutes": (0, math.inf, True), "on_demand_max_instances": (0, math.inf, False),
-    "consolidate_after_seconds": (0, math.inf, False), "timeline_hours": (0, math.inf, False),
-    "headroom_window_minutes": (0, math.inf, False), "headroom_max_jobs": (0, math.inf, False),
-    "release_after_empty_seconds": (0, math.inf, False), "idle_window_minutes": (0, math.inf, False),
-    "idle_grace_minutes": (0, math.inf, False), "configuration_bound_minutes": (0, math.inf, True),
+    "checkpoint_interval_minutes": (1, CHECKPOINT_INTERVAL_LIMIT_MINUTES, False),
+    "on_demand_max_instances": (0, math.inf, False),
+    "consolidate_after_seconds": (0, DAY_MINUTES * 60, False), "timeline_hours": (0, math.inf, False),
+    "headroom_window_minutes": (0, HEADROOM_MAX_WINDOW_MINUTES, False),
+    "headroom_max_jobs": (0, HEADROOM_MAX_JOBS, False),
+    "release_after_empty_seconds": (0, DAY_MINUTES * 60, False), "idle_window_minutes": (0, DAY_MINUTES, False),
+    "idle_grace_minutes": (0, DAY_MINUTES, False), "configuration_bound_minutes": (0, math.inf, True),
 }
 # A timeline sample more often than the scheduler's one-minute tick shows nothing new, and a tiny interval
 # never ends (1e-9 h: 10^13 samples over a day).
 TIMELINE_MIN_HOURS = 1 / 60
+# AWS's notice before a Spot Instance is reclaimed (EC2 User Guide, "Spot Instance interruption notices").
+NOTICE_S = 120
+# At most this share of instances may be reclaimed, on average, before they are usable and past their
+# notice: at 12 interruptions an instance-hour and the default 180 s boot, an instance lives on average as
+# long as its boot and notice take, no job completes and the simulation replaces instances for ever.
+MAX_RECLAIMED_BEFORE_USE = 0.25
 
 
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -356,6 +373,12 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
             bound = f"> {low:g}" if open_low and high == math.inf else (
                 f">= {low:g}" if high == math.inf else f"in [{low:g}, {high:g}]")
             bad.append(f"--{key.replace('_', '-')} {value:g} (must be {'a finite number ' * (not math.isfinite(value))}{bound})")
+    if math.isfinite(args.interruptions_per_hour) and math.isfinite(args.boot_seconds) and \
+            args.interruptions_per_hour * (args.boot_seconds + NOTICE_S) / 3600 > MAX_RECLAIMED_BEFORE_USE:
+        most = MAX_RECLAIMED_BEFORE_USE * 3600 / (args.boot_seconds + NOTICE_S)
+        bad.append(f"--interruptions-per-hour {args.interruptions_per_hour:g} (must be at most {most:.3g} with "
+                   f"--boot-seconds {args.boot_seconds:g}: an instance would live about as long as its boot and "
+                   "the 2-minute notice, and no job would complete)")
     if 0 < args.timeline_hours < TIMELINE_MIN_HOURS:
         bad.append(f"--timeline-hours {args.timeline_hours:g} (must be 0 or at least {TIMELINE_MIN_HOURS:.4f}, a minute)")
     if bad:
