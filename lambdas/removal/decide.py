@@ -10,8 +10,8 @@
   finishes: its own method's, and, for the safety net, any other whose mark is older than a bound.
 - `recheck`: after the drain, under the placement lease, terminate only a machine read again as
   DRAINING with no task, no job placed on it and no keep-alive. Gained work, or anything unread, means busy.
-- `may_terminate`: right before the terminate, the group read again must stay at or above its
-  minimum after the decrement.
+- `may_terminate`: right before the terminate, the group read again (its desired capacity and its
+  members in service) must stay at or above its minimum after the decrement.
 - `reactivation`: a machine the protocol keeps (gained work, protected, unread, refused) is set ACTIVE
   again only while EC2 is not taking it away: never under a spot interruption notice (its Spot request's
   status), never when its instance is not running, and never when that is unknown. Such a machine stays
@@ -276,10 +276,14 @@ def may_terminate(group: Group | None, instance_id: str, terminated_in_group: in
     if member is None or member.terminating:
         return Verdict(GONE, "no longer in its group" if member is None else f"already {member.lifecycle_state}")
     desired = group.desired - terminated_in_group
-    if desired - 1 < group.min_size:
+    # As `room`: the members in service too. A member the spot market or a health check ended since validation
+    # is Terminating with the desired capacity unchanged; with the decrement the group would run below its
+    # minimum until its replacement boots.
+    in_service = group.in_service - terminated_in_group
+    if min(desired, in_service) - 1 < group.min_size:
         return Verdict(REACTIVATE, f"group at its minimum right before the terminate: desired {desired}, "
-                                   f"min {group.min_size}")
-    return Verdict(TERMINATE, f"desired {desired} -> {desired - 1}, min {group.min_size}")
+                                   f"in service {in_service}, min {group.min_size}")
+    return Verdict(TERMINATE, f"desired {desired} -> {desired - 1}, in service {in_service}, min {group.min_size}")
 
 
 # The Spot request status codes of a Spot Instance that keeps running (EC2 User Guide, "Spot request status",

@@ -121,6 +121,29 @@ def test_race_the_minimum_raised_after_validation_is_read_again_before_the_termi
     assert settled(world, machine) and group_state()[0] == 2
 
 
+def test_race_a_member_reclaimed_after_validation_counts_before_the_terminate(fleet_aws):
+    """Validation finds the group one above its minimum (min(desired, in service) = 2, min 1); then the spot
+    market takes the other member. The group moves it to Terminating and keeps its desired capacity (it
+    launches a replacement): terminating the candidate with the decrement would leave the group with no
+    member in service, below its minimum, until the replacement boots. The terminate's read counts the
+    members in service, as validation does. moto has no Terminating state (and replaces an instance EC2
+    terminated at once): the group's answer to that read is made to say so. Found by the executor's property."""
+    world = build(size=2, min_size=1)
+    machine, other = world.ids
+
+    def reclaimed(answer):
+        for group in answer["AutoScalingGroups"]:
+            for member in group["Instances"]:
+                if member["InstanceId"] == other:
+                    member["LifecycleState"] = "Terminating"
+
+    stale_read("autoscaling", "DescribeAutoScalingGroups", reclaimed, skip=1)  # the terminate's read
+    outcome = run(world, machine)
+    assert outcome.terminated == [] and "group at its minimum right before the terminate: desired 2, in service 1" \
+        in outcome.reactivated[machine]
+    assert settled(world, machine) and machine in group_state()[1]
+
+
 def test_a_lambda_cut_short_after_the_drain_is_resumed_by_the_method_s_next_run(fleet_aws):
     world = build(size=3)
     machine = world.ids[0]
