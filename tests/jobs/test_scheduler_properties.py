@@ -48,7 +48,6 @@ import json
 import re
 from datetime import datetime, timedelta, timezone
 
-import boto3
 import ecs_agent
 from conftest import ACCOUNT, ENV, HOME, aws_client, set_teams, teams_json, open_admission, scheduler_settings
 from hypothesis import example, given
