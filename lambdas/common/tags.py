@@ -9,7 +9,8 @@ FLEET = "mlfleet:fleet"
 KEEP_ALIVE = "mlfleet:keep-alive"
 # Written by the reaper when it first finds an instance idle; removed when it is busy again.
 IDLE_SINCE = "mlfleet:idle-since"
-# On an instance a removal is draining (docs/removal.md): `<method>@<ISO-8601 time>`, written before the
+# On an instance a removal is draining (docs/removal.md): `<method>@<ISO-8601 time>`, and `;found-draining`
+# when it was DRAINING already (an operator's drain: never set ACTIVE by the removal), written before the
 # drain, removed when the machine is re-activated (never while EC2 is taking it away: a spot notice keeps
 # it, drained). The scheduler never places onto a machine carrying it.
 REMOVING = "mlfleet:removing"

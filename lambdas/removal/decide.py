@@ -55,20 +55,29 @@ class Candidate:
     reason: str
 
 
+# In a mark: the machine was already DRAINING when its removal began (an operator's drain, a spot notice), so
+# the drain is not the protocol's to undo, even by a run that resumes the removal after this one was cut short.
+FOUND_DRAINING = "found-draining"
+
+
 @dataclass(frozen=True)
 class Mark:
-    """The `mlfleet:removing` tag: which method started the removal, and when (None: unreadable)."""
+    """The `mlfleet:removing` tag: which method started the removal, when (None: unreadable), and whether the
+    machine was DRAINING already then (`<method>@<time>;found-draining`)."""
     method: str
     since: datetime | None
+    found_draining: bool = False
 
 
-def mark_value(method: str, now: datetime) -> str:
-    return f"{method}@{now.isoformat(timespec='seconds')}"
+def mark_value(method: str, now: datetime, found_draining: bool = False) -> str:
+    value = f"{method}@{now.isoformat(timespec='seconds')}"
+    return f"{value};{FOUND_DRAINING}" if found_draining else value
 
 
 def parse_mark(value: str) -> Mark:
+    value, _, note = value.partition(";")
     method, _, since = value.partition("@")
-    return Mark(method.strip(), parse_time(since) if since else None)
+    return Mark(method.strip(), parse_time(since) if since else None, note.strip() == FOUND_DRAINING)
 
 
 @dataclass(frozen=True)

@@ -136,6 +136,7 @@ class _Target:
     resumed: bool = False
     status: str | None = None  # the container instance's status, as last read
     drained_here: bool = False  # this call set it DRAINING (a spot drain by ECS is not ours to undo)
+    found_draining: bool = False  # DRAINING before its removal began (its mark says so): never set ACTIVE
     instance: decide.Instance | None = None  # its EC2 instance as the re-check read it (None: unread)
 
 
@@ -174,7 +175,8 @@ def remove(candidates: Sequence[Candidate], scope: Scope, *, registered: Mapping
                      method=d.candidate.method, reason=d.reason, dry_run=scope.dry_run)
     targets = [_Target(r.instance_id, r.asg_name, registered.get(r.instance_id), r.mark.method,
                        f"resumed: {'adopted from ' if r.adopted else ''}{r.mark.method} since "
-                       f"{r.mark.since.isoformat() if r.mark.since else 'an unreadable time'}", resumed=True)
+                       f"{r.mark.since.isoformat() if r.mark.since else 'an unreadable time'}", resumed=True,
+                       found_draining=r.mark.found_draining)
                for r in resumes]
     targets += [_Target(c.instance_id, c.asg_name, c.container_instance_arn, c.method, c.reason)
                 for c in validation.accepted]
@@ -243,15 +245,27 @@ def _describe(ecs, cluster: str, arns: Iterable[str]) -> dict[str, dict]:
 
 
 def _drain(ec2, ecs, scope: Scope, targets: list[_Target], now: datetime, outcome: Outcome) -> list[_Target]:
-    """Tag new targets, then set every target that is ACTIVE to DRAINING. Returns those now draining."""
+    """Tag new targets, then set every target that is ACTIVE to DRAINING. Returns those now draining.
+    The statuses are read before the tags are written: a machine DRAINING already (an operator took it out of
+    service) is marked so, and no run, this one or one resuming it, sets it ACTIVE again."""
+    described = _describe(ecs, scope.cluster, (t.arn for t in targets if t.arn is not None))
+    for t in targets:
+        t.status = described.get(t.arn, {}).get("status") if t.arn is not None else None
     tagged: list[_Target] = []
     for t in targets:
         if t.resumed:
             tagged.append(t)
             continue
+        if t.arn is not None and t.status is None:
+            # Unread, whether an operator drained it is unknown: left untagged and undrained, proposed again.
+            outcome.dropped[t.instance_id] = "container instance unreadable before the drain"
+            log_decision("removal-dropped", instance_id=t.instance_id, asg=t.asg_name, method=t.method,
+                         reason=outcome.dropped[t.instance_id], dry_run=scope.dry_run)
+            continue
+        t.found_draining = t.status == decide.DRAINING
         try:
-            ec2.create_tags(Resources=[t.instance_id],
-                            Tags=[{"Key": tag_keys.REMOVING, "Value": decide.mark_value(scope.method, now)}])
+            ec2.create_tags(Resources=[t.instance_id], Tags=[{"Key": tag_keys.REMOVING, "Value": decide.mark_value(
+                scope.method, now, found_draining=t.found_draining)}])
             tagged.append(t)
         except AWS_ERRORS as error:
             # Untagged means undrained: nothing to undo, the method proposes it again next run.
@@ -260,9 +274,6 @@ def _drain(ec2, ecs, scope: Scope, targets: list[_Target], now: datetime, outcom
     for t in unregistered:
         _reactivate(ec2, ecs, scope.cluster, t, "not registered with the cluster: unknown means busy", outcome)
     tagged = [t for t in tagged if t.arn is not None]
-    described = _describe(ecs, scope.cluster, (t.arn for t in tagged))
-    for t in tagged:
-        t.status = described.get(t.arn, {}).get("status")
     to_drain = [t for t in tagged if t.status == "ACTIVE"]
     failed: dict[str, str] = {}
     for batch in chunks(to_drain, DRAIN_BATCH):
@@ -411,11 +422,13 @@ def _reactivate(ec2, ecs, cluster: str, t: _Target, reason: str, outcome: Outcom
     the machine is still never placed onto, and the next run resumes it. A drain this call made is undone
     whatever the status read since says: ECS reads are eventually consistent, and one that still said
     ACTIVE would leave the machine DRAINING with its tag gone, never placed onto and never released.
-    A resumed machine found DRAINING was drained by an earlier run: _keep has ruled out a spot drain (the
-    agent's or job-events'). Called directly only for a machine not registered with the cluster (nothing
+    A resumed machine found DRAINING was drained by an earlier run, unless its mark says it was DRAINING when
+    that run began (an operator's drain: `found_draining`); _keep has ruled out a spot drain (the agent's or
+    job-events'). Called directly only for a machine not registered with the cluster (nothing
     to set ACTIVE, and nothing is placed onto it)."""
     try:
-        if t.arn is not None and (t.drained_here or (t.resumed and t.status == decide.DRAINING)):
+        if t.arn is not None and (t.drained_here or (t.resumed and t.status == decide.DRAINING
+                                                     and not t.found_draining)):
             response = ecs.update_container_instances_state(cluster=cluster, containerInstances=[t.arn], status="ACTIVE")
             if response.get("failures"):
                 raise RuntimeError(f"UpdateContainerInstancesState ACTIVE failed: {response['failures']}")

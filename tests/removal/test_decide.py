@@ -278,3 +278,16 @@ def test_may_terminate_never_takes_a_group_below_its_minimum(state, done):
     for instance_id in g.members:
         if decide.may_terminate(g, instance_id, done).action == decide.TERMINATE:
             assert min(g.desired, g.in_service) - done - 1 >= g.min_size
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("idle@2026-11-22T11:00:00+00:00", decide.Mark("idle", datetime(2026, 11, 22, 11, tzinfo=timezone.utc))),
+    ("release@2026-11-22T11:00:00+00:00;found-draining",
+     decide.Mark("release", datetime(2026, 11, 22, 11, tzinfo=timezone.utc), found_draining=True)),
+    ("idle@garbage;found-draining", decide.Mark("idle", None, found_draining=True)),
+    ("idle@2026-11-22T11:00:00+00:00;other", decide.Mark("idle", datetime(2026, 11, 22, 11, tzinfo=timezone.utc))),
+])
+def test_a_mark_says_whether_the_machine_was_draining_when_its_removal_began(value, expected):
+    assert decide.parse_mark(value) == expected
+    if expected.since is not None and value.count(";") == expected.found_draining:
+        assert decide.mark_value(expected.method, expected.since, expected.found_draining) == value

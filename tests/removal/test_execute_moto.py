@@ -336,6 +336,34 @@ def test_a_machine_an_operator_drained_and_that_is_kept_stays_drained(fleet_aws)
     assert machine in group_state()[1]
 
 
+def test_an_operator_s_drain_stays_when_a_removal_cut_short_is_resumed_and_kept(fleet_aws):
+    """The same machine, but the run that began its removal stops before the re-check (the Lambda's timeout),
+    and a task is placed on it by hand meanwhile. The next run resumes the removal and keeps the machine: its
+    mark says it was DRAINING when the removal began, so the operator's drain stays. Before, a resumed removal
+    set any DRAINING machine it kept ACTIVE, the operator's drain included."""
+    world = build(size=3)
+    machine = world.ids[0]
+    aws("ecs").update_container_instances_state(cluster=CLUSTER, containerInstances=[world.instances[machine]],
+                                                status="DRAINING")
+    cut_short_after_the_drain(world, machine)
+    assert tags_of(machine)["mlfleet:removing"].endswith(";found-draining")
+    start_task_on(world, machine)
+    outcome = run(world)
+    assert "gained work" in outcome.reactivated[machine]
+    assert status_of(world, machine) == "DRAINING" and "mlfleet:removing" not in tags_of(machine)
+
+
+def test_a_resumed_removal_the_protocol_drained_itself_is_still_set_active(fleet_aws):
+    """Its counterpart: a machine ACTIVE when its removal began carries no such note, and is set ACTIVE again."""
+    world = build(size=3)
+    machine = world.ids[0]
+    cut_short_after_the_drain(world, machine)
+    assert not tags_of(machine)["mlfleet:removing"].endswith(";found-draining")
+    start_task_on(world, machine)
+    run(world)
+    assert settled(world, machine)
+
+
 # Fault injection: each AWS call of the executor throttles, times out or is refused before it reaches
 # AWS, and each write also times out after AWS applied it. Whatever fails, no machine with work is
 # terminated, and after the method's next run nothing is left DRAINING or tagged.

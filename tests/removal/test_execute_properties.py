@@ -18,8 +18,8 @@ What holds (docs/removal.md, docs/runbook.md "Taking a machine out of service"):
 - in one run, the machines newly tagged in a group, with the removals already in flight and its members
   terminating, stay within the disruption budget (10% of its desired capacity, at least one);
 - every candidate gets exactly one decision line naming it (and exactly one outcome);
-- a machine an operator drained stays drained, unless a resumed removal set it ACTIVE (the runbook's
-  exception: a resumed removal cannot tell a drain made since from its own);
+- a machine an operator drained before the protocol marked it stays drained, by the marking run and by one
+  resuming it (its mark says it was DRAINING: `;found-draining`);
 - after the clean run none is left half-removed: tagged `mlfleet:removing` and not terminated, or drained
   by the protocol and left drained; except a machine EC2 is taking (its spot notice, or terminated), which
   is kept drained, and another method's removal this method does not adopt.
@@ -58,7 +58,6 @@ from removal.world import (CLUSTER, ENV, FAULTS, FLEET_REGION, HOME, LEDGER, TAB
                            interrupt, place_job_in_ledger)
 
 from lambdas.common import tags as tag_keys
-from lambdas.common.aws import client
 from lambdas.common.keep_alive import keep_alive_protects
 from lambdas.removal import decide
 from lambdas.removal.execute import Scope, remove
@@ -425,10 +424,10 @@ def check(fleet: Fleet, monkeypatch) -> str:
         assert not terminated & state.protected, f"terminated under a keep-alive: {terminated & state.protected}"
 
         members, tags, statuses = state.members(), state.tags(), state.statuses()
-        resumed = {line["instance_id"] for line in first_lines + second_lines
-                   if line["decision"] == "removal-drain" and line.get("resumed")}
+        # Since the marks say whether a machine was DRAINING when its removal began, a resumed removal keeps an
+        # operator's drain too (docs/runbook.md).
         for i in operator_drained(fleet, state):
-            if i in members and i not in resumed and i not in terminated:
+            if i in members and i not in terminated:
                 assert statuses[i] == "DRAINING", f"{i}: an operator's drain undone ({statuses[i]})"
 
         drained_by_protocol = {i for i, a in state.arns.items() if a in first_rec.drained + second_rec.drained} | {
