@@ -185,6 +185,17 @@ def _number(values: dict, column: str, line: int, kind=float, minimum=0.0):
     return value
 
 
+# The longest run a trace may hold. The shared trace's longest pod runs 149 days; a run of 10^12 s (a
+# timestamp in milliseconds written as seconds) kept the replay's expected completions computing for hours.
+MAX_DURATION_S = 366 * 86_400
+
+
+def _within_a_year(duration: float, column: str, raw: str, line: int) -> None:
+    if duration > MAX_DURATION_S:
+        raise TraceError(f"line {line}, column {column}: {raw!r} makes a run of {duration / 86_400:,.0f} days, "
+                         f"longer than a year ({MAX_DURATION_S:,} s): are the times in milliseconds?")
+
+
 def _plain(values: dict, line: int) -> TraceJob:
     pattern = values.get("instance_type") or None
     if pattern is not None:
@@ -198,7 +209,9 @@ def _plain(values: dict, line: int) -> TraceJob:
     if gpus and gpu_memory:
         raise TraceError(f"line {line}, column gpu_memory_mib: {gpu_memory} with gpus {gpus}: a job asks for whole "
                          "GPUs or for part of one, not both (gpus 0 to share a GPU)")
-    return TraceJob(f"job-{line:07d}", _number(values, "submit_s", line), _number(values, "duration_s", line),
+    duration = _number(values, "duration_s", line)
+    _within_a_year(duration, "duration_s", values["duration_s"].strip(), line)
+    return TraceJob(f"job-{line:07d}", _number(values, "submit_s", line), duration,
                     gpus, _number(values, "vcpus", line, float, 0),
                     _number(values, "memory_mib", line, int, 0), pattern, values.get("submission") or None,
                     gpu_memory_mib=gpu_memory)
@@ -220,8 +233,9 @@ def _openb(values: dict, line: int, excluded: Counter, timed: bool, reference_gp
     pattern = None
     if spec:
         # Each model once: the publishers' gpuspec33 variant names one twice (`V100M16|V100M32|V100M32`).
-        models = list(dict.fromkeys(GPU_MODEL_PATTERNS[m.strip()] for m in spec.split("|")
-                                    if m.strip() in GPU_MODEL_PATTERNS))
+        # Models in any case (`t4`): the publishers write them in capitals, hand-made lists may not.
+        models = list(dict.fromkeys(GPU_MODEL_PATTERNS[m.strip().upper()] for m in spec.split("|")
+                                    if m.strip().upper() in GPU_MODEL_PATTERNS))
         if not models:
             excluded[f"gpu_spec_without_aws_equivalent:{spec}"] += 1
             return None
@@ -240,6 +254,7 @@ def _openb(values: dict, line: int, excluded: Counter, timed: bool, reference_gp
                 raise TraceError(f"line {line}, column {column}: {values[column].strip()!r} is before "
                                  f"{earlier} {values[earlier].strip()!r}")
         duration = max(1.0, deleted - start)  # deleted the second it was scheduled: the simulation's shortest job
+        _within_a_year(duration, "deletion_time", values["deletion_time"].strip(), line)
     return TraceJob(values["name"].strip(), created, duration, gpus,
                     _number(values, "cpu_milli", line) / 1000, _number(values, "memory_mib", line, int), pattern,
                     gpu_memory_mib=gpu_memory, gpu_fraction=fraction)

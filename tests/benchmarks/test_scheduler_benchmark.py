@@ -60,6 +60,15 @@ def test_gpu_spec_nan_is_no_constraint_and_models_may_have_spaces(tmp_path):
     assert not trace.excluded
     assert {j.job_id: j.instance_type_pattern for j in trace.jobs} == {"p0": None, "p1": r"(?:g4dn\..*)|(?:p3\..*)"}
 
+
+def test_gpu_models_are_read_in_any_case(tmp_path):
+    # A hand-made list writing `t4` had its pods dropped as tied to a model AWS does not sell.
+    trace = read_trace(write(tmp_path, OPENB_HEADER + "\n"
+                             "p0,4000,4096,1,1000,t4,LS,Running,0,60,0\n"
+                             "p1,4000,4096,1,1000,v100m16|P100,LS,Running,0,60,0\n"))
+    assert not trace.excluded
+    assert {j.job_id: j.instance_type_pattern for j in trace.jobs} == {"p0": r"(?:g4dn\..*)", "p1": r"(?:p3\..*)"}
+
 def test_the_publishers_five_column_pod_lists_run_in_snapshot_mode(tmp_path, capsys):
     # The first rows of alibaba/clusterdata's openb_pod_list_multigpu50.csv (multigpu20 has the same header):
     # no gpu_spec, qos, phase or times.
@@ -100,6 +109,11 @@ def test_plain_format_with_instance_type_column(tmp_path):
     # were dropped, and an unclosed quote made the rest of the file one value of one pod, silently.
     (OPENB_HEADER + "\np0,4000,8192,1,1000,,LS,Running,0,60\n", "line 2, column scheduled_time: missing (10 fields"),
     ("submit_s,duration_s,gpus,vcpus,memory_mib\n0,60,1,4,8192,g5.*\n", "line 2, column 6: more fields"),
+    # A run past a year: times in milliseconds read as seconds kept the replay computing for hours.
+    ("submit_s,duration_s,gpus,vcpus,memory_mib\n0,1e12,1,4,8192\n",
+     "line 2, column duration_s: '1e12' makes a run of 11,574,074 days, longer than a year"),
+    (OPENB_HEADER + "\np0,4000,4096,1,1000,,LS,Running,0,40000000000,0\n",
+     "line 2, column deletion_time: '40000000000' makes a run of 462,963 days"),
     # Times out of order ran the pod for 1 s, silently.
     (OPENB_HEADER + "\np0,4000,8192,1,1000,,LS,Running,100,150,200\n", "line 2, column deletion_time: '150' is "
      "before scheduled_time '200'"),
