@@ -191,7 +191,8 @@ def completion_chance(duration_s: float, checkpoint_s: float | None, rate_per_ho
                 ahead = keep * (chance[n + 1] + ahead)
                 saved_or_done += (1.0 - keep) * ahead
             nothing = 1.0 - keep
-        chance[n] = saved_or_done * sum(nothing ** i for i in range(max_attempts))
+        # 1 + q + ... + q^(A-1), in closed form: a year of one-minute intervals has half a million levels.
+        chance[n] = saved_or_done * (max_attempts if nothing >= 1.0 else (1.0 - nothing ** max_attempts) / (1.0 - nothing))
     return chance[0]
 
 
