@@ -31,6 +31,7 @@ from pydantic.alias_generators import to_camel
 from components.network.registries import DOCKER_HUB, reachable_without_egress, registry_of
 from lambdas.common import tags as tag_keys
 from lambdas.common.catalog import load_catalog
+from lambdas.common.logs import shown  # a bad value cut to 120 characters, its length said
 from lambdas.jobs.fleets import REBALANCE_TAG
 from lambdas.jobs.spec import MAX_ATTEMPTS_LIMIT, TEAM_NAME as JOB_TEAM_NAME
 from lambdas.scheduler.planning.headroom import MAX_JOBS as HEADROOM_MAX_JOBS
@@ -100,17 +101,6 @@ DEFAULT_INSTANCE_TYPES = ("g6.2xlarge", "g5.2xlarge", "g4dn.2xlarge", "g6.4xlarg
 def removed_key_problem(key: str) -> str:
     """What replaced a key of REMOVED_KEYS, as its error line says it."""
     return f"mlfleet:{key} is no longer a stack key: {REMOVED_KEYS[key]}"
-
-
-SHOWN_CHARACTERS = 120  # of a bad value in an error: enough to recognise it, not a 4,000-digit number in full
-
-
-def shown(value: Any) -> str:
-    """A bad value as an error shows it: its repr, cut to SHOWN_CHARACTERS with its full length said."""
-    text = repr(value)
-    if len(text) <= SHOWN_CHARACTERS:
-        return text
-    return f"{text[:SHOWN_CHARACTERS]}... ({len(text):,} characters)"
 
 
 class Problems(ValueError):

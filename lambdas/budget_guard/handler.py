@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from ..common import admission, alerts
 from ..common.aws import client
 from ..common.errors import describe, per_item
-from ..common.logs import log_decision
+from ..common.logs import log_decision, shown
 from ..common.permissions import PUBLISH_TO_ENCRYPTED_TOPICS, needs
 from ..common.settings import SettingsError, from_env
 
@@ -77,21 +77,15 @@ def _bad_key(position: int, record) -> str:
     """The first key of the record that is missing or not what an SNS record holds there, with its value."""
     where = f"Records[{position}]"
     if not isinstance(record, Mapping):
-        return f"{where}={_shown(record)}: not a JSON object"
+        return f"{where}={shown(record)}: not a JSON object"
     sns = record.get("Sns")
     if not isinstance(sns, Mapping):
-        return f"{where}.Sns={_shown(sns)}: {'missing' if sns is None else 'not a JSON object'}"
+        return f"{where}.Sns={shown(sns)}: {'missing' if sns is None else 'not a JSON object'}"
     for key in ("TopicArn", "Message"):
         if not isinstance(sns.get(key), str):
-            return f"{where}.Sns.{key}={_shown(sns.get(key))}: {'missing' if sns.get(key) is None else 'not a string'}"
+            return f"{where}.Sns.{key}={shown(sns.get(key))}: {'missing' if sns.get(key) is None else 'not a string'}"
     return f"{where}: not an SNS record"
 
-
-def _shown(value) -> str:
-    try:
-        return repr(value)[:80]
-    except (ValueError, RecursionError):  # an integer past int_max_str_digits, nesting past the stack
-        return f"a {type(value).__name__}"
 
 
 def handler(event, context=None, settings: Settings | None = None):

@@ -20,6 +20,17 @@ if not _LOGGER.handlers:
     _LOGGER.propagate = False
 
 
+def shown(value: object, limit: int = 120) -> str:
+    """A bad value as an error or a decision line names it: its repr, cut to `limit` characters with its full
+    length said (a 240 KB text, a 4,000-digit number); one Python cannot repr (an integer past
+    int_max_str_digits, nesting past the stack) by its type."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):
+        return f"a {type(value).__name__}"
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
 def _default(value: Any) -> Any:
     if isinstance(value, (datetime, date)):
         return value.isoformat()

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..common.alerts import chatbot_notification, sns_subject
-from ..common.logs import log_decision
+from ..common.logs import log_decision, shown
 from ..jobs import ledger as L
 from ..jobs.spec import SLACK
 
@@ -42,12 +42,6 @@ def _new_image(record: object) -> Mapping:
     return image if isinstance(image, Mapping) else {}
 
 
-def _shown(value: object) -> str:
-    try:
-        return repr(value)[:60]
-    except (ValueError, RecursionError):  # an integer past int_max_str_digits, nesting past the stack
-        return f"a {type(value).__name__}"
-
 
 def submissions_to_check(records: Iterable[Mapping]) -> list[str]:
     """Submissions of the stream records whose job ended and whose spec asks for a notification."""
@@ -55,9 +49,9 @@ def submissions_to_check(records: Iterable[Mapping]) -> list[str]:
     for position, record in enumerate(records):
         source = record.get("eventSource") if isinstance(record, Mapping) else None
         if source != "aws:dynamodb":
-            shown = f".eventSource={_shown(source)}" if isinstance(record, Mapping) else f"={_shown(record)}"
+            what = f".eventSource={shown(source)}" if isinstance(record, Mapping) else f"={shown(record)}"
             log_decision("stream-record-skipped", record=position,
-                         error=f"Records[{position}]{shown}: not a record of the ledger's stream")
+                         error=f"Records[{position}]{what}: not a record of the ledger's stream")
             continue
         image = _new_image(record)
         submission = image.get("submission_id")
