@@ -249,20 +249,23 @@ def build(world: dict, home: dict, now: datetime) -> dict:
             running.append(job.job_id)
 
     # The queued jobs, and their messages: none, one, or the same one twice.
-    specs = []
-    for document in world["queued"]:
-        try:
-            specs.append(parse_spec(document, fleet_regions=(HOME,), catalog=CATALOG, default_max_attempts=3,
-                                    teams=tuple(teams or ()), default_team="nlp" if teams else None))
-        except SpecError:
-            pass  # what the command would refuse: never queued
-    jobs = assign_ids(SUB, specs)
+    jobs = assign_ids(SUB, [spec for document in world["queued"] if (spec := queueable(document, teams))])
     sqs = aws_client("sqs", HOME)
     for n, job in enumerate(jobs):
         assert led.put_new(L.new_record(job, now.timestamp() - 60 * (len(jobs) - n)))
         for _ in range(world["deliveries"][n]):
             sqs.send_message(QueueUrl=home["queue"], MessageBody=json.dumps({"job_id": job.job_id, "attempt": 0}))
     return {"queued": [j.job_id for j in jobs], "running": running, "specs": {j.job_id: j.spec for j in jobs}}
+
+
+def queueable(document: dict, teams: dict | None):
+    """The job spec `mlfleet submit` would queue for `document`, or None where it refuses it (too big for any
+    type in the catalog, not only for the drawn fleets): such a job never reaches the queue."""
+    try:
+        return parse_spec(document, fleet_regions=(HOME,), catalog=CATALOG, default_max_attempts=3,
+                          teams=tuple(teams or ()), default_team="nlp" if teams else None)
+    except SpecError:
+        return None
 
 
 # --- what moto holds ---------------------------------------------------------------------------------------
