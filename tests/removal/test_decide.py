@@ -9,9 +9,13 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from iam_conditions import allows
 
+from lambdas.common.permissions import ENVIRONMENT_TAG, statements
+from lambdas.common.tags import REMOVING
 from lambdas.removal import decide
 from lambdas.removal.decide import Candidate, Group, Member, Observed
+from lambdas.removal.execute import PERMISSIONS
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
 ASG = "mlfleet-dev-gpu1"
@@ -291,3 +295,19 @@ def test_a_mark_says_whether_the_machine_was_draining_when_its_removal_began(val
     assert decide.parse_mark(value) == expected
     if expected.since is not None and value.count(";") == expected.found_draining:
         assert decide.mark_value(expected.method, expected.since, expected.found_draining) == value
+
+
+@pytest.mark.parametrize("found_draining", [False, True])
+def test_both_forms_of_a_mark_are_writes_the_executor_s_policy_allows(found_draining):
+    """The mark is written with ec2:CreateTags under a StringLike bound on its value (execute.PERMISSIONS);
+    evaluated as IAM does (tests/iam_conditions.py), both forms pass and a value of another shape does not."""
+    policy = statements(PERMISSIONS, account="123456789012", region="us-east-1", environment="dev")
+    instance = "arn:aws:ec2:us-east-1:123456789012:instance/i-0abc"
+
+    def context(value: str) -> dict:
+        return {"aws:TagKeys": [REMOVING], f"aws:RequestTag/{REMOVING}": value,
+                f"aws:ResourceTag/{ENVIRONMENT_TAG}": "dev"}
+
+    value = decide.mark_value(decide.IDLE, datetime(2026, 11, 22, 12, tzinfo=timezone.utc), found_draining)
+    assert allows(policy, "ec2:CreateTags", instance, context(value)), value
+    assert not allows(policy, "ec2:CreateTags", instance, context("idle;found-draining")), "no time: refused"
