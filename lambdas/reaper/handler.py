@@ -34,7 +34,7 @@ from ..common.logs import log_decision
 from ..common.settings import SettingsError, from_env
 from . import actions, inventory
 from .idle import (
-    MARK, REAP_FLEET, STOP_STANDALONE, TERMINATE_STANDALONE, UNMARK, Decision, IdleSettings, decide_all, stop_refused,
+    BUSY, MARK, REAP_FLEET, STOP_STANDALONE, TERMINATE_STANDALONE, UNMARK, Decision, IdleSettings, decide_all, stop_refused,
     summarize,
 )
 from ..removal import decide as removal
@@ -123,8 +123,11 @@ def run(settings: Settings, now: datetime, trigger: str = "manual", request_id: 
                   for d in decisions if d.action == REAP_FLEET and d.instance_id in registered]
     if candidates or in_flight:
         try:
+            # A removal in flight is re-checked for tasks, jobs and keep-alives, not for utilisation: a machine the
+            # idle contract holds busy now (busy, or its mark removed) is kept, never finished.
+            busy = {d.instance_id: d.reason for d in decisions if d.action in (BUSY, UNMARK)}
             done.removal = _remove(settings, region, candidates, {i: ci.arn for i, ci in registered.items()}, now,
-                                   request_id or f"local-{uuid.uuid4()}", remaining_ms)
+                                   request_id or f"local-{uuid.uuid4()}", remaining_ms, busy)
         except Exception as error:  # noqa: BLE001 (the safety net's other work must still happen)
             # The executor handles AWS errors machine by machine; anything else it could not have
             # foreseen is reported, and the standalone stops and the summary still happen.
@@ -150,13 +153,15 @@ def run(settings: Settings, now: datetime, trigger: str = "manual", request_id: 
 
 
 def _remove(settings: Settings, region: str, candidates: list[removal.Candidate], registered: dict[str, str],
-            now: datetime, request_id: str, remaining_ms: Callable[[], int]) -> Outcome:
+            now: datetime, request_id: str, remaining_ms: Callable[[], int],
+            busy: Mapping[str, str] | None = None) -> Outcome:
     """The removal protocol, under the placement lease (none needed for a dry run, which changes nothing)."""
     scope = execute.Scope(region, settings.cluster_name, settings.fleet_asg_names, removal.IDLE,
                           settings.disruption_budget_percent, adopt_after=ADOPT_AFTER, dry_run=settings.dry_run)
     ledger = execute.LedgerSource(settings.home_region, settings.jobs_table)
     if settings.dry_run:
-        return execute.remove(candidates, scope, registered=registered, ledger=ledger, lease_expires_at=0.0, now=now)
+        return execute.remove(candidates, scope, registered=registered, ledger=ledger, lease_expires_at=0.0, now=now,
+                              busy=busy)
     dynamodb = client("dynamodb", settings.home_region)
     seconds = min(REMOVAL_LEASE_SECONDS, remaining_ms() / 1000 - execute.LEASE_MARGIN_SECONDS)
     try:
@@ -177,7 +182,7 @@ def _remove(settings: Settings, region: str, candidates: list[removal.Candidate]
         return outcome
     try:
         return execute.remove(candidates, scope, registered=registered, ledger=ledger,
-                              lease_expires_at=taken.lease.expires_at - lease.CLOCK_SKEW_SECONDS, now=now)
+                              lease_expires_at=taken.lease.expires_at - lease.CLOCK_SKEW_SECONDS, now=now, busy=busy)
     finally:
         lease.release(dynamodb, settings.jobs_table, taken.lease)
 

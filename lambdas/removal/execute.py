@@ -147,9 +147,12 @@ def _error(step: str, instance_id: str | None, error: Exception, **fields) -> st
 
 
 def remove(candidates: Sequence[Candidate], scope: Scope, *, registered: Mapping[str, str], ledger: LedgerSource,
-           lease_expires_at: float, now: datetime, clock: Callable[[], float] = time.time) -> Outcome:
+           lease_expires_at: float, now: datetime, clock: Callable[[], float] = time.time,
+           busy: Mapping[str, str] | None = None) -> Outcome:
     """Carry out `candidates` (this region's) and resume this method's removals in flight.
-    `registered`: instance id -> container instance ARN of the cluster, for the machines being resumed."""
+    `registered`: instance id -> container instance ARN of the cluster, for the machines being resumed.
+    `busy`: instance id -> why the method holds it busy now, by what the re-check does not read (the reaper's
+    idle contract: utilisation over its window); a removal in flight of such a machine is kept, never finished."""
     outcome = Outcome()
     mine = [c for c in candidates if c.region == scope.region]
     for c in mine:
@@ -205,6 +208,8 @@ def remove(candidates: Sequence[Candidate], scope: Scope, *, registered: Mapping
     to_keep: list[tuple[_Target, str]] = []
     for t in drained:
         verdict = decide.recheck(observed[t.instance_id], now)
+        if verdict.action == decide.TERMINATE and busy and t.instance_id in busy:
+            verdict = decide.Verdict(decide.REACTIVATE, f"busy by its method's reading: {busy[t.instance_id]}")
         if verdict.action == decide.TERMINATE:
             to_terminate.append(t)
         else:

@@ -221,3 +221,30 @@ def test_a_machine_whose_gpu_a_sharing_job_holds_is_busy_while_the_job_runs(flee
     busy = run(settings, now)
     assert busy["decisions"].get("mark", []) == [] and busy["decisions"]["busy"] == [instance_id]
     assert "mlfleet:idle-since" not in tags_of(instance_id)
+
+
+def test_a_removal_in_flight_of_a_machine_busy_again_by_its_utilisation_is_kept_not_finished(fleet_aws):
+    # A run cut short leaves its removal tagged and drained; the next run resumed it and re-checked tasks, jobs
+    # and keep-alives only, so a machine whose CPU had risen since was terminated by the same run whose decision
+    # line said "busy: CPU peaked at 55%" (found by tests/reaper/test_reaper_properties.py). It is kept now.
+    world = build_world(fleet_size=2, standalone=0)
+    settings = Settings(**{**SETTINGS.__dict__, "alert_topic_arn": world["topic"]})
+    now = datetime.now(timezone.utc) + timedelta(hours=3)
+    busy, other = world["fleet"]
+    put_utilisation(busy, now, cpu=55, gpu=0)
+    put_utilisation(other, now, cpu=55, gpu=0)
+    boto3.client("ec2", REGION).create_tags(Resources=[busy], Tags=[
+        {"Key": "mlfleet:removing", "Value": f"idle@{(now - timedelta(minutes=15)).isoformat(timespec='seconds')}"}])
+    ecs = boto3.client("ecs", REGION)
+    arns = ecs.list_container_instances(cluster=CLUSTER)["containerInstanceArns"]
+    arn = next(ci["containerInstanceArn"] for ci in ecs.describe_container_instances(
+        cluster=CLUSTER, containerInstances=arns)["containerInstances"] if ci["ec2InstanceId"] == busy)
+    ecs.update_container_instances_state(cluster=CLUSTER, containerInstances=[arn], status="DRAINING")
+
+    result = run(settings, now)
+    assert result["decisions"]["busy"] == sorted([busy, other]) and result["terminated"] == []
+    assert busy in result["kept"] and "CPU peaked at 55.0%" in result["kept"][busy]
+    state = boto3.client("ec2", REGION).describe_instances(InstanceIds=[busy])["Reservations"][0]["Instances"][0]
+    assert state["State"]["Name"] == "running" and "mlfleet:removing" not in tags_of(busy)
+    assert ecs.describe_container_instances(cluster=CLUSTER, containerInstances=[arn])["containerInstances"][0][
+        "status"] == "ACTIVE"
