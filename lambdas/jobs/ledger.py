@@ -632,10 +632,16 @@ class Ledger:
         A quarantined job is indexed under its submission time (or now, when it had none)."""
         values: dict[str, Any] = {
             ":quarantined": {"S": QUARANTINED}, ":now": _serializer.serialize(_to_dynamo(now)),
-            ":zero": {"N": "0"}, ":one": {"N": "1"},
+            ":one": {"N": "1"},
             ":info": {"M": {"error": {"S": error[:MAX_REASON_CHARS]}, "at": _serializer.serialize(_to_dynamo(now)),
                             "by": {"S": by}, "alerted": {"BOOL": False},
                             "previous_state": item.get("state") or {"NULL": True}}}}
+        # A version of another type (a hand edit) cannot be counted on (DynamoDB refuses + on it): it starts again.
+        if "N" in item.get("version", {"N": "0"}):
+            values[":zero"] = {"N": "0"}
+            version = "if_not_exists(#version, :zero) + :one"
+        else:
+            version = ":one"
         conditions = ["attribute_exists(job_id)"]
         for attribute, placeholder in (("state", ":was"), ("version", ":version")):
             if attribute in item:
@@ -649,7 +655,7 @@ class Ledger:
                 # A new version: a writer holding the job as it was (an index read) cannot write over this.
                 UpdateExpression="SET #state = :quarantined, quarantine = :info, "
                                  "submitted_at = if_not_exists(submitted_at, :now), "
-                                 f"#version = if_not_exists(#version, :zero) + :one REMOVE {QUEUED_TEAM}",
+                                 f"#version = {version} REMOVE {QUEUED_TEAM}",
                 ConditionExpression=" AND ".join(conditions),
                 ExpressionAttributeNames={"#state": "state", "#version": "version"}, ExpressionAttributeValues=values,
                 ReturnValuesOnConditionCheckFailure="ALL_OLD")

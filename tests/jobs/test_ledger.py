@@ -379,3 +379,14 @@ def test_an_attribute_dynamodb_types_cannot_hold_is_named_in_the_decode_error(at
     item = {**L.encode(L.new_record(job, 1.0)), attribute: value}
     with pytest.raises(L.DecodeError, match=f"^field '{attribute}': "):
         L.decode(item)
+
+
+def test_an_item_whose_version_is_not_a_number_is_quarantined_all_the_same(ledger):
+    # DynamoDB refuses `+` on a version of another type (a hand edit): the quarantine failed on every run.
+    item = raw_item(ledger)
+    item["version"] = {"L": [{"N": "1"}]}
+    ledger.dynamodb.put_item(TableName=ledger.table, Item=item)
+    assert ledger.quarantine(item, "field version=[1] is not an integer >= 0", 500.0, "scheduler")
+    quarantined = raw_item(ledger)
+    assert quarantined["state"] == {"S": L.QUARANTINED} and quarantined["version"] == {"N": "1"}
+    assert [q.job_id for q in ledger.quarantined()] == [JOB]
