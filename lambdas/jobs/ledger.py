@@ -41,6 +41,7 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
+from ..common.logs import shown
 from ..common.permissions import needs
 from .spec import Job, JobSpec, is_job_id, spec_from_document
 
@@ -300,11 +301,11 @@ def _field(document: Mapping, key: str, kind: type, *, optional: bool = False, d
         raise DecodeError(f"field {key!r} is missing")
     value = document[key]
     if kind is int and (isinstance(value, bool) or not isinstance(value, int) or (value < 0 and not signed)):
-        raise DecodeError(f"field {key}={value!r} is not an integer{'' if signed else ' >= 0'}")
+        raise DecodeError(f"field {key}={shown(value)} is not an integer{'' if signed else ' >= 0'}")
     if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
-        raise DecodeError(f"field {key}={value!r} is not a number")
+        raise DecodeError(f"field {key}={shown(value)} is not a number")
     if kind in (str, dict, list) and not isinstance(value, kind):
-        raise DecodeError(f"field {key}={str(value)[:80]!r} is not a {kind.__name__}")
+        raise DecodeError(f"field {key}={shown(value)} is not a {kind.__name__}")
     return kind(value) if kind is float else value
 
 
@@ -314,6 +315,45 @@ def _attribute(name: str, value: Any) -> Any:
         return _deserializer.deserialize(value)
     except (KeyError, ValueError, TypeError, AttributeError, ArithmeticError, RecursionError) as error:
         raise DecodeError(f"field {str(name)[:40]!r}: {type(error).__name__}: {str(error)[:160]}") from None
+
+
+# The times a record can hold: what Python's datetime shows (years 1 to 9999), as seconds since 1970.
+MIN_TIME, MAX_TIME = -62_135_596_800, 253_402_300_799
+PLACEMENT_TEXTS, PLACEMENT_OPTIONAL_TEXTS = ("region", "fleet", "cluster", "container_instance_arn", "instance_id",
+                                             "instance_type"), ("task_arn", "lifecycle")
+
+
+def _time(value: Any, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not MIN_TIME <= value <= MAX_TIME:
+        raise DecodeError(f"field {name}={shown(value)} is not a time (seconds since 1970)" if value is not None
+                          else f"field {name!r} is missing")
+
+
+def _history_entry(entry: Any, name: str) -> None:
+    """One entry of a job's history, as transitions write it: {at, attempt, state, reason}."""
+    if not isinstance(entry, dict):
+        raise DecodeError(f"field {name}={shown(entry)} is not a map of at, attempt, state and reason")
+    _time(entry.get("at"), f"{name}.at")
+    attempt = entry.get("attempt")
+    if isinstance(attempt, bool) or not isinstance(attempt, int):
+        raise DecodeError(f"field {name}.attempt={shown(attempt)} is not an integer")
+    for key in ("state", "reason"):
+        if not isinstance(entry.get(key), str):
+            raise DecodeError(f"field {name}.{key}={shown(entry.get(key))} is not a string")
+
+
+def _placement_types(placement: Mapping) -> None:
+    for key in placement:
+        if key not in Placement.__dataclass_fields__:
+            raise DecodeError(f"field placement.{shown(key)} is not a placement key")
+    for key in (*PLACEMENT_TEXTS, *PLACEMENT_OPTIONAL_TEXTS):
+        value = placement.get(key)
+        if not isinstance(value, str) and (key in PLACEMENT_TEXTS or value is not None):
+            raise DecodeError(f"field placement.{key}={shown(value)} is not a string")
+    for key in ("price_per_hour", "placed_at"):
+        value = placement.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise DecodeError(f"field placement.{key}={shown(value)} is not a number")
 
 
 def decode(item: Mapping) -> JobRecord:
@@ -328,8 +368,8 @@ def decode(item: Mapping) -> JobRecord:
         placement = _field(document, "placement", dict, optional=True)
         reserved = _field(document, "reserved", dict, optional=True)
         reasons = _field(document, "reasons", list, optional=True, default=[])
-        if not all(isinstance(r, dict) and isinstance(r.get("reason", ""), str) for r in reasons):
-            raise DecodeError("field reasons is not a list of {at, attempt, state, reason}")
+        for n, entry in enumerate(reasons):
+            _history_entry(entry, f"reasons[{n}]")
         cost = _field(document, "cost", dict, optional=True)
         if cost and not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in cost.values()):
             raise DecodeError(f"field cost={str(cost)[:80]!r} is not a map of numbers")
@@ -340,6 +380,12 @@ def decode(item: Mapping) -> JobRecord:
             notified = list(NOTIFY_CHANNELS) if notified_at is not None else []
         if not all(channel in NOTIFY_CHANNELS for channel in notified):
             raise DecodeError(f"field notified={str(notified)[:80]!r} is not a list of {', '.join(NOTIFY_CHANNELS)}")
+        for key in ("submitted_at", "updated_at"):
+            _time(document.get(key), key)
+        if placement:
+            _placement_types(placement)
+        if reserved and not all(isinstance(reserved.get(k), str) for k in ("region", "fleet", "box")):
+            raise DecodeError(f"field reserved={shown(reserved)} is not a map of region, fleet and box")
         return JobRecord(
             job_id=_field(document, "job_id", str), submission_id=_field(document, "submission_id", str),
             index=_field(document, "index", int), state=state, attempt=_field(document, "attempt", int),
@@ -359,7 +405,9 @@ def decode(item: Mapping) -> JobRecord:
     # Whatever a hand-edited or foreign item holds (a map where a list belongs, unknown placement keys,
     # a number DynamoDB stores but Python cannot convert, nesting deeper than the stack), it is one bad item.
     except (KeyError, ValueError, TypeError, AttributeError, ArithmeticError, RecursionError) as error:
-        raise DecodeError(f"{type(error).__name__}: {str(error)[:200]}") from None
+        message = str(error)[:200]
+        # One line: the message may quote a key of the item, and a key may hold any character.
+        raise DecodeError(f"{type(error).__name__}: {message if message.isprintable() else repr(message)}") from None
 
 
 def new_record(job: Job, now: float, owner: str | None = None) -> JobRecord:
@@ -715,7 +763,16 @@ def _quarantined_item(item: Mapping[str, Any]) -> QuarantinedItem:
     info = document.pop("quarantine", None)
     info = info if isinstance(info, dict) else {}
     at, previous = info.get("at"), info.get("previous_state")
-    return QuarantinedItem(job_id=str(document.get("job_id", "?")), error=str(info.get("error", "")),
+    try:
+        _time(at, "quarantine.at")
+    except DecodeError:
+        at = 0.0  # none, or not a time (a hand edit): shown as 1970
+    return QuarantinedItem(job_id=str(document.get("job_id", "?")), error=_text(info.get("error")),
                            previous_state=previous if isinstance(previous, str) else None,
-                           at=float(at) if isinstance(at, (int, float)) else 0.0, by=str(info.get("by", "")),
-                           alerted=info.get("alerted") is True, document=document)
+                           at=float(at), by=_text(info.get("by")), alerted=info.get("alerted") is True,
+                           document=document)
+
+
+def _text(value: Any) -> str:
+    """A text of a quarantined item's reason, or how a hand edit left it (binary, a number, a map)."""
+    return value if isinstance(value, str) else "" if value is None else shown(value)

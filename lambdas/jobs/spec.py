@@ -611,6 +611,15 @@ def _string_map(value, where: str) -> dict[str, str]:
     return dict(value)
 
 
+def _size(document: Mapping, key: str, kind: type, optional: bool = False) -> int | float:
+    """int() or float() of a size in a stored spec; TypeError naming the key when it is not one."""
+    value = (document.get(key) or 0) if optional else document[key]
+    try:
+        return kind(value)
+    except (TypeError, ValueError, OverflowError):
+        raise TypeError(f"spec.{key}={str(value)[:80]!r} is not {'an integer' if kind is int else 'a number'}") from None
+
+
 def spec_from_document(document: Mapping) -> JobSpec:
     """A spec already validated at submission, read back from the ledger (no catalog checks again).
 
@@ -627,8 +636,8 @@ def spec_from_document(document: Mapping) -> JobSpec:
     spec = JobSpec(image=image, command=_strings(document["command"], "spec.command"),
                    environment=_string_map(document.get("environment") or {}, "spec.environment"),
                    secrets=_string_map(document.get("secrets") or {}, "spec.secrets"),
-                   gpus=int(document["gpus"]), vcpus=float(document["vcpus"]), memory_mib=int(document["memory_mib"]),
-                   max_attempts=int(document["max_attempts"]),
+                   gpus=_size(document, "gpus", int), vcpus=_size(document, "vcpus", float),
+                   memory_mib=_size(document, "memory_mib", int), max_attempts=_size(document, "max_attempts", int),
                    regions=_strings(document.get("regions") or [], "spec.regions"),
                    checkpoint_interval_minutes=_interval(document.get("checkpoint_interval_minutes")),
                    retry_on_exit_codes=_integers(document.get("retry_on_exit_codes") or [], "spec.retry_on_exit_codes"),
@@ -637,7 +646,7 @@ def spec_from_document(document: Mapping) -> JobSpec:
                    notify=_strings(document.get("notify") or [], "spec.notify"),
                    images=_string_map(document.get("images") or {}, "spec.images"),
                    expected_runtime_s=_optional_number(document.get("expected_runtime_s"), "spec.expected_runtime_s"),
-                   gpu_memory_mib=int(document.get("gpu_memory_mib") or 0),
+                   gpu_memory_mib=_size(document, "gpu_memory_mib", int, optional=True),
                    gpu_compute_percent=_optional_integer(document.get("gpu_compute_percent"), "spec.gpu_compute_percent"),
                    **optional)
     if spec.gpus < 0 or spec.vcpus <= 0 or spec.memory_mib <= 0 or spec.max_attempts < 1 or \
