@@ -16,7 +16,7 @@ from pathlib import Path
 import boto3
 import pytest
 from botocore.stub import ANY, Stubber
-from conftest import CLUSTER, ENV, FAMILY, HOME, build_fleet, open_admission, set_teams, teams_json
+from conftest import CLUSTER, ENV, FAMILY, HOME, build_fleet, open_admission, run_mlfleet, set_teams, teams_json
 
 from lambdas.jobs import cli
 from lambdas.jobs import ledger as L
@@ -251,3 +251,41 @@ def test_the_installed_command_runs():
     assert command, "mlfleet is not installed next to this Python (pip install -e .)"
     result = subprocess.run([command, "--help"], capture_output=True, text=True, cwd="/")
     assert result.returncode == 0 and "submit" in result.stdout
+
+
+def put_raw(job_id: str, change) -> None:
+    """A hand edit of the job's item."""
+    dynamodb = boto3.client("dynamodb", HOME)
+    item = dynamodb.get_item(TableName=f"mlfleet-{ENV}-jobs", Key={"job_id": {"S": job_id}})["Item"]
+    change(item)
+    dynamodb.put_item(TableName=f"mlfleet-{ENV}-jobs", Item=item)
+
+
+def test_list_follow_and_cost_show_the_readable_jobs_and_name_those_they_cannot_read(service, monkeypatch):
+    _, lines = mlfleet("submit", *SMALL, "--sweep", "a=1,2", "--", "run", "{a}")
+    submission = submitted(lines)
+    good, bad = sorted(r.job_id for r in ledger().by_submission(submission))
+    put_raw(bad, lambda item: item.update(attempt={"S": "one"}))
+    note = f"job record(s) could not be read and are not {{}}: {bad}: field attempt='one' is not an integer >= 0 "
+    monkeypatch.setattr(cli.watch, "_sleep", lambda _: (_ for _ in ()).throw(KeyboardInterrupt))
+    for argv, what in [(["list"], "listed"), (["list", "--json"], "listed"), (["list", "--submission", submission], "listed"),
+                       (["cost"], "counted"), (["follow", submission], "followed")]:
+        code, out, err = run_mlfleet(*argv)
+        assert code in (0, 130) and (good in "\n".join(out) or argv[0] == "cost") and bad not in "\n".join(out)
+        assert err[0].startswith(f"mlfleet: 1 {note.format(what)}"), (argv, err)
+    assert run_mlfleet("cost")[1][-1].split()[:2] == ["total", "1"]
+    put_raw(good, lambda item: item.pop("spec"))
+    code, _, err = run_mlfleet("follow", submission)
+    assert code == 2 and err == [f"mlfleet: submission {submission}: none of its jobs can be read from the ledger: "
+                                 f"{good}: field 'spec' is missing; {bad}: field attempt='one' is not an integer >= 0; "
+                                 "`mlfleet quarantine` shows such records"]
+
+
+def test_json_shows_what_a_hand_edit_left_that_json_has_no_form_for(service):
+    _, lines = mlfleet("submit", *SMALL)
+    (job,) = [r.job_id for r in ledger().by_submission(submitted(lines))]
+    put_raw(job, lambda item: item["reasons"]["L"][0]["M"].update(note={"SS": ["b", "a"]}, raw={"B": b"\x00"}))
+    code, out, _ = run_mlfleet("status", job)
+    first = json.loads("\n".join(out))["reasons"][0]
+    assert code == 0 and (first["note"], first["raw"]) == (["a", "b"], "b'\\x00'")
+    assert run_mlfleet("list", "--json")[0] == 0

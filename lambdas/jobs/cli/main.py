@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 
+from boto3.dynamodb.types import Binary
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ...common.aws import client
@@ -227,24 +228,34 @@ def _dispatch(args, out, err) -> int:
         owner = who(service.region) if args.mine else None
         records = watch.list_jobs(service, submission=args.submission, states=tuple(args.state or watch.ACTIVE_STATES),
                                   owner=owner)
-        out(json.dumps([watch.record_document(r) for r in records], indent=1) if args.json else watch.table(records))
+        # default=_plain: a value JSON has no form for (a set, bytes) in a record's history as text, not a traceback
+        out(json.dumps([watch.record_document(r) for r in records], indent=1, default=_plain) if args.json
+            else watch.table(records))
+        _note(err, watch.unreadable_note(service, "listed"))
         return 0
     if args.action == "status":
         (record,) = watch.records_of(service, args.job_id)
-        out(json.dumps(watch.record_document(record), indent=1))
+        out(json.dumps(watch.record_document(record), indent=1, default=_plain))
         return 0
     if args.action == "quarantine":
         items = service.ledger.quarantined()
-        out(json.dumps(watch.quarantine_documents(items), indent=1, default=str) if args.json
+        out(json.dumps(watch.quarantine_documents(items), indent=1, default=_plain) if args.json
             else watch.quarantine_table(items))
         return 0
     if args.action == "follow":
-        return watch.follow(service, args.target, interval=args.interval, logs=args.logs, out=out)
+        try:
+            code = watch.follow(service, args.target, interval=args.interval, logs=args.logs, out=out)
+        except KeyboardInterrupt:
+            _note(err, watch.unreadable_note(service, "followed"))
+            raise
+        _note(err, watch.unreadable_note(service, "followed"))
+        return code
     if args.action == "cost":
         start = report.since(args.since, datetime.now(timezone.utc))
         rows = report.cost_rows(service, start, args.by)
         out(json.dumps(costs.report_document(rows, args.by, start.timestamp()), indent=1) if args.json
             else report.cost_table(rows, args.by, start))
+        _note(err, watch.unreadable_note(service, "counted"))
         return 0
     if args.action == "notify":
         notify.subscribe(service, args.address)
@@ -255,6 +266,21 @@ def _dispatch(args, out, err) -> int:
     results = watch.cancel(service, args.target, who=who(service.region))
     out("\n".join(f"{job_id}: {what}" for job_id, what in results))
     return 0
+
+
+def _plain(value):
+    """What JSON has no form for, in a record a hand edit left (a set, binary, a DynamoDB number): as a list or
+    text, never a traceback."""
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=str)
+    if isinstance(value, Binary):
+        return repr(value.value)
+    return str(value)
+
+
+def _note(err, line: str | None) -> None:
+    if line:
+        err(line)
 
 
 def _service_for_submit(args) -> JobService:

@@ -34,9 +34,9 @@ def since(text: str, now: datetime) -> datetime:
 
 
 def cost_rows(service: JobService, start: datetime, by: str) -> list[costs.CostRow]:
-    # Quarantined records cannot be read (`mlfleet quarantine` shows them): not counted.
-    records = [r for state in L.STATES if state != L.QUARANTINED
-               for r in service.ledger.by_state(state, since=start.timestamp())]
+    # Records that cannot be read, quarantined ones too, are not counted: the ledger notes them (undecodable)
+    # for the command to say so.
+    records = [r for state in L.STATES for r in service.ledger.by_state(state, since=start.timestamp())]
     return costs.cost_report(records, by, sorted(L.TERMINAL))
 
 

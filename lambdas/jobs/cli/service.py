@@ -12,6 +12,7 @@ import json
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
 from ...common.aws import client
@@ -55,8 +56,9 @@ class JobService:
     teams: tuple[str, ...] = ()
     default_team: str | None = None
 
-    @property
+    @cached_property
     def ledger(self) -> L.Ledger:
+        """One ledger for the command: what its reads could not decode is in `ledger.undecodable`."""
         return L.Ledger(client("dynamodb", self.region), self.ledger_table)
 
     def fleet_regions(self) -> tuple[str, ...]:

@@ -29,11 +29,32 @@ def records_of(service: JobService, target: str) -> list[L.JobRecord]:
             raise CliError(f"no job {target} in {service.environment}")
         return [record]
     if is_submission_id(target):
+        skipped = len(ledger.undecodable)
         records = ledger.by_submission(target)
+        if not records and ledger.undecodable[skipped:]:
+            raise CliError(f"submission {target}: none of its jobs can be read from the ledger: "
+                           f"{unreadable_list(ledger.undecodable[skipped:])}; `mlfleet quarantine` shows such records")
         if not records:
             raise CliError(f"no submission {target} in {service.environment}")
         return sorted(records, key=lambda r: r.index)
     raise CliError(f"{target!r} is neither a job id (sub-YYYYmmddHHMMSS-xxxxxx-NNNNN) nor a submission id")
+
+
+def unreadable_list(bad: Sequence[L.Undecodable], shown: int = 5) -> str:
+    """The records a read skipped, each once: job id and why (the key it could not read)."""
+    errors = {b.job_id: b.error for b in bad}
+    named = "; ".join(f"{job_id}: {error[:200]}" for job_id, error in list(errors.items())[:shown])
+    return named + (f"; and {len(errors) - shown} more" if len(errors) > shown else "")
+
+
+def unreadable_note(service: JobService, what: str) -> str | None:
+    """The line that says which records the command's reads skipped (None when none)."""
+    bad = service.ledger.undecodable
+    if not bad:
+        return None
+    count = len({b.job_id for b in bad})
+    return (f"mlfleet: {count} job record(s) could not be read and are not {what}: {unreadable_list(bad)} "
+            "(`mlfleet quarantine` shows them once the functions have quarantined them)")
 
 
 def list_jobs(service: JobService, *, submission: str | None = None, states: Sequence[str] = ACTIVE_STATES,
