@@ -330,11 +330,12 @@ def _time(value: Any, name: str) -> None:
 
 
 def _history_entry(entry: Any, name: str) -> None:
-    """One entry of a job's history, as transitions write it: {at, attempt, state, reason}."""
+    """One entry of a job's history, as transitions write it: {at, attempt, state, reason} (attempt may be left
+    out)."""
     if not isinstance(entry, dict):
         raise DecodeError(f"field {name}={shown(entry)} is not a map of at, attempt, state and reason")
     _time(entry.get("at"), f"{name}.at")
-    attempt = entry.get("attempt")
+    attempt = entry.get("attempt", 0)  # every writer writes it; records made by hand may leave it out
     if isinstance(attempt, bool) or not isinstance(attempt, int):
         raise DecodeError(f"field {name}.attempt={shown(attempt)} is not an integer")
     for key in ("state", "reason"):

@@ -132,7 +132,7 @@ def follow(service: JobService, target: str, *, interval: float = 10.0, logs: bo
         records = records_of(service, target)
         for record in records:
             for reason in record.reasons[seen.get(record.job_id, 0):]:
-                out(f"{_time(reason['at'])}  {record.job_id}  {reason['state']:<9}  attempt {reason['attempt']}  "
+                out(f"{_time(reason['at'])}  {record.job_id}  {reason['state']:<9}  attempt {reason.get('attempt', 0)}  "
                     f"{reason['reason']}")
             seen[record.job_id] = len(record.reasons)
             if logs and record.placement is not None and record.placement.task_arn:
