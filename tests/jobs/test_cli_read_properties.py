@@ -29,13 +29,15 @@ Where moto differs from AWS: its indexes are read consistently (AWS's are eventu
 commands do not rely on either). DynamoDB refuses an index key of the wrong type or an empty one (state,
 submitted_at, submission_id, queued_team), so such hand edits are not drawn; numbers past DynamoDB's range
 and items over 400 KB are refused by boto3's serializer and moto as by AWS. moto stores a map with an empty
-key and then answers reads botocore cannot parse, so such edits are not drawn either.
+key and then answers reads botocore cannot parse, and stores -Infinity (boto3's serializer lets it through),
+which DynamoDB refuses: such edits are not drawn either.
 HYPOTHESIS_PROFILE=ci runs few examples; EVENT_EXAMPLES=N runs N (tests/perturbation.py).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from datetime import datetime, timezone
 
@@ -149,6 +151,8 @@ def put_edited(job_id: str, item: dict, document: dict) -> bool:
     """Put the hand-edited `document` in place of `item`; False where DynamoDB (or boto3) would refuse it."""
     if "" in {path[-1] for path in paths(document)}:
         return False  # moto stores a map with an empty key, then answers reads botocore cannot parse
+    if not all(math.isfinite(value) for value in leaves(document) if isinstance(value, float)):
+        return False  # boto3's serializer lets -Infinity through and moto stores it; DynamoDB refuses it
     for key in INDEX_KEYS:
         if key in item and (key not in document or type(document[key]) is not type(document_of(item)[key])
                             or document[key] == ""):
@@ -170,6 +174,14 @@ def same(a, b) -> bool:
     if isinstance(a, list):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
     return a == b
+
+
+def leaves(document) -> list:
+    if isinstance(document, dict):
+        return [leaf for value in document.values() for leaf in leaves(value)]
+    if isinstance(document, list):
+        return [leaf for value in document for leaf in leaves(value)]
+    return [document]
 
 
 def changed_keys(before, after) -> set[str]:
