@@ -271,7 +271,7 @@ def rows_of(out: list[str], jobs: set[str]) -> dict[str, list[str]]:
     return {line.split()[0]: line.split() for line in out if line.split() and line.split()[0] in jobs}
 
 
-@budget(ci=2)
+@budget(ci=1)
 @given(data=st.data())
 def test_read_commands_show_every_readable_record_name_the_unreadable_and_write_nothing(service, monkeypatch, data):
     for job_id in scan():  # the examples share one moto world
