@@ -284,6 +284,36 @@ def test_a_long_job_is_weighed_against_the_host_it_would_be_bought_not_a_box_of_
         [("g4dn.4xlarge", 1)]
 
 
+def test_a_long_job_takes_room_about_the_price_of_its_own_box_however_long_it_outlasts_the_machine_s_jobs():
+    """Seed 6 of the shared trace: openb-pod-0001 (one GPU, 6 vCPUs, 12 GiB, believed to run 2,836 hours) and
+    a g4dn.12xlarge host with three free GPUs whose one job was believed to end in 800. Its own host is a
+    g4dn.2xlarge, and keeping the 12xlarge up 2,000 hours longer costs more than twice that, so the room
+    was declined and the job ran 1,028 hours on a box of its own beside it. Its quarter of the 12xlarge is
+    5% dearer than the g4dn.2xlarge: it takes it now (packer.HOST_ROOM_FACTOR)."""
+    fleets = [fleet("g4dn.2xlarge"), fleet("g4dn.12xlarge", 1)]
+    shape = dict(vcpus=6, memory_mib=12 * 1024)
+    price = {t: CATALOG.get(t).spot_price("us-east-1") for t in ("g4dn.2xlarge", "g4dn.12xlarge")}
+    assert price["g4dn.12xlarge"] * (2836 - 800) > 2 * price["g4dn.2xlarge"] * 2836  # the extension declined it
+    assert price["g4dn.2xlarge"] < price["g4dn.12xlarge"] / 4 <= 1.1 * price["g4dn.2xlarge"]
+    host = machine("host", "g4dn.12xlarge", free_gpus=3, busy_h=800)
+    assert placed(plan([job("long", runtime_h=2836, **shape)], [host], fleets, CATALOG, LIMITS, now=NOW)) == \
+        {"long": "host"}
+    # A job the purchase buys no host for (40 hours) is still judged by the extension: a box of its own.
+    soon = machine("soon", "g4dn.12xlarge", free_gpus=3, busy_h=1)
+    result = plan([job("days", runtime_h=40, **shape)], [soon], fleets, CATALOG, LIMITS, now=NOW)
+    assert placed(result) == {} and [(s.fleet, s.add_instances) for s in result.scale_outs] == \
+        [("g4dn.2xlarge", 1)]
+    # Room more than 10% dearer than its own box is judged by the extension as before: an eighth of a
+    # g4dn.metal is 18% dearer than the g4dn.2xlarge.
+    metal_price = CATALOG.get("g4dn.metal").spot_price("us-east-1")
+    assert metal_price / 8 > 1.1 * price["g4dn.2xlarge"]
+    metal = machine("metal", "g4dn.metal", free_gpus=7, busy_h=800)
+    result = plan([job("long", runtime_h=2836, **shape)], [metal], [*fleets, fleet("g4dn.metal", 1)], CATALOG,
+                  LIMITS, now=NOW)
+    assert placed(result) == {} and [(s.fleet, s.add_instances) for s in result.scale_outs] == \
+        [("g4dn.2xlarge", 1)]
+
+
 HOST_TYPES = ["g4dn.xlarge", "g4dn.2xlarge", "g4dn.4xlarge", "g4dn.8xlarge", "g4dn.12xlarge", "g4dn.metal",
               "g5.12xlarge", "g5.48xlarge", "p3.8xlarge"]
 

@@ -20,7 +20,8 @@ after those ended ($797 of p5.48xlarge time on seed 3 of the synthetic trace: do
 is an instance of the job's own, or, for a job it buys hosts for (purchase.py, HOST_CLASS), the whole
 host: compared with a box of its own, a months-long job declined a g4dn.12xlarge host that had room and
 was bought a second g4dn.12xlarge, while the first ran 937 hours with its one job (seed 6 of the shared
-trace: docs/scheduler-benchmark.md, "Long jobs into hosts' room").
+trace: docs/scheduler-benchmark.md, "Long jobs into hosts' room"). Such a long job also takes room about
+the price of a box of its own (`HOST_ROOM_FACTOR`) however long it outlasts the machine's other jobs.
 
 A job without a runtime belief is judged the same way with the environment's prior (runtimes.py,
 `RuntimePrior`) where its share of the machine's price (below) costs more than a box of its own: its
@@ -65,6 +66,10 @@ EXTENSION_WEIGHT = 0.3
 # Decline a machine whose extension costs more than twice buying for the job alone: a purchase makes the
 # job wait for a boot, so an existing machine keeps it unless clearly dearer (the ski-rental factor of two).
 DECLINE_FACTOR = 2.0
+# A job the purchase buys hosts for takes room whose share costs at most this many times a box of its own,
+# however long it outlasts the machine's other jobs (`Packer._host_room`): a 1-GPU, 6-vCPU job's quarter of
+# a g4dn.12xlarge is 5% dearer than its g4dn.2xlarge. 1.1 and 1.5 bought the same on the shared trace.
+HOST_ROOM_FACTOR = 1.1
 HOUR = 3600.0
 # After its boot, the scheduler runs (one a minute) that start the jobs a new machine was bought for; an
 # empty machine older than its boot and this was kept by the release delay.
@@ -303,6 +308,8 @@ class Packer:
         if timing is None or bin_.busy_until is None:
             return 0.0
         if job.runtime is not None:
+            if self._host_room(job, bin_):
+                return 0.0
             runtime_s = job.runtime.seconds
             extension = max(0.0, timing.now + runtime_s - bin_.busy_until)
             # What declines the machine: the extension the belief's spread makes expected, never below the
@@ -331,6 +338,21 @@ class Packer:
         if judged * purchases_per_second > DECLINE_FACTOR:
             return None
         return EXTENSION_WEIGHT * extension * purchases_per_second
+
+    def _host_room(self, job: JobRequest, bin_: Bin) -> bool:
+        """Is this room, for a job the purchase buys hosts for, about the price of a box of its own (its share at
+        most HOST_ROOM_FACTOR times that box)? A host is a bet that long jobs arriving meanwhile fill it, so
+        such a job takes the room however long it outlasts the machine's other jobs, as it takes a host's
+        of its host's type (`Timing.bought_usd`). Weighed against the small box that is its own host (a
+        g4dn.2xlarge for 6 vCPUs), a months-long job declined three GPUs of a g4dn.12xlarge whose one job
+        it was believed to outlast, and ran 1,028 hours on a box of its own beside them (seed 6 of the
+        shared trace: docs/scheduler-benchmark.md, "Long jobs into room as cheap as their own")."""
+        timing = self._timing
+        if timing.host_hourly(job) is None:
+            return False
+        alone = timing.alone_hourly(job)
+        return bool(alone) and share_hourly(job, bin_.capacity, bin_.gpu_memory, bin_.machine.price_per_hour) <= \
+            HOST_ROOM_FACTOR * alone
 
     def _dear_room(self, job: JobRequest, group: Group) -> bool:
         """Does the job's share of a machine of the group cost more than DECLINE_FACTOR times an instance of
