@@ -63,7 +63,7 @@ import ecs_agent
 from hypothesis import event, example, given
 from hypothesis import strategies as st
 from perturbation import Lines, budget
-from removal.world import _register, fleet_moto
+from removal.world import _register, create_ledger_by_state, fleet_moto
 from removal.world import aws as world_aws
 from reaper.test_one_time_spot import refuse_like_aws
 from reaper.test_reaper_moto import CLUSTER, HOME, REGION, SETTINGS, TABLE
@@ -149,14 +149,7 @@ class State:
     def __init__(self, world: World, now: datetime):
         self.world, self.now = world, now
         ec2, autoscaling, ecs = aws("ec2"), aws("autoscaling"), aws("ecs")
-        # The ledger with the one index the executor reads (jobs.conftest.create_table makes a client each call).
-        world_aws("dynamodb", HOME).create_table(
-            TableName=TABLE, BillingMode="PAY_PER_REQUEST", KeySchema=[{"AttributeName": "job_id", "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": n, "AttributeType": t} for n, t in
-                                  (("job_id", "S"), ("state", "S"), ("submitted_at", "N"))],
-            GlobalSecondaryIndexes=[{"IndexName": "by-state", "Projection": {"ProjectionType": "ALL"},
-                                     "KeySchema": [{"AttributeName": "state", "KeyType": "HASH"},
-                                                   {"AttributeName": "submitted_at", "KeyType": "RANGE"}]}])
+        create_ledger_by_state()  # the reaper's HOME and TABLE are the removal world's
         ecs.create_cluster(clusterName=CLUSTER)
         ecs.register_task_definition(family=f"mlfleet-{ENV}-gpu-job",
                                      containerDefinitions=[{"name": "job", "image": "busybox", "memory": 512}])

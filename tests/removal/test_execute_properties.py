@@ -54,7 +54,7 @@ from hypothesis import strategies as st
 from perturbation import Lines, budget
 from removal import world
 from removal.test_execute_moto import CALLS, WRITES  # the fault matrix: every call the executor makes
-from removal.world import (CLUSTER, ENV, FAULTS, FLEET_REGION, HOME, LEDGER, TABLE, _register, aws, fleet_moto, inject,
+from removal.world import (CLUSTER, ENV, FAULTS, FLEET_REGION, HOME, LEDGER, _register, aws, fleet_moto, inject,
                            interrupt, place_job_in_ledger)
 
 from lambdas.common import tags as tag_keys
@@ -133,14 +133,7 @@ def build(fleet: Fleet, now: datetime) -> list[list[str]]:
     ecs.create_cluster(clusterName=CLUSTER)
     ecs.register_task_definition(family=f"mlfleet-{ENV}-gpu-job",
                                  containerDefinitions=[{"name": "job", "image": "busybox", "memory": 512}])
-    # The ledger with the one index the executor reads (jobs.conftest.create_table makes a client each call).
-    aws("dynamodb", HOME).create_table(
-        TableName=TABLE, BillingMode="PAY_PER_REQUEST", KeySchema=[{"AttributeName": "job_id", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": n, "AttributeType": t} for n, t in
-                              (("job_id", "S"), ("state", "S"), ("submitted_at", "N"))],
-        GlobalSecondaryIndexes=[{"IndexName": "by-state", "Projection": {"ProjectionType": "ALL"},
-                                 "KeySchema": [{"AttributeName": "state", "KeyType": "HASH"},
-                                               {"AttributeName": "submitted_at", "KeyType": "RANGE"}]}])
+    world.create_ledger_by_state()
     ids: list[list[str]] = []
     for g, (min_size, members) in enumerate(fleet.groups):
         ec2.create_launch_template(LaunchTemplateName=asg(g), LaunchTemplateData={"ImageId": "ami-12c6146b",

@@ -86,6 +86,18 @@ class World:
         return list(self.instances)
 
 
+def create_ledger_by_state() -> None:
+    """The ledger with the one index the executor reads (by-state); jobs.conftest.create_table makes every
+    index, and a client each call, which the property tests' many worlds cannot afford."""
+    aws("dynamodb", HOME).create_table(
+        TableName=TABLE, BillingMode="PAY_PER_REQUEST", KeySchema=[{"AttributeName": "job_id", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": n, "AttributeType": t} for n, t in
+                              (("job_id", "S"), ("state", "S"), ("submitted_at", "N"))],
+        GlobalSecondaryIndexes=[{"IndexName": "by-state", "Projection": {"ProjectionType": "ALL"},
+                                 "KeySchema": [{"AttributeName": "state", "KeyType": "HASH"},
+                                               {"AttributeName": "submitted_at", "KeyType": "RANGE"}]}])
+
+
 def build(size: int = 4, min_size: int = 0, region: str = FLEET_REGION, ledger: bool = True,
           spot: bool = False) -> World:
     """A group of `size` registered instances; Spot Instances with `spot` (see the module docstring)."""
