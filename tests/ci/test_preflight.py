@@ -152,7 +152,7 @@ def test_make_test_runs_the_linter_pyproject_configures_from_the_venv_it_install
     planned = subprocess.run(["make", "-n", "--no-print-directory", "test", f"VENV={venv}"], cwd=ROOT,
                              capture_output=True, text=True, check=True).stdout.splitlines()
     assert f"{venv}/bin/ruff check ." in planned
-    assert planned.index(f"{venv}/bin/ruff check .") < planned.index(f"{venv}/bin/python -m pytest -n auto")
+    assert planned.index(f"{venv}/bin/ruff check .") < planned.index(f"{venv}/bin/python -m pytest -n auto --dist worksteal")
     pinned = [line for line in (ROOT / "requirements-dev.txt").read_text().splitlines() if line.startswith("ruff")]
     assert len(pinned) == 1 and pinned[0].startswith("ruff==")
     assert "[tool.ruff.lint]" in (ROOT / "pyproject.toml").read_text()
