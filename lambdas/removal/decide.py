@@ -256,8 +256,10 @@ class Verdict:
     reason: str
 
 
-def recheck(observed: Observed, now: datetime) -> Verdict:
-    """Terminate only what is known to be drained and empty; gained work or unknown means busy."""
+def recheck(observed: Observed, now: datetime, busy: str | None = None) -> Verdict:
+    """Terminate only what is known to be drained and empty; gained work or unknown means busy. `busy`: why
+    the method holds the machine busy now by what the re-check does not read (the reaper's idle contract:
+    utilisation over its window)."""
     unread = [name for name, value in (("container instance", observed.ecs_status), ("task count", observed.ecs_tasks),
                                        ("task list", observed.listed_tasks), ("ledger", observed.ledger_jobs))
               if value is None] + ([] if observed.tags_read else ["tags"])
@@ -273,6 +275,8 @@ def recheck(observed: Observed, now: datetime) -> Verdict:
         return Verdict(REACTIVATE, f"protected since it was proposed: {why}")
     if observed.ecs_status != DRAINING:
         return Verdict(REACTIVATE, f"container instance is {observed.ecs_status}, not DRAINING, after the drain")
+    if busy:
+        return Verdict(REACTIVATE, f"busy by its method's reading: {busy}")
     return Verdict(TERMINATE, "drained, no task, no job placed on it")
 
 

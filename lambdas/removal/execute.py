@@ -207,9 +207,7 @@ def remove(candidates: Sequence[Candidate], scope: Scope, *, registered: Mapping
     to_terminate: list[_Target] = []
     to_keep: list[tuple[_Target, str]] = []
     for t in drained:
-        verdict = decide.recheck(observed[t.instance_id], now)
-        if verdict.action == decide.TERMINATE and busy and t.instance_id in busy:
-            verdict = decide.Verdict(decide.REACTIVATE, f"busy by its method's reading: {busy[t.instance_id]}")
+        verdict = decide.recheck(observed[t.instance_id], now, (busy or {}).get(t.instance_id))
         if verdict.action == decide.TERMINATE:
             to_terminate.append(t)
         else:

@@ -149,6 +149,11 @@ def test_recheck_terminates_only_a_drained_empty_machine(observed, action, reaso
     assert verdict.action == action and reason in verdict.reason
 
 
+def test_recheck_keeps_a_machine_its_method_holds_busy_by_what_the_recheck_does_not_read():
+    verdict = decide.recheck(EMPTY, NOW, busy="busy: CPU peaked at 55%")
+    assert verdict.action == decide.REACTIVATE and "CPU peaked at 55%" in verdict.reason
+
+
 @pytest.mark.parametrize("g, done, action", [
     (group(3, min_size=1), 0, decide.TERMINATE),
     (group(3, min_size=2), 1, decide.REACTIVATE),  # this run's first terminate took the group to its minimum
