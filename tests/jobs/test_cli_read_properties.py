@@ -202,12 +202,8 @@ def changed_keys(before, after) -> set[str]:
 
 # --- the commands -------------------------------------------------------------------------------------------
 
-class CtrlC(KeyboardInterrupt):
-    pass
-
-
 def ctrl_c(_seconds):
-    raise CtrlC
+    raise KeyboardInterrupt  # follow's sleep: the watch ends as at Ctrl-C (exit 130)
 
 
 def commands(submissions: dict, jobs: list[str], by: str) -> list[tuple[str, ...]]:
