@@ -31,6 +31,16 @@ def shown(value: object, limit: int = 120) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
+def quoted(value: object, limit: int) -> str:
+    """A bad value's text cut to `limit` characters and quoted, as the errors naming a ledger field show it;
+    a value without a text of its own (a binary attribute, whose str is bytes) by its repr (shown)."""
+    try:
+        text = str(value)
+    except (TypeError, ValueError, RecursionError):
+        return shown(value, limit)
+    return repr(text[:limit])
+
+
 def _default(value: Any) -> Any:
     if isinstance(value, (datetime, date)):
         return value.isoformat()

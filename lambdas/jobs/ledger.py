@@ -41,7 +41,7 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
-from ..common.logs import shown
+from ..common.logs import quoted, shown
 from ..common.permissions import needs
 from .spec import Job, JobSpec, is_job_id, spec_from_document
 
@@ -314,7 +314,7 @@ def _attribute(name: str, value: Any) -> Any:
     try:
         return _deserializer.deserialize(value)
     except (KeyError, ValueError, TypeError, AttributeError, ArithmeticError, RecursionError) as error:
-        raise DecodeError(f"field {str(name)[:40]!r}: {type(error).__name__}: {str(error)[:160]}") from None
+        raise DecodeError(f"field {quoted(name, 40)}: {type(error).__name__}: {str(error)[:160]}") from None
 
 
 # The times a record can hold: what Python's datetime shows (years 1 to 9999), as seconds since 1970.
@@ -373,14 +373,14 @@ def decode(item: Mapping) -> JobRecord:
             _history_entry(entry, f"reasons[{n}]")
         cost = _field(document, "cost", dict, optional=True)
         if cost and not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in cost.values()):
-            raise DecodeError(f"field cost={str(cost)[:80]!r} is not a map of numbers")
+            raise DecodeError(f"field cost={quoted(cost, 80)} is not a map of numbers")
         exit_code = _field(document, "exit_code", int, optional=True, signed=True)
         notified_at = _field(document, "notified_at", float, optional=True)
         notified = _field(document, "notified", list, optional=True)
         if notified is None:  # written before the channels were kept: a mark meant every channel was told
             notified = list(NOTIFY_CHANNELS) if notified_at is not None else []
         if not all(channel in NOTIFY_CHANNELS for channel in notified):
-            raise DecodeError(f"field notified={str(notified)[:80]!r} is not a list of {', '.join(NOTIFY_CHANNELS)}")
+            raise DecodeError(f"field notified={quoted(notified, 80)} is not a list of {', '.join(NOTIFY_CHANNELS)}")
         for key in ("submitted_at", "updated_at"):
             _time(document.get(key), key)
         if placement:

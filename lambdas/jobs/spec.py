@@ -43,6 +43,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 from ..common.catalog import Catalog, InstanceType
+from ..common.logs import quoted
 from ..common.registries import DOCKER_HUB, ECR_PUBLIC, reachable_without_egress, reference_problem, \
     registry_of, through_cache
 from .checkpoints import INTERVAL_VARIABLE, URI_VARIABLE, uri
@@ -617,7 +618,7 @@ def _size(document: Mapping, key: str, kind: type, optional: bool = False) -> in
     try:
         return kind(value)
     except (TypeError, ValueError, OverflowError):
-        raise TypeError(f"spec.{key}={str(value)[:80]!r} is not {'an integer' if kind is int else 'a number'}") from None
+        raise TypeError(f"spec.{key}={quoted(value, 80)} is not {'an integer' if kind is int else 'a number'}") from None
 
 
 def spec_from_document(document: Mapping) -> JobSpec:
@@ -628,11 +629,11 @@ def spec_from_document(document: Mapping) -> JobSpec:
     """
     image = document["image"]
     if not isinstance(image, str) or not image:
-        raise TypeError(f"spec.image={str(image)[:80]!r} is not an image reference")
+        raise TypeError(f"spec.image={quoted(image, 80)} is not an image reference")
     optional = {key: document.get(key) or None for key in ("instance_type_pattern", "lifecycle")}
     for key, value in optional.items():
         if value is not None and not isinstance(value, str):
-            raise TypeError(f"spec.{key}={str(value)[:80]!r} is not a string")
+            raise TypeError(f"spec.{key}={quoted(value, 80)} is not a string")
     spec = JobSpec(image=image, command=_strings(document["command"], "spec.command"),
                    environment=_string_map(document.get("environment") or {}, "spec.environment"),
                    secrets=_string_map(document.get("secrets") or {}, "spec.secrets"),
@@ -670,37 +671,37 @@ def spec_from_document(document: Mapping) -> JobSpec:
 
 def _integers(value, where: str) -> tuple[int, ...]:
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        raise TypeError(f"{where}={str(value)[:40]!r} is not a list of integers")
+        raise TypeError(f"{where}={quoted(value, 40)} is not a list of integers")
     return tuple(value)
 
 
 def _priority(value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value not in PRIORITIES:
-        raise ValueError(f"spec.priority={str(value)[:40]!r} is not a priority (0-9)")
+        raise ValueError(f"spec.priority={quoted(value, 40)} is not a priority (0-9)")
     return value
 
 
 def _optional_number(value, where: str) -> float | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-        raise TypeError(f"{where}={str(value)[:40]!r} is not a number")
+        raise TypeError(f"{where}={quoted(value, 40)} is not a number")
     return float(value) if value is not None else None
 
 
 def _optional_integer(value, where: str) -> int | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-        raise TypeError(f"{where}={str(value)[:40]!r} is not an integer")
+        raise TypeError(f"{where}={quoted(value, 40)} is not an integer")
     return value
 
 
 def _optional_string(value, where: str) -> str | None:
     if value is not None and not isinstance(value, str):
-        raise TypeError(f"{where}={str(value)[:40]!r} is not a string")
+        raise TypeError(f"{where}={quoted(value, 40)} is not a string")
     return value or None
 
 
 def _interval(value) -> int | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-        raise TypeError(f"spec.checkpoint_interval_minutes={str(value)[:40]!r} is not an integer")
+        raise TypeError(f"spec.checkpoint_interval_minutes={quoted(value, 40)} is not an integer")
     return value
 
 

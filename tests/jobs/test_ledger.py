@@ -196,6 +196,11 @@ def raw_item(ledger, job_id: str = JOB) -> dict:
     (lambda item: item.update(updated_at={"N": "1e20"}), "field updated_at=100000000000000000000 is not a time"),
     (lambda item: item["spec"]["M"].update(gpus={"L": [{"N": "1"}]}), "spec.gpus='[1]' is not an integer"),
     (lambda item: item["spec"]["M"].update(vcpus={"S": "many"}), "spec.vcpus='many' is not a number"),
+    # A binary value's str is bytes (boto3's Binary): its text could not be shown, and the error named no key
+    # (found by tests/jobs/test_cli_read_properties.py: 'TypeError: __str__ returned non-string').
+    (lambda item: item["spec"]["M"].update(image={"B": b"\x00\xff"}), "spec.image=Binary(b'\\x00\\xff') is not an image"),
+    (lambda item: item["spec"]["M"].update(gpus={"B": b"1"}), "spec.gpus=Binary(b'1') is not an integer"),
+    (lambda item: item["spec"]["M"].update(team={"B": b"a"}), "spec.team=Binary(b'a') is not a string"),
     (lambda item: item.update(placement={"M": {**{k: {"S": "x"} for k in L.PLACEMENT_TEXTS}, "placed_at": {"S": "now"}}}),
      "field placement.placed_at='now' is not a number"),
     (lambda item: item.update(reserved={"M": {"region": {"S": "us-east-1"}, "fleet": {"N": "4"}, "box": {"S": "b"}}}),
