@@ -281,6 +281,35 @@ def test_list_follow_and_cost_show_the_readable_jobs_and_name_those_they_cannot_
                                  "`mlfleet quarantine` shows such records"]
 
 
+def test_follow_waits_for_an_unreadable_running_job_and_does_not_call_an_unknown_ending_a_success(service):
+    _, lines = mlfleet("submit", *SMALL, "--sweep", "a=1,2", "--", "run", "{a}")
+    submission = submitted(lines)
+    good, bad = sorted(r.job_id for r in ledger().by_submission(submission))
+    ledger().transition(good, L.CANCELLED, expect_states=[L.QUEUED], expect_attempt=0, reason="t", now=1.0)
+    looks: list[str] = []
+
+    def follow() -> int:
+        looks.clear()
+        return cli.follow(cli.discover(ENV, HOME), submission, out=lambda _: None,
+                          sleep=lambda _: looks.append("slept"), max_polls=3)
+
+    # Says it is queued: the scheduler quarantines it when it next reads it, so follow waits for that.
+    put_raw(bad, lambda item: item.update(attempt={"S": "one"}))
+    assert follow() == 3 and len(looks) == 2  # looked three times: still waiting
+    # Says it ended, and cannot be read: how it ended is unknown, which is not a success.
+    put_raw(bad, lambda item: item.update(state={"S": L.SUCCEEDED}))
+    assert follow() == 2 and looks == []
+    put_raw(bad, lambda item: item.update(state={"S": "DONE"}))  # a state no query reads
+    assert follow() == 2
+    # Quarantined: dead-lettered with the reason, as a job that cannot run is.
+    put_raw(bad, lambda item: item.update(state={"S": L.QUEUED}))
+    assert ledger().quarantine(ledger().dynamodb.get_item(TableName=f"mlfleet-{ENV}-jobs", Key={
+        "job_id": {"S": bad}})["Item"], "field attempt='one' is not an integer >= 0", 2.0, "scheduler")
+    assert follow() == 1 and looks == []
+    code, _, err = run_mlfleet("follow", submission)
+    assert code == 1 and len(err) == 1 and bad in err[0] and "quarantined" in err[0]
+
+
 def test_json_shows_what_a_hand_edit_left_that_json_has_no_form_for(service):
     _, lines = mlfleet("submit", *SMALL)
     (job,) = [r.job_id for r in ledger().by_submission(submitted(lines))]

@@ -333,7 +333,7 @@ def test_read_commands_show_every_readable_record_name_the_unreadable_and_write_
             one_error(err, whole, {key for job in submissions[whole] for key in edited.get(job, ())} | {"quarantined"})
             continue
         if argv[0] == "follow":
-            assert code in (0, 1, 130), (argv, code, err)
+            assert code == follow_code([items[j] for j in submissions[target]]), (argv, code, err)
             for job in set(submissions[target]) & good_jobs:
                 assert [line for line in out if job in line] == [line for line in was_out if job in line], argv
             noted(err, {j for j in bad if in_scope(argv, items[j])})
@@ -372,6 +372,24 @@ def test_read_commands_show_every_readable_record_name_the_unreadable_and_write_
                 assert {d["job_id"] for d in json.loads("\n".join(out))} == quarantined
             else:
                 assert set(rows_of(out, set(items))) == quarantined
+
+
+def follow_code(items: list[dict]) -> int:
+    """follow's exit for a submission's items (docs/jobs.md, "Watch, cancel"): 130 while it still waits (its sleep
+    is Ctrl-C here), for a job that has not ended or an unreadable item that says it has not (the scheduler will
+    quarantine it); then 2 when an unreadable item is not quarantined (how it ended is unknown), 1 when a job
+    failed or was quarantined, 0 otherwise."""
+    states, unread = [], []
+    for item in items:
+        try:
+            states.append(L.decode(item).state)
+        except L.DecodeError:
+            unread.append((item.get("state") or {}).get("S") if isinstance(item.get("state"), dict) else None)
+    if any(s not in L.TERMINAL for s in states) or any(s in watch.ACTIVE_STATES for s in unread):
+        return 130
+    if any(s != L.QUARANTINED for s in unread):
+        return 2
+    return 1 if unread or L.FAILED in states else 0
 
 
 def costs_groups(out: list[str]) -> set[str]:

@@ -123,13 +123,18 @@ def _sleep(seconds: float) -> None:
 def follow(service: JobService, target: str, *, interval: float = 10.0, logs: bool = False,
            out: Callable[[str], None] = print, sleep: Callable[[float], None] | None = None,
            max_polls: int | None = None) -> int:
-    """Print every state change (and, with logs, the output) until all jobs have ended; 1 if any FAILED."""
+    """Print every state change (and, with logs, the output) until all jobs have ended: 0 when none failed,
+    1 when one FAILED or was quarantined, 2 when a record that cannot be read says it ended (or its state
+    is none the functions read): how that job ended is unknown. A record that cannot be read and says it is
+    queued, starting or running is waited for: the scheduler quarantines it when it next reads it."""
     sleep = sleep or _sleep
     seen: dict[str, int] = {}
     tokens: dict[str, str] = {}
     polls = 0
     while True:
+        skipped = len(service.ledger.undecodable)
         records = records_of(service, target)
+        unread = {bad.job_id: bad for bad in service.ledger.undecodable[skipped:]}.values()
         for record in records:
             for reason in record.reasons[seen.get(record.job_id, 0):]:
                 out(f"{_time(reason['at'])}  {record.job_id}  {reason['state']:<9}  attempt {reason.get('attempt', 0)}  "
@@ -137,12 +142,19 @@ def follow(service: JobService, target: str, *, interval: float = 10.0, logs: bo
             seen[record.job_id] = len(record.reasons)
             if logs and record.placement is not None and record.placement.task_arn:
                 _print_logs(service, record, tokens, out)
-        if all(r.state in L.TERMINAL for r in records):
-            return 1 if any(r.state == L.FAILED for r in records) else 0
+        if all(r.state in L.TERMINAL for r in records) and not any(_stored_state(b) in ACTIVE_STATES for b in unread):
+            if any(not bad.quarantined for bad in unread):
+                return 2
+            return 1 if unread or any(r.state == L.FAILED for r in records) else 0
         polls += 1
         if max_polls is not None and polls >= max_polls:
             return 3  # still running when the caller stopped watching
         sleep(interval)
+
+
+def _stored_state(bad: L.Undecodable) -> str | None:
+    """The state an unreadable item says it is in (None when that is not a string either)."""
+    return bad.item.get("state", {}).get("S") if isinstance(bad.item.get("state"), dict) else None
 
 
 def _print_logs(service: JobService, record: L.JobRecord, tokens: dict[str, str], out) -> None:
