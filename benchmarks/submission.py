@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import functools
 import json
 import os
 import sys
@@ -112,11 +113,20 @@ def linear_moto():
         yield
 
 
-def create_table(region: str = HOME, environment: str = ENV) -> None:
-    """The job ledger as components/jobs declares it: key, its three indexes, all attributes projected."""
+@functools.lru_cache(maxsize=None)
+def _setup_client(service: str, region: str):
+    """One client per service and region for the setup below, made once: boto3.client() makes a new one from
+    the new default session moto gives every mock (a tenth of a second with a cold session), and the
+    fault-injection tests set a world up hundreds of times. A client holds no moto state: moto answers
+    whichever mock is active."""
     import boto3
 
-    boto3.client("dynamodb", region).create_table(
+    return boto3.session.Session().client(service, region_name=region)
+
+
+def create_table(region: str = HOME, environment: str = ENV) -> None:
+    """The job ledger as components/jobs declares it: key, its three indexes, all attributes projected."""
+    _setup_client("dynamodb", region).create_table(
         TableName=f"mlfleet-{environment}-jobs", BillingMode="PAY_PER_REQUEST",
         AttributeDefinitions=[{"AttributeName": n, "AttributeType": t} for n, t in
                               (("job_id", "S"), ("state", "S"), ("submitted_at", "N"), ("submission_id", "S"),
@@ -137,9 +147,7 @@ def create_table(region: str = HOME, environment: str = ENV) -> None:
 
 def create_queues(region: str = HOME, environment: str = ENV) -> tuple[str, str]:
     """The job queue and its dead-letter queue as components/jobs declares them."""
-    import boto3
-
-    sqs = boto3.client("sqs", region)
+    sqs = _setup_client("sqs", region)
     dlq = sqs.create_queue(QueueName=f"mlfleet-{environment}-jobs-dlq")["QueueUrl"]
     dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     queue = sqs.create_queue(QueueName=f"mlfleet-{environment}-jobs", Attributes={

@@ -12,6 +12,7 @@ moto machine is what a healthy one is in AWS.
 
 from __future__ import annotations
 
+import functools
 import json
 
 import boto3
@@ -23,11 +24,19 @@ def gpu_ids(count: int) -> list[str]:
     return [f"GPU-{n:08x}-0000-0000-0000-000000000000" for n in range(count)]
 
 
+@functools.lru_cache(maxsize=None)
+def _ec2(region: str):
+    """One EC2 client per region for the whole test session. boto3.client() would make a new one from
+    moto's fresh default session in every mock (tens of milliseconds each, three per fleet built); a client
+    holds no moto state, moto answers whichever mock is active."""
+    return boto3.session.Session().client("ec2", region_name=region)
+
+
 def register(ecs, cluster: str, instance_id: str, region: str, *, gpus: int | None = None) -> dict:
     """Register `instance_id` with `cluster` as the agent does after boot; returns the container instance.
     `gpus`: how many GPUs its agent registers (default: its instance type's, from the catalog)."""
     if gpus is None:
-        (reservation,) = boto3.client("ec2", region).describe_instances(InstanceIds=[instance_id])["Reservations"]
+        (reservation,) = _ec2(region).describe_instances(InstanceIds=[instance_id])["Reservations"]
         instance_type = reservation["Instances"][0]["InstanceType"]
         catalog = load_catalog()
         gpus = catalog.get(instance_type).gpus if instance_type in catalog else 0

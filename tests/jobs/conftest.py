@@ -181,7 +181,7 @@ def teams_json(teams: dict | None = None, default_team: str | None = None, half_
 
 def set_teams(text: str, region: str = HOME) -> None:
     """The teams parameter as the job service component writes it."""
-    boto3.client("ssm", region).put_parameter(Name=f"/mlfleet/{ENV}/teams", Type="String", Overwrite=True, Value=text)
+    aws_client("ssm", region).put_parameter(Name=f"/mlfleet/{ENV}/teams", Type="String", Overwrite=True, Value=text)
 
 
 def scheduler_settings(home: dict, max_instances: int = 4, max_hourly_usd: float = 100.0, fleets: str | None = None):
@@ -226,12 +226,12 @@ def job_service_value(stack: str = ENV, *, egress: bool = True, slack: bool = Tr
 
 
 def publish_job_service(value: dict | str) -> None:
-    boto3.client("ssm", HOME).put_parameter(Name=f"/mlfleet/{ENV}/job-service", Type="String", Overwrite=True,
+    aws_client("ssm", HOME).put_parameter(Name=f"/mlfleet/{ENV}/job-service", Type="String", Overwrite=True,
                                             Value=value if isinstance(value, str) else json.dumps(value))
 
 
 def create_notification_topics(region: str = HOME) -> dict[str, str]:
-    sns = boto3.client("sns", region)
+    sns = aws_client("sns", region)
     return {"email": sns.create_topic(Name=EMAIL_TOPIC)["TopicArn"], "slack": sns.create_topic(Name=SLACK_TOPIC)["TopicArn"]}
 
 

@@ -12,6 +12,7 @@ Where moto differs from AWS (and why the test still means something):
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import datetime, timedelta, timezone
 
@@ -69,9 +70,17 @@ def summaries(world: dict, region: str = REGION) -> list[str]:
     return [json.loads(m["Body"])["Message"] for m in messages]
 
 
+@functools.lru_cache(maxsize=None)
+def _cloudwatch(region: str):
+    """put_utilisation's client, made once per region: it runs for every machine of every world built (the
+    fault-injection tests build hundreds), and boto3.client() makes a new client from moto's new default
+    session in each mock. A client holds no moto state: moto answers whichever mock is active."""
+    return boto3.session.Session().client("cloudwatch", region_name=region)
+
+
 def put_utilisation(instance_id: str, now: datetime, *, cpu: float, gpu: float | None, asg: str | None = ASG,
                     gap: bool = False, minutes: int = 60, region: str = REGION) -> None:
-    cloudwatch = boto3.client("cloudwatch", region)
+    cloudwatch = _cloudwatch(region)
     periods = window_periods(now, IdleSettings(minutes, 10, 5, 30))
     if gap:
         periods = periods[:-1]
