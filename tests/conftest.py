@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import botocore.loaders
 import pytest
 from hypothesis import settings
 
@@ -36,6 +37,34 @@ def fake_aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
                        "AWS_SECURITY_TOKEN": "testing", "AWS_SESSION_TOKEN": "testing",
                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
         monkeypatch.setenv(key, value)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def parsed_models_once():
+    """Parse each botocore model once per test session. moto gives every `mock_aws()` a new default boto3
+    session and the functions make a new session per moto context (reset_clients), and each new session
+    parses the service models again (the EC2 model alone is megabytes of JSON): most of a moto test's time.
+    Test-wide since the reaper's, the removal protocol's and the budget guard's moto tests make clients the
+    same way (it began in tests/jobs). A loader already shares each parsed model among its clients
+    (botocore's instance_cache), so sharing it among loaders changes nothing a client sees."""
+    cache: dict = {}
+    original_model, original_data = botocore.loaders.Loader.load_service_model, botocore.loaders.Loader.load_data
+
+    def load_service_model(self, *args, **kwargs):
+        key = ("model", args, tuple(sorted(kwargs.items())))
+        if key not in cache:
+            cache[key] = original_model(self, *args, **kwargs)
+        return cache[key]
+
+    def load_data(self, name):
+        if ("data", name) not in cache:
+            cache[("data", name)] = original_data(self, name)
+        return cache[("data", name)]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(botocore.loaders.Loader, "load_service_model", load_service_model)
+        patch.setattr(botocore.loaders.Loader, "load_data", load_data)
+        yield
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import functools
 import json
 
 import boto3
-import botocore.loaders
 import pytest
 import ecs_agent
 
@@ -16,31 +15,6 @@ from benchmarks.submission import create_queues, create_table, linear_moto
 HOME = "us-east-1"
 ENV = "dev"
 TABLE = f"mlfleet-{ENV}-jobs"
-
-
-@pytest.fixture(autouse=True, scope="session")
-def parsed_models_once():
-    """Parse each botocore model once per test session. moto gives every `mock_aws()` a new default boto3
-    session and the functions make a new session per moto context (reset_clients), and each new session
-    parses the service models again (the EC2 model alone is megabytes of JSON): most of a moto test's time."""
-    cache: dict = {}
-    original_model, original_data = botocore.loaders.Loader.load_service_model, botocore.loaders.Loader.load_data
-
-    def load_service_model(self, *args, **kwargs):
-        key = ("model", args, tuple(sorted(kwargs.items())))
-        if key not in cache:
-            cache[key] = original_model(self, *args, **kwargs)
-        return cache[key]
-
-    def load_data(self, name):
-        if ("data", name) not in cache:
-            cache[("data", name)] = original_data(self, name)
-        return cache[("data", name)]
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(botocore.loaders.Loader, "load_service_model", load_service_model)
-        patch.setattr(botocore.loaders.Loader, "load_data", load_data)
-        yield
 
 
 @functools.lru_cache(maxsize=None)
