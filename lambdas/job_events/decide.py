@@ -25,8 +25,8 @@ Events (forwarded from every fleet region to the home region's default bus):
         user-code failures); this rule still stops a job that saves nothing;
       * the scheduler stopped it to move it into room on another machine (stopCode UserInitiated,
         stoppedReason MOVED_REASON and the instance; lambdas/scheduler/planning/moves.py, only jobs that
-        declare checkpoints): requeued with the attempt not counted (`runs` unchanged), whatever the exit
-        code: the scheduler, not the job, ended the run. The reason stays in the record: the next run
+        declare checkpoints): requeued with the attempt not counted (`runs` less the run it stopped, which
+        the restart counts again), whatever the exit code: the scheduler, not the job, ended the run. The reason stays in the record: the next run
         places the job on that instance first;
       * exit code 0: SUCCEEDED;
       * an exit code the spec lists in `retry_on_exit_codes`: requeued while attempts remain;
@@ -328,9 +328,12 @@ def decide_task_change(event: TaskStateChange, record: JobRecord | None, catalog
     if is_notice_stop(event):  # the notice stopped the task but could not requeue the job: done here
         return _after_run(record, event.stopped_reason, changes, checkpoint_saved_at=checkpoint_saved_at)
     if is_move(event):
+        # The run it stopped was counted when it started (RUNNING: runs + 1) and the restart counts one
+        # again: it is given back, so that a move uses no attempt.
+        runs = max(0, record.runs - (record.state == RUNNING))
         return Decision(record.job_id, f"{event.stopped_reason}: requeued, attempt not counted", to_state=QUEUED,
                         expect_state=record.state, expect_attempt=record.attempt,
-                        changes={**changes, "runs": record.runs}, send_message_attempt=record.attempt)
+                        changes={**changes, "runs": runs}, send_message_attempt=record.attempt)
     if event.exit_code == 0:
         return Decision(record.job_id, "exit code 0", to_state=SUCCEEDED, expect_state=record.state,
                         expect_attempt=record.attempt,

@@ -319,12 +319,31 @@ MOVED = f"{MOVED_REASON} i-0abc1234def567890"
 @pytest.mark.parametrize("runs", [1, 3], ids=["attempts-left", "last-attempt"])
 def test_a_move_requeues_the_job_without_counting_the_attempt(exit_code, runs):
     """The scheduler stopped the task to move the job (planning/moves.py): whatever the exit code, and on its
-    last attempt too, the job goes back to the queue with its runs as they were."""
+    last attempt too, the job goes back to the queue with its runs as they were before the run the move
+    stopped (counted when it started: the restart counts it again)."""
     event = D.parse_event(task_event(exit_code=exit_code, stop_code="UserInitiated", reason=MOVED))
     decision = D.decide_task_change(event, record(runs=runs))
     assert (decision.to_state, decision.send_message_attempt, decision.dead_letter) == (L.QUEUED, 1, False)
-    assert decision.changes["runs"] == runs
+    assert decision.changes["runs"] == runs - 1
     assert decision.reason.startswith(MOVED_REASON)
+
+
+@pytest.mark.parametrize("max_attempts", [1, 2, 3])
+def test_a_moved_job_has_the_attempts_it_would_have_had_unmoved(max_attempts):
+    """A move's restart is a run started (lambdas/scheduler/starting.py counts runs + 1 at RUNNING), so the
+    move gives back the run it stopped. Before, the requeue kept `runs` and the restart counted one more: a
+    job of max_attempts 2 moved once was FAILED at its first spot interruption, and one of max_attempts 1
+    ran with runs 2 of 1 (found by tests/jobs/test_scheduler_moves_properties.py)."""
+    running = record(runs=1, max_attempts=max_attempts)
+    moved = D.decide_task_change(D.parse_event(task_event(exit_code=143, stop_code="UserInitiated", reason=MOVED)),
+                                 running)
+    restarted = record(attempt=2, runs=moved.changes["runs"] + 1, max_attempts=max_attempts)
+    assert restarted.runs == running.runs <= max_attempts
+    spot = D.parse_event(task_event(attempt=2, exit_code=143, stop_code="SpotInterruption", reason="interrupted"))
+    unmoved = D.decide_task_change(D.parse_event(task_event(exit_code=143, stop_code="SpotInterruption",
+                                                            reason="interrupted")), running)
+    interrupted = D.decide_task_change(spot, restarted)
+    assert (interrupted.to_state, interrupted.changes["runs"]) == (unmoved.to_state, unmoved.changes["runs"])
 
 
 @pytest.mark.parametrize("stop_code, reason", [("UserInitiated", "stopped by an operator"),
