@@ -60,9 +60,9 @@ import math
 from datetime import datetime, timedelta, timezone
 
 from conftest import ENV, HOME, aws_client, event_settings, scheduler_settings
-from hypothesis import example, given
+from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
-from perturbation import Lines, budget
+from perturbation import EXAMPLES, Lines, budget
 from test_scheduler_properties import (
     CATALOG, CLUSTER, FAMILY, Context, asg_name, attempt_of, build, check_run, fleets_value, group, moto_instance,
     tasks_meant_to_run,
@@ -184,10 +184,14 @@ def queue_jobs(home: dict, new: list[tuple], n: int, now: datetime) -> dict:
 
 # --- what moto holds -----------------------------------------------------------------------------------------
 
-def ledger_records(home: dict) -> dict[str, L.JobRecord]:
-    """Every job's record, in one consistent scan (the lease item is no job: it has no state)."""
-    items = aws_client("dynamodb", HOME).scan(TableName=home["table"], ConsistentRead=True)["Items"]
-    return {r.job_id: r for r in (L.decode(item) for item in items if "state" in item)}
+def ledger_records(home: dict, job_ids) -> dict[str, L.JobRecord]:
+    """The jobs' records, read consistently in one call (a world has fewer than 100 jobs)."""
+    keys = [{"job_id": {"S": job_id}} for job_id in sorted(job_ids)]
+    if not keys:
+        return {}
+    found = aws_client("dynamodb", HOME).batch_get_item(
+        RequestItems={home["table"]: {"Keys": keys, "ConsistentRead": True}})["Responses"][home["table"]]
+    return {r.job_id: r for r in map(L.decode, found)}
 
 
 def stopped_tasks() -> list[dict]:
@@ -250,13 +254,13 @@ class Run:
         self.cis = container_instances()
         self.tasks = {t["taskArn"] for t in tasks_meant_to_run()}
         self.moved = set(moved_tasks())
-        self.records = ledger_records(home)
+        self.records = ledger_records(home, specs)
         self.delivered = set(delivered)
 
 
 def check_moves_and_releases(world: dict, home: dict, specs: dict, run: Run, delivered: set[str],
                              ended: set[str], lines: list[dict]) -> None:
-    records = ledger_records(home)
+    records = ledger_records(home, specs)
     assert set(records) == set(specs), f"lost from the ledger: {set(specs) - set(records)}"
     stopped = stopped_tasks()
     moved = moved_tasks(stopped)
@@ -282,12 +286,17 @@ def check_moves_and_releases(world: dict, home: dict, specs: dict, run: Run, del
         job_id = task["startedBy"]
         assert specs[job_id].checkpoint_interval_minutes is not None, f"{job_id} moved without a checkpoint interval"
         record = records[job_id]
-        if arn in delivered:
-            assert record.state in (L.QUEUED, L.RUNNING) and record.attempt >= attempt_of(task), \
+        if arn in delivered:  # requeued, or started again since (and maybe ended)
+            assert record.state == L.QUEUED or record.attempt > attempt_of(task), (job_id, record.reasons)
+        else:  # the stop not yet seen: held RUNNING where it ran
+            assert (record.state, record.attempt, record.placement.task_arn) == (L.RUNNING, attempt_of(task), arn), \
                 (job_id, record.state, record.reasons)
-            assert record.state == L.QUEUED or record.placement.task_arn != arn, (job_id, record.reasons)
-        elif record.attempt == attempt_of(task):  # the stop not yet seen: held RUNNING where it ran
-            assert record.state == L.RUNNING and record.placement.task_arn == arn, (job_id, record.state)
+    # A job RUNNING has its task meant to run, or one a move stopped whose stop job-events has not seen yet.
+    meant_arns = {t["taskArn"] for t in meant}
+    for job_id, record in records.items():
+        if record.state == L.RUNNING:
+            arn = record.placement.task_arn
+            assert arn in meant_arns or (arn in moved and arn not in delivered), f"{job_id} RUNNING without a task"
 
     # A moved job queued when the run started goes to the machine its move named, while that machine is
     # in service, ACTIVE and not being removed.
@@ -354,7 +363,7 @@ def between_runs(world: dict, home: dict, step: tuple, n: int, specs: dict, deli
     """Stopped tasks' events delivered (once, twice, or not yet), jobs ending, jobs queued."""
     _, how, seed, new = step
     for k, task in enumerate(sorted((t for a, t in moved_tasks().items() if a not in delivered),
-                                    key=lambda t: t["taskArn"])):
+                                    key=lambda t: (t["startedBy"], t["taskArn"]))):
         for _ in range(how[k % len(how)]):
             deliver(home, world, task, 143, now, delivered)
     ecs = aws_client("ecs", HOME)
@@ -384,6 +393,8 @@ def moves_world(world: dict) -> None:
         fleet = fleet_world(world)
         build(fleet, home, now)
         specs = start_running(world, home, now)
+        # check_run's "queued" jobs must run with a task meant to run, which a moved job held RUNNING has not:
+        # every job is passed as running, and check_moves_and_releases holds them to the move's rule.
         built = {"queued": [], "running": list(specs), "specs": specs}
         settings = scheduler_settings(home, max_hourly_usd=100.0, fleets=fleets_value(fleet))
         settings = type(settings)(**{**vars(settings), "release_after_empty_minutes": world["delay_minutes"],
@@ -394,7 +405,7 @@ def moves_world(world: dict) -> None:
             if step[0]:
                 now += timedelta(minutes=step[0])
                 between_runs(world, home, step, n, specs, delivered, ended, now)
-                built["queued"] = [j for j in specs if j not in built["running"]]
+                built["running"] = list(specs)
             run = Run(world, home, specs, delivered, now)
             before = {"desired": {"gpu1": run.desired}, "tasks": run.tasks, "ended": set(ended),
                       "queued": [j for j, r in run.records.items() if r.state == L.QUEUED]}
@@ -406,23 +417,25 @@ def moves_world(world: dict) -> None:
     reset_clients()
 
 
-# Machine 0: one checkpointing job of 20 hours alone; machine 1: two jobs of 20 hours that do not checkpoint and
-# room for two more; machine 2: empty for an hour; a release delay of 0. The first run releases machine 2 and
-# moves machine 0's job into machine 1's room. The move's event comes twice and a job is queued: the second
-# run starts the moved job on machine 1 and releases machine 0.
+# Machines 0 and 2: a checkpointing job of 20 hours alone each; machines 1 and 3: jobs of 20 hours that do not
+# checkpoint, with room beside them; machine 4: empty for an hour. A release delay of 0 and a budget of 50%.
+# The first run releases machine 4 and moves the jobs of machines 0 and 2 into the room of 1 and 3. Then the
+# first move's event comes twice, the second's not yet, and a job of 2 GPUs is queued: the second run starts
+# the first moved job where its move said and releases machine 0, keeps machine 2, empty of tasks, whose job
+# the ledger still holds RUNNING there (the release's re-check), and gives the new job no room the second
+# move holds on machine 3. The second move's event comes: the third run starts that job on machine 3.
 MOVE_AND_RELEASE = {
-    "machines": [[(1, 30, 20.0, None)], [(1, None, 20.0, None), (1, None, 20.0, 48.0)], []],
-    "empty_marks": [None, None, 60], "min_size": 0, "delay_minutes": 0, "budget_percent": 10,
-    "steps": [(1, [2] * 6, 0, [(1, None)])],
+    "machines": [[(1, 30, 20.0, None)], [(1, None, 20.0, None), (1, None, 20.0, 48.0)], [(2, 30, 20.0, 30.0)],
+                 [(2, None, 20.0, None)], []],
+    "empty_marks": [None, None, None, None, 60], "min_size": 0, "delay_minutes": 0, "budget_percent": 50,
+    "steps": [(1, [2, 0, 0, 0, 0, 0], 0, [(2, None)]), (1, [1] * 6, 0, [])],
 }
-# The same, the move's event not delivered yet: the second run finds machine 0 empty while the ledger holds
-# the moved job RUNNING there, and the release's re-check keeps it.
-EVENT_LATE = {**MOVE_AND_RELEASE, "steps": [(1, [0] * 6, 0, [(1, None)])]}
 
 
-@budget(ci=1)
+# Under the ci profile only the pinned world (about 2 s): the suite is near its budget, and the ci profile's
+# drawn world is the same one every run (derandomize). EVENT_EXAMPLES=N draws N as well.
+@settings(budget(ci=1), phases=tuple(Phase) if EXAMPLES else (Phase.explicit,))
 @given(world=worlds())
 @example(world=MOVE_AND_RELEASE)
-@example(world=EVENT_LATE)
 def test_moves_and_releases_lose_no_job_count_no_attempt_and_kill_no_work(world):
     moves_world(world)
