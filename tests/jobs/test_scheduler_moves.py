@@ -106,6 +106,32 @@ def test_a_checkpointing_job_is_moved_into_the_room_of_another_machine(aws, home
     assert record.placement.instance_id == second and record.runs == 1
 
 
+def test_the_gpus_a_moved_task_holds_until_it_has_stopped_are_not_placed_onto(aws, home):
+    """ECS frees a task's GPUs when the task has stopped, up to the stop timeout after StopTask, and the region
+    view counts only the tasks meant to run: a job placed on those GPUs meanwhile would be refused there
+    (RESOURCE:GPU) and the machine marked. moto stops a task at once, so the test reads where the scheduler
+    starts jobs, not ECS's refusal."""
+    now = datetime.now(timezone.utc) + timedelta(minutes=2)
+    open_admission()
+    ledger, job_id, task, second = two_machines(home, now, checkpoint_minutes=30)
+    first = ledger.get(job_id).placement.instance_id
+    assert run_held(home, now).get("jobs_moved") == 1
+    # A job of all four GPUs: the emptied machine has them only once the moved task has stopped.
+    spec = parse_spec({"image": "ghcr.io/team/train:1", "command": ["python", "train.py"], "gpus": 4, "vcpus": 1,
+                       "memory_mib": 1024}, fleet_regions=(HOME,), catalog=load_catalog(), default_max_attempts=2)
+    (big,) = assign_ids("sub-20261122120000-abcdef", [spec])
+    assert ledger.put_new(L.new_record(big, now.timestamp()))
+
+    # The fleet at its cap, so that no purchase serves it cheaper: only the two machines' room could.
+    run_held(home, now + timedelta(minutes=1), fleets=fleets_json(max_instances=2))
+    assert ledger.get(big.job_id).state == L.QUEUED, ledger.get(big.job_id).placement
+
+    job_events.handle(stopped_event(job_id, task), event_settings(home))  # the stop recorded
+    run_held(home, now + timedelta(minutes=2), fleets=fleets_json(max_instances=2))
+    assert ledger.get(job_id).placement.instance_id == second
+    assert ledger.get(big.job_id).placement.instance_id == first
+
+
 def test_a_job_without_checkpoints_is_never_moved(aws, home):
     now = datetime.now(timezone.utc) + timedelta(minutes=2)
     open_admission()
