@@ -26,8 +26,8 @@ Events (forwarded from every fleet region to the home region's default bus):
       * the scheduler stopped it to move it into room on another machine (stopCode UserInitiated,
         stoppedReason MOVED_REASON and the instance; lambdas/scheduler/planning/moves.py, only jobs that
         declare checkpoints): requeued with the attempt not counted (`runs` less the run it stopped, which
-        the restart counts again), whatever the exit code: the scheduler, not the job, ended the run. The reason stays in the record: the next run
-        places the job on that instance first;
+        the restart counts again), whatever the exit code: the scheduler, not the job, ended the run. The
+        reason stays in the record: the next run places the job on that instance first;
       * exit code 0: SUCCEEDED;
       * an exit code the spec lists in `retry_on_exit_codes`: requeued while attempts remain;
       * any other exit code: FAILED at once, with the exit code and ECS's reason in the record;

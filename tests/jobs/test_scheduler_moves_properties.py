@@ -55,7 +55,8 @@ attempt after all (the requeue kept `runs` and the restart counted one more: lam
 Deliberate breakages it catches: a move of a job without a checkpoint interval, an attempt counted for a move,
 the re-check skipped or blind to the ledger's jobs, the moved job requeued before its task stopped, the held
 room not held (moving.moves_under_way), each by the pinned world; the disruption budget ignored, by a search of
-40 worlds.
+40 worlds. A moved task counted as holding its GPUs until its STOPPED event (as in AWS) makes a search of 60
+worlds find the start on those GPUs that lambdas/scheduler/handler.py ("stopping_gpus") now prevents.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ from hypothesis import strategies as st
 from perturbation import EXAMPLES, Lines, budget
 from test_scheduler_properties import (
     CATALOG, CLUSTER, FAMILY, Context, asg_name, attempt_of, build, check_run, fleets_value, group, moto_instance,
-    tasks_meant_to_run,
+    task_use, tasks_meant_to_run,
 )
 
 from benchmarks.submission import create_queues, create_table
@@ -302,6 +303,15 @@ def check_moves_and_releases(world: dict, home: dict, specs: dict, run: Run, del
         if record.state == L.RUNNING:
             arn = record.placement.task_arn
             assert arn in meant_arns or (arn in moved and arn not in delivered), f"{job_id} RUNNING without a task"
+
+    # In AWS a moved task holds its GPUs until it has stopped (its STOPPED event): with the tasks meant to run,
+    # they fit each machine's GPUs, so nothing was started on GPUs a stopping task holds (ECS would refuse it).
+    holding: dict[str, int] = {}
+    for task in [*meant, *(t for arn, t in moved.items() if arn not in delivered)]:
+        holding[task["containerInstanceArn"]] = holding.get(task["containerInstanceArn"], 0) + task_use(task)[0]
+    for arn, gpus in holding.items():
+        assert gpus <= CATALOG.get("g5.12xlarge").gpus, \
+            f"{arn}: {gpus} GPUs held of a g5.12xlarge's, counting the moved tasks still stopping"
 
     # A moved job queued when the run started goes to the machine its move named, while that machine is
     # in service, ACTIVE and not being removed.
