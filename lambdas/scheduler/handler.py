@@ -618,12 +618,17 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
                              regions(fleets), beliefs, summary)
     # Their tasks still hold the GPUs of the machines they leave: ECS frees a task's resources when it has
     # stopped (up to the stop timeout after StopTask; the ECS developer guide, "container instance state change
-    # events"), while the region view counts only the tasks meant to run. So a machine's free GPUs leave out
-    # theirs until the stop is recorded (a start on those GPUs would be refused for the machine: RESOURCE:GPU,
-    # and mark it). A job sharing a GPU holds memory on a GPU the view no longer knows: nothing is placed there.
+    # events"). The region view counts a task ECS is stopping (state.read_region, `stopping`), but not one
+    # whose lastStatus is STOPPED before job-events has recorded the stop. So a machine's free GPUs also leave
+    # out the moved tasks' that the view does not count, until the stop is recorded (a start on those GPUs would
+    # be refused for the machine: RESOURCE:GPU, and mark it). A job sharing a GPU holds memory on a GPU the view
+    # no longer knows: nothing is placed there.
+    counted_stopping = {t for v in views for t in v.stopping}
     stopping_gpus: dict[str, int] = {}
     stopping_shared: set[str] = set()
     for request in moving:
+        if running[request.job_id].placement.task_arn in counted_stopping:
+            continue  # in the region view's use of its machine already
         source = running[request.job_id].placement.container_instance_arn
         stopping_gpus[source] = stopping_gpus.get(source, 0) + request.gpus
         if not request.gpus:

@@ -29,6 +29,14 @@ ECS_ENABLE_GPU_SUPPORT or found no NVIDIA device (the driver failed at boot), an
 asks for a GPU on it. Its count is 0, not its type's. (moto registers no GPU resource for any instance:
 the tests add it where they fake an agent, tests/ecs_agent.py.) It never reads remainingResources GPU:
 the ledger of what we asked for is what the planner must respect.
+The tasks counted are those ECS means to run (desiredStatus RUNNING) and those it is stopping
+(desiredStatus STOPPED, lastStatus not yet STOPPED: `RegionView.stopping`): after StopTask a task runs up
+to its stop timeout, and ECS frees its resources only once it has stopped (the ECS developer guide, "Amazon
+ECS container instance state change events": "If a task that is supposed to be RUNNING is transitioned to
+STOPPED, the agent releases the resources that were allocated to the stopped task"). A job started on them
+meanwhile is refused (RESOURCE:GPU) and marks the machine. Stopping tasks hold resources, not work: they
+are not among the machine's jobs or submissions. (botocore's ecs model: ListTasks desiredStatus is
+RUNNING, PENDING or STOPPED; Task.lastStatus a string of the task lifecycle.)
 
 Machines leaving (`leaving_reason`): a container instance ECS still calls ACTIVE may belong to an instance its
 group is terminating (a scale-in, a health replacement, a spot reclaim, a lifecycle hook holding it in
@@ -94,7 +102,7 @@ PERMISSIONS = (
     # IAM authorizes ListTasks on container-instance ARNs, or on "*" narrowed by the ecs:cluster key (an
     # ARN; the IAM reference, ecs:ListTasks): granted on the cluster ARN, every call would be denied.
     needs("ecs:ListTasks", condition={"ArnLike": {"ecs:cluster": "arn:{partition}:ecs:*:{account}:cluster/mlfleet-{environment}"}},
-          why="list the tasks on the environment's clusters"),
+          why="list the tasks on the environment's clusters: meant to run, and stopping (still holding resources)"),
     needs("ecs:DescribeContainerInstances", "ecs:DescribeTasks",
           resources=("arn:{partition}:ecs:*:{account}:container-instance/mlfleet-{environment}/*",
                      "arn:{partition}:ecs:*:{account}:task/mlfleet-{environment}/*"),
@@ -194,6 +202,8 @@ class RegionView:
     fleets: list[FleetView] = field(default_factory=list)
     # Running tasks of the region's clusters: task ARN -> startedBy (the job id for our tasks).
     tasks: dict[str, str] = field(default_factory=dict)
+    # Tasks ECS is stopping (desiredStatus STOPPED, lastStatus not yet STOPPED): their machines' use counts them.
+    stopping: set[str] = field(default_factory=set)
 
 
 def _resource(resources: Iterable[Mapping], name: str) -> int:
@@ -243,6 +253,13 @@ def requested_resources(task: Mapping, task_definition: Callable[[str], Mapping]
                               or container.get("memoryReservation") or container.get("memory") or 0)
     use.vcpus = cpu_units / 1024
     return use
+
+
+def add_use(total: TaskUse, use: TaskUse) -> None:
+    total.gpus += use.gpus
+    total.vcpus += use.vcpus
+    total.memory_mib += use.memory_mib
+    total.shared += use.shared
 
 
 def shared_gpus(uses: Iterable[tuple[str | None, int]], gpu_memory_mib: int,
@@ -439,16 +456,22 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
             for task in ecs.describe_tasks(cluster=cluster, tasks=batch)["tasks"]:
                 view.tasks[task["taskArn"]] = task.get("startedBy", "")
                 host = task.get("containerInstanceArn", "")
-                use = requested_resources(task, definitions)
-                total = used.setdefault(host, TaskUse())
-                total.gpus += use.gpus
-                total.vcpus += use.vcpus
-                total.memory_mib += use.memory_mib
-                total.shared += use.shared
+                add_use(used.setdefault(host, TaskUse()), requested_resources(task, definitions))
                 submission = submission_of(task.get("startedBy", ""))
                 if submission:
                     submissions.setdefault(host, set()).add(submission)
                     job_ids.setdefault(host, set()).add(task["startedBy"])
+        # Tasks ECS is stopping still hold what they reserved until they have stopped (module docstring, "GPU
+        # accounting"): counted in their machine's use, not as its jobs. ECS lists stopped tasks for about an
+        # hour, so this pages through them; a task listed as meant to run a moment ago is counted once.
+        stopped_arns = list(paginate(ecs, "list_tasks", "taskArns", cluster=cluster, desiredStatus="STOPPED"))
+        for batch in chunks(stopped_arns, 100):
+            for task in ecs.describe_tasks(cluster=cluster, tasks=batch)["tasks"]:
+                if task.get("lastStatus") == "STOPPED" or task["taskArn"] in view.tasks:
+                    continue
+                view.stopping.add(task["taskArn"])
+                add_use(used.setdefault(task.get("containerInstanceArn", ""), TaskUse()),
+                        requested_resources(task, definitions))
 
     instances = _instances(ec2, [*fleet_of, *(ci["ec2InstanceId"] for _, ci in registered)])
     detached = detached_from(registered, instances, fleet_of, {f.fleet for f in fleets}, now)

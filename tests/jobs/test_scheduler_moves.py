@@ -132,6 +132,36 @@ def test_the_gpus_a_moved_task_holds_until_it_has_stopped_are_not_placed_onto(aw
     assert ledger.get(big.job_id).placement.instance_id == first
 
 
+def test_a_moved_task_the_region_view_counts_as_stopping_is_not_held_twice(aws, home):
+    """The region view counts a task ECS is stopping (lastStatus not yet STOPPED) on its machine; the handler's
+    rule for moves under way must then leave it out, or the machine loses its GPUs twice. moto stops a task at
+    once: the test sets the moved task back to RUNNING and holds moto's task statuses there."""
+    from moto.ecs.models import ecs_backends
+    from moto.moto_api import state_manager
+
+    now = datetime.now(timezone.utc) + timedelta(minutes=2)
+    open_admission()
+    ledger, job_id, task, second = two_machines(home, now, checkpoint_minutes=30)
+    first = ledger.get(job_id).placement.instance_id
+    assert run_held(home, now).get("jobs_moved") == 1
+    state_manager.set_transition("ecs::task", {"progression": "manual", "times": 10**9})
+    try:
+        ecs_backends["123456789012"][HOME].tasks[CLUSTER][task].last_status = "RUNNING"  # still stopping
+        view = state.read_region(HOME, parse_fleets(fleets_json()), load_catalog(), {}, now)
+        assert view.stopping == {task}
+        # Three GPUs: the emptied machine has three while the moved task stops (the second, two: the moved job's
+        # room is held there), and none if the moved task were counted twice.
+        spec = parse_spec({"image": "ghcr.io/team/train:1", "command": ["python", "train.py"], "gpus": 3,
+                           "vcpus": 1, "memory_mib": 1024}, fleet_regions=(HOME,), catalog=load_catalog(),
+                          default_max_attempts=2)
+        (big,) = assign_ids("sub-20261122120000-abcdef", [spec])
+        assert ledger.put_new(L.new_record(big, now.timestamp()))
+        run_held(home, now + timedelta(minutes=1), fleets=fleets_json(max_instances=2))
+        assert ledger.get(big.job_id).placement.instance_id == first
+    finally:
+        state_manager.unset_transition("ecs::task")
+
+
 def test_a_job_without_checkpoints_is_never_moved(aws, home):
     now = datetime.now(timezone.utc) + timedelta(minutes=2)
     open_admission()
