@@ -153,6 +153,18 @@ def teams_json(teams: dict | None = None, default_team: str | None = None, half_
                        "default_team": default_team, "share_half_life_minutes": half_life_minutes})
 
 
+def small_definition_defaults() -> None:
+    """A revision of the job family with small vCPU and memory defaults (which the scheduler copies): moto takes
+    a task's vCPUs and memory from its definition, not its overrides, so this keeps moto's remaining resources
+    near AWS's."""
+    ecs = aws_client("ecs", HOME)
+    latest = ecs.describe_task_definition(taskDefinition=FAMILY)["taskDefinition"]
+    ecs.register_task_definition(family=FAMILY, taskRoleArn=latest["taskRoleArn"],
+                                 executionRoleArn=latest["executionRoleArn"], networkMode="bridge",
+                                 containerDefinitions=[{**latest["containerDefinitions"][0], "cpu": 128,
+                                                        "memoryReservation": 256}])
+
+
 def set_teams(text: str, region: str = HOME) -> None:
     """The teams parameter as the job service component writes it."""
     aws_client("ssm", region).put_parameter(Name=f"/mlfleet/{ENV}/teams", Type="String", Overwrite=True, Value=text)

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 
 import boto3
 import pytest
-from conftest import ASG, CLUSTER, ENV, FAMILY, HOME, build_fleet, run_mlfleet, scheduler_settings
+from conftest import ASG, CLUSTER, ENV, FAMILY, HOME, build_fleet, run_mlfleet, scheduler_settings, small_definition_defaults
 
 from lambdas.common.catalog import load_catalog
 from lambdas.jobs import ledger as L
@@ -70,14 +70,7 @@ def fleet(service):
     instances = build_fleet(size=1, max_size=3)  # one g5.12xlarge: 4 A10G GPUs
     ((instance_id, arn),) = instances.items()
     occupy(arn, 3)  # another workload holds 3 of the 4 GPUs
-    # moto takes a task's vCPUs and memory from its definition, not its overrides: a family revision with
-    # small defaults (which the scheduler copies) keeps moto's remaining resources near AWS's.
-    ecs = boto3.client("ecs", HOME)
-    latest = ecs.describe_task_definition(taskDefinition=FAMILY)["taskDefinition"]
-    ecs.register_task_definition(family=FAMILY, taskRoleArn=latest["taskRoleArn"],
-                                 executionRoleArn=latest["executionRoleArn"], networkMode="bridge",
-                                 containerDefinitions=[{**latest["containerDefinitions"][0], "cpu": 128,
-                                                        "memoryReservation": 256}])
+    small_definition_defaults()
     return service, instance_id, arn
 
 

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 
 import boto3
 import pytest
-from conftest import CLUSTER, ENV, FAMILY, HOME, build_fleet, run_mlfleet, scheduler_settings
+from conftest import CLUSTER, ENV, HOME, build_fleet, run_mlfleet, scheduler_settings, small_definition_defaults
 from moto.ecs.models import ecs_backends
 from moto.moto_api import state_manager
 
@@ -81,14 +81,7 @@ def view(home) -> state.MachineView:
 @pytest.fixture
 def machine(service, held_statuses):
     ((instance_id, arn),) = build_fleet(size=1, max_size=1).items()  # one g5.12xlarge: 4 A10G GPUs
-    # moto takes a task's vCPUs and memory from its definition, not its overrides: small defaults (which the
-    # scheduler copies) keep moto's remaining resources near AWS's.
-    ecs = boto3.client("ecs", HOME)
-    latest = ecs.describe_task_definition(taskDefinition=FAMILY)["taskDefinition"]
-    ecs.register_task_definition(family=FAMILY, taskRoleArn=latest["taskRoleArn"],
-                                 executionRoleArn=latest["executionRoleArn"], networkMode="bridge",
-                                 containerDefinitions=[{**latest["containerDefinitions"][0], "cpu": 128,
-                                                        "memoryReservation": 256}])
+    small_definition_defaults()
     return service, instance_id, arn
 
 
