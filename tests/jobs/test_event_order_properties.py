@@ -16,7 +16,13 @@ tags, then RUNNING with the task). Hypothesis draws steps from what the world al
   - the RUNNING event of a task, possibly after its job moved on;
   - an event delivered before is delivered again;
   - the scheduler starts a queued job again (its next attempt, on a machine no notice came for, consuming
-    the job's queue messages), or claims it and loses StartTask's answer (left STARTING);
+    the job's queue messages), or claims it and loses StartTask's answer (left STARTING), or a person cancels
+    the job while StartTask is under way and the scheduler settles the start (starting.py settle_start);
+  - a person runs `mlfleet cancel` on a job or the whole submission, whatever state its jobs are in (queued,
+    starting, running, requeued after a notice while the stopped task's event is still on its way, ended),
+    through the command (cli.main); the STOPPED event of a task it stopped is then on its way, as above;
+  - a scheduler run places a cancelled job from a view read before the cancel (the by-state index lags):
+    starting.py start_one;
   - a spot interruption warning or a rebalance recommendation for a machine;
   - a job saves a checkpoint (an object under its location: docs/jobs.md, "Retry rules");
   - a batch of the ledger's stream: records of writes of ended jobs (the handler's own, mark_notified's),
@@ -31,10 +37,21 @@ It holds, after each step (from moto):
   - an event of an older attempt changes nothing of its job;
   - an event delivered again changes nothing (no ledger item, no queue or dead-letter message, no publish);
   - a submission is announced only once all its jobs ended;
-and after the sequence: no job is lost (QUEUED with a message in the queue, STARTING or RUNNING with a live
-task of its current attempt, SUCCEEDED, or FAILED with a reason and in the dead-letter queue), and the
-submission, when all its jobs ended, was announced exactly once (no fault here loses an answer, the one case
-docs/jobs.md lets a channel be told twice: tests/jobs/test_fault_injection.py).
+  - a cancelled job stays CANCELLED whatever arrives after, with its attempt and runs; the only changes to it
+    are its run's cost, charged once when its task stops (docs/jobs.md, "Costs"), and the submission's
+    announcement mark; no queue or dead-letter message is sent for it (docs/jobs.md, "Watch, cancel":
+    CANCELLED is "you cancelled it", not a state the retry rules leave);
+  - a cancel prints one line per job it read: an ended job is "already <STATE>" and is not written (safe to
+    repeat: docs/jobs.md, "Watch, cancel"); an active one is CANCELLED, and a running one's task is asked to
+    stop ("`cancel` stops a running job's task"), as is the task of a start the cancel raced;
+Then the RUNNING event of each task still running for a cancelled job (a start whose answer was lost) is
+delivered, as ECS sends it, and it holds after the sequence: no job is lost (QUEUED with a message in the
+queue, STARTING or RUNNING with a live task of its current attempt, SUCCEEDED, FAILED with a reason and in the
+dead-letter queue, or CANCELLED with no task left running and every message left for it one the scheduler
+deletes as a duplicate, lambdas/scheduler/handler.py triage_one), and the submission, when all its jobs ended
+(cancelled ones included: docs/jobs.md, "Notifications", "whichever way the last job ended"), was announced
+exactly once (no fault here loses an answer, the one case docs/jobs.md lets a channel be told twice:
+tests/jobs/test_fault_injection.py).
 
 Where moto differs from AWS: StopTask marks a task STOPPED at once (no agent, no SIGTERM, no stop timeout)
 and ECS sends no events: the test builds each event as EventBridge carries it (detail: the DescribeTasks
@@ -53,6 +70,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 
 import pytest
@@ -65,11 +83,15 @@ from lambdas.common.catalog import load_catalog
 from lambdas.common.tags import DETACHED_AT
 from lambdas.job_events import decide as D
 from lambdas.job_events import handler as job_events
-from lambdas.jobs import checkpoints
+from lambdas.jobs import checkpoints, cli, queue
 from lambdas.jobs import ledger as L
 from lambdas.jobs.fleets import REBALANCE_TAG
+from lambdas.jobs.quarantine import Quarantine
 from lambdas.jobs.spec import ATTEMPT_VARIABLE, assign_ids, parse_spec
+from lambdas.scheduler import actions, starting
 from lambdas.scheduler.actions import ATTEMPT_TAG, JOB_ID_TAG
+from lambdas.scheduler.handler import triage_one
+from lambdas.scheduler.state import MachineView
 
 CLUSTER_ARN = f"arn:aws:ecs:{HOME}:{ACCOUNT}:cluster/{CLUSTER}"
 STOPS = {  # stop code -> (stoppedReason, the exit codes it comes with)
@@ -89,11 +111,12 @@ def settings(home) -> job_events.Settings:
 
 
 @pytest.fixture
-def machines(home, faults):
-    """Two machines of the fleet, the notification topic and the checkpoint bucket; reset between examples."""
+def machines(service, faults):
+    """Two machines of the fleet, the notification topic, the checkpoint bucket and the job service the mlfleet
+    command finds; reset between examples."""
     aws_client("sns", HOME).create_topic(Name=f"mlfleet-{ENV}-job-notifications")
     aws_client("s3", HOME).create_bucket(Bucket=checkpoint_bucket())
-    return {**home, "instances": build_fleet(size=2), "faults": faults}
+    return {**service, "instances": build_fleet(size=2), "faults": faults}
 
 
 def reset(world) -> None:
@@ -166,14 +189,21 @@ class Sequence:
         self.seen_versions: dict[str, str] = {}
         self.doomed: set[str] = set()  # machines a notice or a spot stop said are going
         self.consumed: dict[str, int] = {}  # job id -> how many of its queue messages the scheduler took
+        self.submission = ""
+        self.views: dict[str, L.JobRecord] = {}  # job id -> the job as a cancel found it QUEUED (a stale view)
+        # The last cancel: the jobs as it read them, what it printed, the StopTask calls it made, and whether the
+        # scheduler settled a start the cancel raced (its task then stopped too).
+        self.told: tuple[dict[str, L.JobRecord], list[str], list[str], bool] | None = None
 
     def now(self) -> datetime:
         return datetime.now(timezone.utc)
 
     # --- the scheduler -----------------------------------------------------------------------------------------
 
-    def start(self, record: L.JobRecord, instance_id: str, *, confirmed: bool = True) -> bool:
-        """Claim and start the job's next attempt on the machine, as the scheduler does."""
+    def start(self, record: L.JobRecord, instance_id: str, *, confirmed: bool = True, cancelled: bool = False) -> bool:
+        """Claim and start the job's next attempt on the machine, as the scheduler does; `cancelled`: a person
+        cancels the job while StartTask is under way, and the scheduler settles the start
+        (lambdas/scheduler/starting.py settle_start, which stops the task of a job cancelled meanwhile)."""
         attempt, arn = record.attempt + 1, self.world["instances"][instance_id]
         now = time.time()
         placement = L.Placement(HOME, "gpu1", CLUSTER, arn, instance_id, "g5.12xlarge", None, "spot", 2.0, now)
@@ -188,17 +218,55 @@ class Sequence:
         assert tasks, "moto refused the start"
         task = tasks[0]["taskArn"]
         self.tasks[task] = {"job_id": record.job_id, "attempt": attempt, "instance": instance_id, "arn": arn}
-        if confirmed:
+        if cancelled:
+            self.cancel(record.job_id, settled=True)
+            summary: dict = {"errors": [], "started": [], "start_failed": []}
+            starting.settle_start(None, self.ledger, claim.record, placement, actions.Started(task), now, summary)
+            assert not summary["errors"], summary
+            self.notice_stops()
+        elif confirmed:
             done = self.ledger.transition(record.job_id, L.RUNNING, expect_states=[L.STARTING], expect_attempt=attempt,
                                           reason="task started", now=now, current=claim.record, runs=claim.record.runs + 1,
                                           placement=L.Placement(**{**vars(placement), "task_arn": task}))
             assert done.applied
         return True
 
-    def restart(self, job_id: str, instance_id: str, confirmed: bool) -> None:
+    def restart(self, job_id: str, instance_id: str, confirmed: bool, cancelled: bool = False) -> None:
         # The scheduler consumes the job's messages (in the model: the queue is received once, at the end).
         self.consumed[job_id] = sent_to(self.world, self.world["queue"]).count(job_id)
-        self.start(self.ledger.get(job_id), instance_id, confirmed=confirmed)
+        self.start(self.ledger.get(job_id), instance_id, confirmed=confirmed, cancelled=cancelled)
+
+    def stale_start(self, job_id: str, instance_id: str) -> str | None:
+        """A scheduler run placing a job from a view read before it was cancelled (the by-state index is
+        eventually consistent): lambdas/scheduler/starting.py start_one, whose claim is conditional on the
+        version it read."""
+        machine = MachineView(self.world["instances"][instance_id], instance_id, HOME, "gpu1", CLUSTER, "g5.12xlarge",
+                              f"{HOME}a", "spot", 4, 48.0, 196608, 2.0, False, False)
+        quarantine = Quarantine(self.ledger, aws_client("sqs", HOME), self.world["dlq"], by="scheduler")
+        summary: dict = {"errors": [], "quarantined": [], "started": [], "start_failed": []}
+        # (settings, fleet and task definitions are used only once a claim applied)
+        return starting.start_one(None, self.ledger, quarantine, self.views[job_id], machine, None, None, time.time(),
+                                  summary)
+
+    # --- a person -------------------------------------------------------------------------------------------------
+
+    def cancel(self, target: str, *, settled: bool = False) -> list[str]:
+        """`mlfleet cancel TARGET` (a job or the submission), through the command (lambdas/jobs/cli/watch.py)."""
+        seen = {j: L.decode(i) for j, i in items(self.world).items() if target in (j, i["submission_id"]["S"])}
+        self.views.update((j, r) for j, r in seen.items() if r.state == L.QUEUED)
+        stops = len(self.world["faults"].carried_out("ecs", "StopTask"))
+        printed: list[str] = []
+        assert cli.main(["-e", ENV, "--region", HOME, "cancel", target], out=printed.append) == 0, printed
+        lines = "\n".join(printed).splitlines()
+        self.told = (seen, lines, [c["task"] for c in self.world["faults"].carried_out("ecs", "StopTask")[stops:]],
+                     settled)
+        if not settled:
+            self.notice_stops()  # the tasks it stopped: their STOPPED events are on their way
+            self.collect_stream()
+        return lines
+
+    def desired(self, task: str) -> str:
+        return aws_client("ecs", HOME).describe_tasks(cluster=CLUSTER, tasks=[task])["tasks"][0]["desiredStatus"]
 
     # --- events ---------------------------------------------------------------------------------------------------
 
@@ -239,7 +307,7 @@ class Sequence:
         for task in aws_client("ecs", HOME).describe_tasks(cluster=CLUSTER, tasks=live)["tasks"]:
             if task["desiredStatus"] == "STOPPED":  # (moto's lastStatus runs on to STOPPED by itself)
                 self.tasks[task["taskArn"]]["stopped"] = True
-                code = self.data.draw(st.sampled_from([0, 143, None]), label="exit code of a stopped task")
+                code = self.data.draw(st.sampled_from([0, 137, 143, 1, None]), label="exit code of a stopped task")
                 self.unsent[task["taskArn"]] = self.task_event(
                     task["taskArn"], "STOPPED", stop_code="UserInitiated", reason=task.get("stoppedReason", ""),
                     exit_code=code)
@@ -274,6 +342,7 @@ def build(world, data) -> tuple[Sequence, list[str]]:
     sequence = Sequence(world, data)
     submission = f"sub-20261122110000-{len(world.setdefault('examples', [])):06x}"
     world["examples"].append(submission)
+    sequence.submission = submission
     jobs = assign_ids(submission, specs)
     for job in jobs:
         sequence.ledger.put_new(L.new_record(job, time.time() - 600))
@@ -294,6 +363,8 @@ def step(sequence: Sequence, instances: list[str], data) -> tuple[str, dict | No
     choices += ["running event", "again"] if sequence.delivered else []
     choices += ["restart"] if queued and set(instances) - sequence.doomed else []
     choices += ["stream"] if sequence.stream else []
+    choices += ["cancel"]
+    choices += ["stale start"] if sequence.views and set(instances) - sequence.doomed else []
     kind = data.draw(st.sampled_from(choices), label="step")
     if kind == "stop":
         task = data.draw(st.sampled_from(live), label="task")
@@ -315,7 +386,18 @@ def step(sequence: Sequence, instances: list[str], data) -> tuple[str, dict | No
     elif kind == "restart":
         job_id = data.draw(st.sampled_from(sorted(queued)), label="job")
         machine = data.draw(st.sampled_from(sorted(set(instances) - sequence.doomed)), label="machine")
-        sequence.restart(job_id, machine, confirmed=data.draw(st.booleans(), label="start confirmed"))
+        how = data.draw(st.sampled_from(["confirmed", "unconfirmed", "cancelled while starting"]), label="start")
+        sequence.restart(job_id, machine, confirmed=how == "confirmed", cancelled=how == "cancelled while starting")
+        return ("cancel" if how == "cancelled while starting" else kind), None
+    elif kind == "cancel":
+        sequence.cancel(data.draw(st.sampled_from([sequence.submission, *sorted(records)]), label="cancel"))
+        return kind, None
+    elif kind == "stale start":
+        job_id = data.draw(st.sampled_from(sorted(sequence.views)), label="job")
+        machine = data.draw(st.sampled_from(sorted(set(instances) - sequence.doomed)), label="machine")
+        if sequence.views[job_id].version == sequence.ledger.get(job_id).version:
+            return kind, None  # not stale: the cancel was refused (the job changed meanwhile)
+        assert sequence.stale_start(job_id, machine) is None, "a claim from a stale view applied"
         return kind, None
     elif kind == "checkpoint":
         job_id = data.draw(st.sampled_from(sorted(records)), label="job")
@@ -352,6 +434,14 @@ def check_step(sequence: Sequence, before: dict[str, dict], sent_before: tuple, 
             assert any(o["LastModified"].timestamp() > old.started_at for o in listed), (old.reasons, listed)
         if old.state in L.TERMINAL:
             assert (new.state, new.attempt, new.runs) == (old.state, old.attempt, old.runs), (old.reasons, new.reasons)
+        if old.state == L.CANCELLED:
+            # Whatever arrives after (a late stop of any exit code, a notice, an event again, a scheduler run), a
+            # cancelled job changes no more than its cost, once, when its task stops (docs/jobs.md, "Costs"), and
+            # the submission's announcement mark (docs/jobs.md, "Notifications").
+            same = replace(new, cost=old.cost, version=old.version, updated_at=old.updated_at, notified=old.notified,
+                           notified_at=old.notified_at)
+            assert same == old, (kind, event, old.reasons, new.reasons)
+            assert new.cost == old.cost or old.cost is None or old.cost.charged_attempt < old.attempt, (old.cost, new.cost)
         if new.state == L.SUCCEEDED and old.state != L.SUCCEEDED:
             detail = (event or {}).get("detail", {})
             assert event is not None and event["detail-type"] == D.TASK_STATE_CHANGE, (kind, new.reasons)
@@ -361,11 +451,41 @@ def check_step(sequence: Sequence, before: dict[str, dict], sent_before: tuple, 
         if event is not None and event["detail-type"] == D.TASK_STATE_CHANGE and event["detail"]["startedBy"] == job_id \
                 and sequence.tasks[event["detail"]["taskArn"]]["attempt"] < old.attempt:
             assert item == before[job_id], ("an older attempt's event changed the job", event, old.reasons, new.reasons)
+    cancelled = {j for j, i in before.items() if i["state"]["S"] == L.CANCELLED}
+    sent = sent_to(world, world["queue"])[sent_before[0]:] + sent_to(world, world["dlq"])[sent_before[1]:]
+    assert not cancelled & set(sent), ("a cancelled job was queued or dead-lettered", sent, kind, event)
+    if kind == "cancel":
+        check_cancel(sequence, after)
+        assert (len(sent_to(world, world["queue"])), len(sent_to(world, world["dlq"]))) == sent_before[:2], "cancel sent"
     if kind == "again":
         assert after == before, "an event delivered again changed the ledger"
         assert (len(sent_to(world, world["queue"])), len(sent_to(world, world["dlq"])), publishes(world)) == sent_before, event
     if publishes(world) > sent_before[2]:
         assert all(item["state"]["S"] in L.TERMINAL for item in after.values()), "announced before the end"
+
+
+def check_cancel(sequence: Sequence, after: dict[str, dict]) -> None:
+    """What `mlfleet cancel` did to the jobs it read (docs/jobs.md, "Watch, cancel": it stops a running job's
+    task, and is safe to repeat)."""
+    seen, lines, stops, settled = sequence.told
+    told = dict(line.split(": ", 1) for line in lines)
+    assert sorted(told) == sorted(seen), (lines, sorted(seen))
+    for job_id, old in seen.items():
+        new = L.decode(after[job_id])
+        if old.state in L.TERMINAL:  # ended: nothing written, and it says so
+            assert told[job_id] == f"already {old.state}" and new == old, (told[job_id], old.reasons, new.reasons)
+            continue
+        assert new.state == L.CANCELLED and (new.attempt, new.runs) == (old.attempt, old.runs), (told[job_id], new.reasons)
+        assert new.last_reason == "cancelled by moto", new.reasons  # who: moto's IAM user
+        task = old.placement.task_arn if old.placement and old.state in (L.STARTING, L.RUNNING) else None
+        if task:
+            assert told[job_id] == f"cancelled; task {task.rsplit('/', 1)[-1]} stopping" and task in stops, (told, stops)
+        else:
+            assert told[job_id] == "cancelled", told[job_id]
+            assert not [t for t in stops if sequence.tasks[t]["job_id"] == job_id], (told[job_id], stops)
+        if task or settled:  # (a start whose answer was lost: its task's RUNNING event stops it, at the end)
+            mine = [t for t, about in sequence.tasks.items() if (about["job_id"], about["attempt"]) == (job_id, new.attempt)]
+            assert mine and all(sequence.desired(t) == "STOPPED" for t in mine), (job_id, mine)
 
 
 @budget(ci=3)
@@ -379,6 +499,15 @@ def test_any_order_of_events_loses_no_job_and_repeats_nothing(machines, data):
         sent = (len(sent_to(world, world["queue"])), len(sent_to(world, world["dlq"])), publishes(world))
         kind, event = step(sequence, instances, data)
         check_step(sequence, before, sent, kind, event)
+    # ECS sends each task's RUNNING event, late as it likes: one of a task still running for a cancelled job (a
+    # start whose answer was lost) has it stopped.
+    for task, about in sorted(sequence.tasks.items()):
+        if sequence.desired(task) == "RUNNING" and L.decode(items(world)[about["job_id"]]).state == L.CANCELLED:
+            before = items(world)
+            sent = (len(sent_to(world, world["queue"])), len(sent_to(world, world["dlq"])), publishes(world))
+            event = sequence.task_event(task, "RUNNING")
+            sequence.deliver(event)
+            check_step(sequence, before, sent, "running event", event)
     # Every event is delivered in the end, and every stream record.
     while sequence.unsent:
         before = items(world)
@@ -409,6 +538,17 @@ def test_any_order_of_events_loses_no_job_and_repeats_nothing(machines, data):
             assert (job_id, record.attempt) in live, where
         elif record.state == L.FAILED:
             assert record.last_reason and job_id in dead, where
+        elif record.state == L.CANCELLED:
+            # Its tasks were asked to stop, and a message left for it starts nothing: the scheduler deletes it
+            # as a duplicate (lambdas/scheduler/handler.py triage_one) and claims only QUEUED jobs.
+            assert not any(j == job_id for j, _ in live), where
+            for message in messages(world["queue"]):
+                body = json.loads(message["Body"])
+                if body["job_id"] == job_id:
+                    summary: dict = {"duplicates": 0, "quarantined": [], "errors": []}
+                    assert triage_one(queue.JobMessage(job_id, body["attempt"]), sequence.ledger, None, time.time(),
+                                      summary) and summary["duplicates"] == 1, (where, body)
+            assert L.decode(items(world)[job_id]) == record, where
         else:
             assert record.state == L.SUCCEEDED, where
     ended = all(r.state in L.TERMINAL for r in records.values())
