@@ -5,8 +5,8 @@ invocation; the ledger's stream brings every write of an ended job, its batches 
 (lambdas/job_events/handler.py). tests/jobs/test_event_properties.py sends one perturbed event at a time;
 this file sends many good ones about the same jobs.
 
-The world, in moto: one or two machines of the fleet running a few jobs of one submission that asked to be
-told (e-mail), each started as the scheduler starts one (lambdas/scheduler/starting.py: the claim QUEUED ->
+The world, in moto: one or two machines of the fleet and a few jobs of one submission that asked to be
+told (e-mail), each queued with its message or started as the scheduler starts one (lambdas/scheduler/starting.py: the claim QUEUED ->
 STARTING with attempt + 1 and the placement, StartTask with the job's id and attempt in its overrides and
 tags, then RUNNING with the task). Hypothesis draws steps from what the world allows at that point:
   - a live task stops (exit code 0, 1, 137 or none; stop code EssentialContainerExited, SpotInterruption,
@@ -27,7 +27,8 @@ tags, then RUNNING with the task). Hypothesis draws steps from what the world al
   - a job saves a checkpoint (an object under its location: docs/jobs.md, "Retry rules");
   - a batch of the ledger's stream: records of writes of ended jobs (the handler's own, mark_notified's),
     any of them, some twice.
-Then every stop event not yet delivered is, and the stream's records are, until none is left.
+Then every stop event not yet delivered is, a scheduler run claims each cancelled job from the view its cancel
+read (when it was queued), and the stream's records are delivered until none is left.
 
 It holds, after each step (from moto):
   - a job's attempt never goes down, `runs` never exceeds max_attempts, and goes down only to 0 when the
@@ -79,6 +80,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from perturbation import budget
 
+from lambdas.common.aws import client
 from lambdas.common.catalog import load_catalog
 from lambdas.common.tags import DETACHED_AT
 from lambdas.job_events import decide as D
@@ -176,6 +178,16 @@ def publishes(world) -> int:
     return len(world["faults"].carried_out("sns", "Publish"))
 
 
+class NoStart:
+    """The task definitions of a scheduler run that must start nothing."""
+
+    def __init__(self, job_id: str):
+        self.job_id = job_id
+
+    def revision_for(self, *args):
+        raise AssertionError(f"the scheduler claimed {self.job_id} from a view read before it was cancelled")
+
+
 class Sequence:
     """The world of one example: its jobs, their tasks, and the events delivered and still to deliver."""
 
@@ -244,9 +256,9 @@ class Sequence:
                               f"{HOME}a", "spot", 4, 48.0, 196608, 2.0, False, False)
         quarantine = Quarantine(self.ledger, aws_client("sqs", HOME), self.world["dlq"], by="scheduler")
         summary: dict = {"errors": [], "quarantined": [], "started": [], "start_failed": []}
-        # (settings, fleet and task definitions are used only once a claim applied)
-        return starting.start_one(None, self.ledger, quarantine, self.views[job_id], machine, None, None, time.time(),
-                                  summary)
+        # (settings, the fleet and the task definitions are used only once a claim applied)
+        return starting.start_one(None, self.ledger, quarantine, self.views[job_id], machine, None, NoStart(job_id),
+                                  time.time(), summary)
 
     # --- a person -------------------------------------------------------------------------------------------------
 
@@ -328,7 +340,7 @@ class Sequence:
 # --- the property ----------------------------------------------------------------------------------------------
 
 def build(world, data) -> tuple[Sequence, list[str]]:
-    """A submission of 1-3 jobs, each RUNNING attempt 1 on one of the machines (1 or 2 of them)."""
+    """A submission of 1-3 jobs, each QUEUED or RUNNING attempt 1 on one of the machines (1 or 2 of them)."""
     instances = list(world["instances"])[:data.draw(st.integers(1, 2), label="machines")]
     specs = []
     for _ in range(data.draw(st.integers(1, 3), label="jobs")):
@@ -346,7 +358,10 @@ def build(world, data) -> tuple[Sequence, list[str]]:
     jobs = assign_ids(submission, specs)
     for job in jobs:
         sequence.ledger.put_new(L.new_record(job, time.time() - 600))
-        sequence.start(sequence.ledger.get(job.job_id), data.draw(st.sampled_from(instances), label="machine"))
+        if data.draw(st.booleans(), label="still queued"):  # with its message, as `mlfleet submit` sends it
+            assert not queue.send_jobs(client("sqs"), world["queue"], [queue.JobMessage(job.job_id, 0)])
+        else:
+            sequence.start(sequence.ledger.get(job.job_id), data.draw(st.sampled_from(instances), label="machine"))
     sequence.collect_stream()
     return sequence, instances
 
@@ -360,7 +375,8 @@ def step(sequence: Sequence, instances: list[str], data) -> tuple[str, dict | No
     choices = ["warning", "rebalance", "checkpoint"]
     choices += ["stop"] if live else []
     choices += ["late stop"] if sequence.unsent else []
-    choices += ["running event", "again"] if sequence.delivered else []
+    choices += ["running event"] if sequence.tasks else []
+    choices += ["again"] if sequence.delivered else []
     choices += ["restart"] if queued and set(instances) - sequence.doomed else []
     choices += ["stream"] if sequence.stream else []
     choices += ["cancel"]
@@ -515,6 +531,10 @@ def test_any_order_of_events_loses_no_job_and_repeats_nothing(machines, data):
         event = sequence.unsent.pop(data.draw(st.sampled_from(sorted(sequence.unsent)), label="last stops"))
         sequence.deliver(event)
         check_step(sequence, before, sent, "late stop", event)
+    # A scheduler run whose index still lists a job as queued when it was cancelled claims nothing.
+    for job_id, view in sorted(sequence.views.items()):
+        if sequence.ledger.get(job_id).version != view.version:
+            assert sequence.stale_start(job_id, instances[0]) is None, "a claim from a stale view applied"
     while sequence.stream:
         batch, sequence.stream = sequence.stream, []
         job_events.handler({"Records": batch}, settings=settings(world))
