@@ -179,12 +179,12 @@ def publishes(world) -> int:
 
 
 class NoStart:
-    """The task definitions of a scheduler run that must start nothing."""
+    """The fleet and task definitions of a scheduler run that must start nothing."""
 
     def __init__(self, job_id: str):
         self.job_id = job_id
 
-    def revision_for(self, *args):
+    def __getattr__(self, name: str):
         raise AssertionError(f"the scheduler claimed {self.job_id} from a view read before it was cancelled")
 
 
@@ -257,7 +257,7 @@ class Sequence:
         quarantine = Quarantine(self.ledger, aws_client("sqs", HOME), self.world["dlq"], by="scheduler")
         summary: dict = {"errors": [], "quarantined": [], "started": [], "start_failed": []}
         # (settings, the fleet and the task definitions are used only once a claim applied)
-        return starting.start_one(None, self.ledger, quarantine, self.views[job_id], machine, None, NoStart(job_id),
+        return starting.start_one(None, self.ledger, quarantine, self.views[job_id], machine, NoStart(job_id), NoStart(job_id),
                                   time.time(), summary)
 
     # --- a person -------------------------------------------------------------------------------------------------
