@@ -257,8 +257,9 @@ class Sequence:
         quarantine = Quarantine(self.ledger, aws_client("sqs", HOME), self.world["dlq"], by="scheduler")
         summary: dict = {"errors": [], "quarantined": [], "started": [], "start_failed": []}
         # (settings, the fleet and the task definitions are used only once a claim applied)
-        return starting.start_one(None, self.ledger, quarantine, self.views[job_id], machine, NoStart(job_id), NoStart(job_id),
-                                  time.time(), summary)
+        none = NoStart(job_id)
+        return starting.start_one(None, self.ledger, quarantine, self.views[job_id], machine, none, none, time.time(),
+                                  summary)
 
     # --- a person -------------------------------------------------------------------------------------------------
 
