@@ -148,8 +148,14 @@ class Undecodable:
     error: str
 
     @property
+    def state(self) -> str | None:
+        """The state the item says it is in; None when that is not a text either."""
+        state = self.item.get("state")
+        return state.get("S") if isinstance(state, dict) and isinstance(state.get("S"), str) else None
+
+    @property
     def quarantined(self) -> bool:
-        return self.item.get("state") == {"S": QUARANTINED}
+        return self.state == QUARANTINED
 
 
 class UndecodableRecord(Exception):

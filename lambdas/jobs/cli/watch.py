@@ -142,7 +142,7 @@ def follow(service: JobService, target: str, *, interval: float = 10.0, logs: bo
             seen[record.job_id] = len(record.reasons)
             if logs and record.placement is not None and record.placement.task_arn:
                 _print_logs(service, record, tokens, out)
-        if all(r.state in L.TERMINAL for r in records) and not any(_stored_state(b) in ACTIVE_STATES for b in unread):
+        if all(r.state in L.TERMINAL for r in records) and not any(b.state in ACTIVE_STATES for b in unread):
             if any(not bad.quarantined for bad in unread):
                 return 2
             return 1 if unread or any(r.state == L.FAILED for r in records) else 0
@@ -150,11 +150,6 @@ def follow(service: JobService, target: str, *, interval: float = 10.0, logs: bo
         if max_polls is not None and polls >= max_polls:
             return 3  # still running when the caller stopped watching
         sleep(interval)
-
-
-def _stored_state(bad: L.Undecodable) -> str | None:
-    """The state an unreadable item says it is in (None when that is not a string either)."""
-    return bad.item.get("state", {}).get("S") if isinstance(bad.item.get("state"), dict) else None
 
 
 def _print_logs(service: JobService, record: L.JobRecord, tokens: dict[str, str], out) -> None:
