@@ -7,7 +7,7 @@ for clients a run does not use.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import boto3
 from botocore.config import Config
@@ -110,6 +110,21 @@ def per_item_errors(call: Callable[[list[str]], object], items: Sequence[str],
 def per_item(call: Callable[[list[str]], object], items: Sequence[str], batch: int) -> dict[str, str]:
     """per_item_errors, each error as one line: item -> `Type: message`."""
     return {item: f"{type(error).__name__}: {error}" for item, error in per_item_errors(call, items, batch).items()}
+
+
+# DescribeTasks takes at most 100 tasks a call (botocore's ecs model, DescribeTasks.tasks).
+TASKS_PER_DESCRIBE = 100
+
+
+def still_stopping(ecs, cluster: str, task_arns: Iterable[str]) -> list[dict]:
+    """Of tasks ECS has set to STOPPED (ListTasks desiredStatus STOPPED), those not stopped yet (lastStatus
+    not STOPPED), described 100 a call. After StopTask a task runs up to its stop timeout (a job saving its
+    checkpoint on SIGTERM) and holds what it reserved until it has stopped: "If a task that is supposed to be
+    RUNNING is transitioned to STOPPED, the agent releases the resources that were allocated to the stopped
+    task" (the ECS developer guide, "Amazon ECS container instance state change events")."""
+    return [task for batch in chunks(list(dict.fromkeys(task_arns)), TASKS_PER_DESCRIBE)
+            for task in ecs.describe_tasks(cluster=cluster, tasks=batch)["tasks"]
+            if task.get("lastStatus") != "STOPPED"]
 
 
 # Instance ids per DescribeSpotInstanceRequests call, given as the `instance-id` filter (as DescribeInstances'

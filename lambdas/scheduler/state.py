@@ -70,7 +70,7 @@ from datetime import datetime, timedelta
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ..common import tags as tag_keys
-from ..common.aws import chunks, client, describe_groups, paginate
+from ..common.aws import chunks, client, describe_groups, paginate, still_stopping
 from ..common.catalog import Catalog, UnknownInstanceType, UnknownRegion
 from ..common.keep_alive import keep_alive_protects, parse_time
 from ..common.logs import log_decision
@@ -464,14 +464,13 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
         # Tasks ECS is stopping still hold what they reserved until they have stopped (module docstring, "GPU
         # accounting"): counted in their machine's use, not as its jobs. ECS lists stopped tasks for about an
         # hour, so this pages through them; a task listed as meant to run a moment ago is counted once.
-        stopped_arns = list(paginate(ecs, "list_tasks", "taskArns", cluster=cluster, desiredStatus="STOPPED"))
-        for batch in chunks(stopped_arns, 100):
-            for task in ecs.describe_tasks(cluster=cluster, tasks=batch)["tasks"]:
-                if task.get("lastStatus") == "STOPPED" or task["taskArn"] in view.tasks:
-                    continue
-                view.stopping.add(task["taskArn"])
-                add_use(used.setdefault(task.get("containerInstanceArn", ""), TaskUse()),
-                        requested_resources(task, definitions))
+        stopped_arns = paginate(ecs, "list_tasks", "taskArns", cluster=cluster, desiredStatus="STOPPED")
+        for task in still_stopping(ecs, cluster, stopped_arns):
+            if task["taskArn"] in view.tasks:
+                continue
+            view.stopping.add(task["taskArn"])
+            add_use(used.setdefault(task.get("containerInstanceArn", ""), TaskUse()),
+                    requested_resources(task, definitions))
 
     instances = _instances(ec2, [*fleet_of, *(ci["ec2InstanceId"] for _, ci in registered)])
     detached = detached_from(registered, instances, fleet_of, {f.fleet for f in fleets}, now)
