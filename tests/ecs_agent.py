@@ -12,6 +12,7 @@ moto machine is what a healthy one is in AWS.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 
@@ -59,3 +60,40 @@ def moto_record(container_instance_arn: str):
     _, _, _, region, account, resource = container_instance_arn.split(":", 5)
     _, cluster, instance_id = resource.split("/")
     return ecs_backends[account][region].container_instances[cluster][instance_id]
+
+
+# Tasks ECS is stopping. After StopTask, AWS keeps a task at desiredStatus STOPPED with its lastStatus RUNNING
+# (then DEACTIVATING, STOPPING, DEPROVISIONING) until its containers have stopped, up to its stop timeout (the
+# ECS developer guide, "Task lifecycle"). moto's StopTask sets lastStatus STOPPED at once, and each DescribeTasks
+# moves a task's status on (its state manager, model "ecs::task"). These hold a task where AWS would have it.
+
+@contextlib.contextmanager
+def held_task_statuses():
+    """moto's task statuses stay where they are set (AWS moves them as the task really goes)."""
+    from moto.moto_api import state_manager
+
+    state_manager.set_transition("ecs::task", {"progression": "manual", "times": 10**9})
+    try:
+        yield
+    finally:
+        state_manager.unset_transition("ecs::task")
+
+
+def moto_task(task_arn: str):
+    """moto's Task for an ARN of the long format (arn:aws:ecs:REGION:ACCOUNT:task/CLUSTER/ID)."""
+    from moto.ecs.models import ecs_backends
+
+    _, _, _, region, account, resource = task_arn.split(":", 5)
+    cluster = resource.split("/")[1]
+    return ecs_backends[account][region].tasks[cluster][task_arn]
+
+
+def stopping(task_arn: str) -> None:
+    """The task as AWS shows it after StopTask, within its stop timeout: desiredStatus STOPPED, still RUNNING."""
+    task = moto_task(task_arn)
+    assert task.desired_status == "STOPPED", f"{task_arn} was not asked to stop"
+    task.last_status = "RUNNING"
+
+
+def stopped(task_arn: str) -> None:
+    moto_task(task_arn).last_status = "STOPPED"

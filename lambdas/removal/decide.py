@@ -10,6 +10,7 @@
   finishes: its own method's, and, for the safety net, any other whose mark is older than a bound.
 - `recheck`: after the drain, under the placement lease, terminate only a machine read again as
   DRAINING with no task, no job placed on it and no keep-alive. Gained work, or anything unread, means busy.
+  A task ECS is still stopping there (a job saving its checkpoint) leaves it drained for the next run.
 - `may_terminate`: right before the terminate, the group read again (its desired capacity and its
   members in service) must stay at or above its minimum after the decrement.
 - `reactivation`: a machine the protocol keeps (gained work, protected, unread, refused) is set ACTIVE
@@ -248,6 +249,17 @@ class Observed:
     ledger_jobs: tuple[str, ...] | None  # jobs STARTING or RUNNING that the ledger places on it
     keep_alive: str | None = None  # the instance's `mlfleet:keep-alive` tag, read again after the drain
     tags_read: bool = True  # False: its tags could not be read again
+    # Tasks ECS is stopping on it (desiredStatus STOPPED, lastStatus not yet STOPPED): a job moved, cancelled or
+    # warned of its spot interruption, saving its checkpoint on SIGTERM within its stop timeout.
+    stopping_tasks: int | None = 0
+
+
+# How long a task ECS is stopping holds a drained machine back from its terminate, from when its removal began.
+# The job task definition's stopTimeout is 110 s (components/compute/cluster.py; at most 120 s on EC2) and ECS
+# then kills its containers: a task still not stopped well past that is held by a stuck agent, and waiting
+# longer saves no checkpoint, it only pays for the machine. A stop under way when the removal began is one the
+# first re-check saw (a task meant to run would have kept the machine), so the grace counts from the mark.
+STOPPING_GRACE = timedelta(minutes=15)
 
 
 @dataclass(frozen=True)
@@ -256,12 +268,16 @@ class Verdict:
     reason: str
 
 
-def recheck(observed: Observed, now: datetime, busy: str | None = None) -> Verdict:
+def recheck(observed: Observed, now: datetime, busy: str | None = None,
+            removing_since: datetime | None = None) -> Verdict:
     """Terminate only what is known to be drained and empty; gained work or unknown means busy. `busy`: why
     the method holds the machine busy now by what the re-check does not read (the reaper's idle contract:
-    utilisation over its window)."""
+    utilisation over its window). A machine with a task ECS is still stopping is left drained for the next
+    run (the job may be saving its checkpoint) until STOPPING_GRACE after `removing_since` (its mark's time;
+    None, unreadable: left)."""
     unread = [name for name, value in (("container instance", observed.ecs_status), ("task count", observed.ecs_tasks),
-                                       ("task list", observed.listed_tasks), ("ledger", observed.ledger_jobs))
+                                       ("task list", observed.listed_tasks), ("ledger", observed.ledger_jobs),
+                                       ("stopping tasks", observed.stopping_tasks))
               if value is None] + ([] if observed.tags_read else ["tags"])
     if unread:
         return Verdict(REACTIVATE, f"could not read its {', '.join(unread)}: unknown means busy")
@@ -277,6 +293,13 @@ def recheck(observed: Observed, now: datetime, busy: str | None = None) -> Verdi
         return Verdict(REACTIVATE, f"container instance is {observed.ecs_status}, not DRAINING, after the drain")
     if busy:
         return Verdict(REACTIVATE, f"busy by its method's reading: {busy}")
+    if observed.stopping_tasks:
+        if removing_since is None or now - removing_since < STOPPING_GRACE:
+            return Verdict(LEAVE, f"{observed.stopping_tasks} task(s) ECS is stopping still on it (a job may be saving "
+                                  "its checkpoint): left drained for the next run")
+        return Verdict(TERMINATE, f"drained, no task meant to run, no job placed on it; {observed.stopping_tasks} "
+                                  f"task(s) ECS has been stopping since the removal began {removing_since.isoformat()}, "
+                                  f"more than {STOPPING_GRACE} ago: past any stop timeout")
     return Verdict(TERMINATE, "drained, no task, no job placed on it")
 
 

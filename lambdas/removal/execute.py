@@ -7,10 +7,12 @@ One call of `remove` acts on one fleet region for one method (docs/removal.md, "
 2. tag each new one `mlfleet:removing=<method>@<time>` BEFORE draining it, so every machine this
    protocol drains carries the tag and a run cut short at any point is resumed by the next;
 3. set the container instances DRAINING, 10 per call (the API's limit);
-4. read each again: its container instance (status, running + pending tasks), ListTasks on it, its instance
+4. read each again: its container instance (status, running + pending tasks), ListTasks on it (the tasks
+   meant to run; those ECS is stopping, described to see which have not stopped yet), its instance
    (tags: a keep-alive written since validation; state and lifecycle) and the jobs the ledger places on it
    (STARTING or RUNNING); keep (re-activate) anything that gained work, is protected, or could not be read
-   (decide.recheck);
+   (decide.recheck); leave one where a task is still stopping drained for the next run (a job saving its
+   checkpoint within its stop timeout);
 5. read the groups again and TerminateInstanceInAutoScalingGroup(ShouldDecrementDesiredCapacity=True)
    only where the group stays at or above its minimum (decide.may_terminate); a refusal re-activates.
 
@@ -39,7 +41,7 @@ from datetime import datetime, timedelta
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ..common import tags as tag_keys
-from ..common.aws import chunks, client, describe_groups, paginate, spot_requests
+from ..common.aws import chunks, client, describe_groups, paginate, spot_requests, still_stopping
 from ..common.logs import log_decision
 from ..common.permissions import ISO_8601_TIME, needs
 from ..jobs.ledger import BY_STATE, RUNNING, STARTING
@@ -72,7 +74,9 @@ PERMISSIONS = (
           why="re-check a drained machine: its status and task counts"),
     # As in lambdas/scheduler/state.py: IAM authorizes ListTasks on "*" narrowed by ecs:cluster.
     needs("ecs:ListTasks", condition={"ArnLike": {"ecs:cluster": "arn:{partition}:ecs:*:{account}:cluster/mlfleet-{environment}"}},
-          why="re-check a drained machine: the tasks running or pending on it"),
+          why="re-check a drained machine: the tasks running or pending on it, and those ECS is stopping"),
+    needs("ecs:DescribeTasks", resources=("arn:{partition}:ecs:*:{account}:task/mlfleet-{environment}/*",),
+          why="re-check a drained machine: whether the tasks ECS is stopping on it have stopped"),
     needs("ecs:UpdateContainerInstancesState", resources=(CONTAINER_INSTANCES,),
           why="drain a machine being removed; re-activate one that gained work"),
     needs("ec2:CreateTags", resources=INSTANCES, tag_scoped=True, tag_keys=(tag_keys.REMOVING,),
@@ -138,6 +142,8 @@ class _Target:
     drained_here: bool = False  # this call set it DRAINING (a spot drain by ECS is not ours to undo)
     found_draining: bool = False  # DRAINING before its removal began (its mark says so): never set ACTIVE
     instance: decide.Instance | None = None  # its EC2 instance as the re-check read it (None: unread)
+    since: datetime | None = None  # when its removal began (its mark; None: unreadable)
+    checked: str = ""  # the re-check's verdict, for the terminate's decision line
 
 
 def _error(step: str, instance_id: str | None, error: Exception, **fields) -> str:
@@ -179,9 +185,9 @@ def remove(candidates: Sequence[Candidate], scope: Scope, *, registered: Mapping
     targets = [_Target(r.instance_id, r.asg_name, registered.get(r.instance_id), r.mark.method,
                        f"resumed: {'adopted from ' if r.adopted else ''}{r.mark.method} since "
                        f"{r.mark.since.isoformat() if r.mark.since else 'an unreadable time'}", resumed=True,
-                       found_draining=r.mark.found_draining)
+                       found_draining=r.mark.found_draining, since=r.mark.since)
                for r in resumes]
-    targets += [_Target(c.instance_id, c.asg_name, c.container_instance_arn, c.method, c.reason)
+    targets += [_Target(c.instance_id, c.asg_name, c.container_instance_arn, c.method, c.reason, since=now)
                 for c in validation.accepted]
     if scope.dry_run:
         for t in targets:
@@ -207,9 +213,15 @@ def remove(candidates: Sequence[Candidate], scope: Scope, *, registered: Mapping
     to_terminate: list[_Target] = []
     to_keep: list[tuple[_Target, str]] = []
     for t in drained:
-        verdict = decide.recheck(observed[t.instance_id], now, (busy or {}).get(t.instance_id))
+        verdict = decide.recheck(observed[t.instance_id], now, (busy or {}).get(t.instance_id), t.since)
         if verdict.action == decide.TERMINATE:
+            t.checked = verdict.reason
             to_terminate.append(t)
+        elif verdict.action == decide.LEAVE:
+            # Drained and tagged: never placed onto; the method's next run re-checks it.
+            outcome.left[t.instance_id] = verdict.reason
+            log_decision("removal-deferred", instance_id=t.instance_id, asg=t.asg_name, method=t.method,
+                         reason=verdict.reason, resumed=t.resumed)
         else:
             to_keep.append((t, verdict.reason))
     _keep(ec2, ecs, scope.cluster, to_keep, outcome)
@@ -367,10 +379,31 @@ def _spot_statuses(ec2, instance_ids: Sequence[str]) -> dict[str, str] | None:
     return found
 
 
+def _stopping(ecs, cluster: str, drained: Sequence[_Target]) -> dict[str, int | None]:
+    """Container instance ARN -> how many tasks ECS is stopping on it (None: unread). The stopped tasks are
+    listed per machine, then described together, 100 a call (still_stopping)."""
+    listed: dict[str, list[str] | None] = {}
+    for t in drained:
+        try:
+            listed[t.arn] = list(paginate(ecs, "list_tasks", "taskArns", cluster=cluster, containerInstance=t.arn,
+                                          desiredStatus="STOPPED"))
+        except AWS_ERRORS as error:
+            _error("list-stopped-tasks", t.instance_id, error)
+            listed[t.arn] = None
+    arns = [arn for found in listed.values() if found for arn in found]
+    try:
+        hosts = [task.get("containerInstanceArn") for task in still_stopping(ecs, cluster, arns)] if arns else []
+    except AWS_ERRORS as error:
+        _error("describe-stopped-tasks", None, error, tasks=len(arns))
+        return {arn: None if found is None or found else 0 for arn, found in listed.items()}
+    return {arn: None if found is None else hosts.count(arn) for arn, found in listed.items()}
+
+
 def _observe(ec2, ecs, cluster: str, drained: Sequence[_Target], ledger: LedgerSource) -> dict[str, Observed]:
     if not drained:
         return {}
     described = _describe(ecs, cluster, (t.arn for t in drained))
+    stopping = _stopping(ecs, cluster, drained)
     jobs = placed_jobs(ledger)
     # Read again, as the tasks are: a keep-alive written since validation read the tags keeps the machine.
     # The same read says whether the instance is spot and still running, for a re-activation (_keep).
@@ -395,7 +428,7 @@ def _observe(ec2, ecs, cluster: str, drained: Sequence[_Target], ledger: LedgerS
             listed_tasks=listed,
             ledger_jobs=tuple(jobs.get(t.instance_id, ())) if jobs is not None else None,
             keep_alive=instance_tags.get(tag_keys.KEEP_ALIVE) if instance_tags is not None else None,
-            tags_read=instance_tags is not None)
+            tags_read=instance_tags is not None, stopping_tasks=stopping[t.arn])
         if ci:
             t.status = ci.get("status")
     return observed
@@ -478,7 +511,7 @@ def _terminate(ec2, ecs, scope: Scope, targets: list[_Target], lease_left: Calla
                 done[t.asg_name] = done.get(t.asg_name, 0) + 1
                 outcome.terminated.append(t.instance_id)
                 log_decision("removal-terminate", instance_id=t.instance_id, asg=t.asg_name, method=t.method,
-                             reason=t.reason, group=verdict.reason)
+                             reason=t.reason, recheck=t.checked, group=verdict.reason)
                 continue
         if verdict.action == decide.REACTIVATE:
             kept.append((t, verdict.reason))

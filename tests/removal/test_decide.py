@@ -143,10 +143,22 @@ EMPTY = Observed(ecs_status="DRAINING", ecs_tasks=0, listed_tasks=0, ledger_jobs
     (Observed("ACTIVE", 0, 0, ()), decide.REACTIVATE, "ACTIVE, not DRAINING"),
     (Observed("DRAINING", 0, 0, (), keep_alive="true"), decide.REACTIVATE, "protected since it was proposed"),
     (Observed("DRAINING", 0, 0, (), tags_read=False), decide.REACTIVATE, "could not read its tags"),
+    (Observed("DRAINING", 0, 0, (), stopping_tasks=None), decide.REACTIVATE, "could not read its stopping tasks"),
+    (Observed("DRAINING", 0, 0, (), stopping_tasks=2), decide.LEAVE, "2 task(s) ECS is stopping still on it"),
 ])
 def test_recheck_terminates_only_a_drained_empty_machine(observed, action, reason):
     verdict = decide.recheck(observed, NOW)
     assert verdict.action == action and reason in verdict.reason
+
+
+@pytest.mark.parametrize("began, action", [
+    (NOW, decide.LEAVE),
+    (NOW - decide.STOPPING_GRACE + timedelta(seconds=1), decide.LEAVE),
+    (NOW - decide.STOPPING_GRACE, decide.TERMINATE),  # past any stop timeout: a stuck agent holds it
+    (None, decide.LEAVE),  # an unreadable mark: how long it has stopped is unknown
+])
+def test_a_task_ecs_is_stopping_holds_the_machine_for_the_grace_from_when_its_removal_began(began, action):
+    assert decide.recheck(Observed("DRAINING", 0, 0, (), stopping_tasks=1), NOW, removing_since=began).action == action
 
 
 def test_recheck_keeps_a_machine_its_method_holds_busy_by_what_the_recheck_does_not_read():
@@ -268,16 +280,18 @@ observations = st.builds(
     listed_tasks=st.one_of(st.none(), st.integers(0, 3)),
     ledger_jobs=st.one_of(st.none(), st.lists(st.sampled_from(["a", "b"]), max_size=2).map(tuple)),
     keep_alive=st.sampled_from([None, None, "true", "2026-11-22T11:00:00Z"]),
+    stopping_tasks=st.one_of(st.none(), st.integers(0, 2)),
 )
 
 
 @settings(max_examples=300, deadline=None)
-@given(observations)
-def test_recheck_never_terminates_a_machine_with_work_or_an_unread_state(observed):
-    if decide.recheck(observed, NOW).action == decide.TERMINATE:
+@given(observations, st.one_of(st.none(), st.integers(0, 3600).map(lambda s: NOW - timedelta(seconds=s))))
+def test_recheck_never_terminates_a_machine_with_work_or_an_unread_state(observed, began):
+    if decide.recheck(observed, NOW, removing_since=began).action == decide.TERMINATE:
         assert observed.ecs_status == "DRAINING"
         assert observed.ecs_tasks == 0 and observed.listed_tasks == 0 and observed.ledger_jobs == ()
         assert observed.keep_alive in (None, "2026-11-22T11:00:00Z")  # an expired keep-alive no longer protects
+        assert observed.stopping_tasks == 0 or NOW - began >= decide.STOPPING_GRACE
 
 
 @settings(max_examples=200, deadline=None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from ecs_agent import held_task_statuses, stopped, stopping
 from removal.world import (ASG, CLUSTER, FAULTS, FLEET_REGION, HOME, aws, build, decisions, group_state, inject,
                            interrupt, on_call, place_job_in_ledger, record_calls, run, stale_read, start_task_on,
                            status_of, tags_of)
@@ -364,6 +365,64 @@ def test_a_resumed_removal_the_protocol_drained_itself_is_still_set_active(fleet
     assert settled(world, machine)
 
 
+def stop_on(world, machine: str) -> str:
+    """A task on `machine` ECS is stopping (a job moved or cancelled, saving its checkpoint on SIGTERM)."""
+    task = start_task_on(world, machine)
+    aws("ecs").stop_task(cluster=CLUSTER, task=task, reason="moved by the scheduler")
+    stopping(task)
+    return task
+
+
+def test_a_machine_whose_last_task_is_still_stopping_is_left_drained_until_the_task_has_stopped(fleet_aws, caplog):
+    """After StopTask a task runs up to its stop timeout (110 s: the job saves its checkpoint on SIGTERM) with
+    desiredStatus STOPPED, so neither the container instance's counts nor ListTasks' default (RUNNING) show it
+    (botocore's ecs model: runningTasksCount counts desiredStatus RUNNING). Before, the re-check called such a
+    machine empty and terminated it, and the checkpoint with it. Now it stays drained and tagged, never placed
+    onto, and the method's next run after the task has stopped terminates it."""
+    world = build(size=3)
+    machine = world.ids[0]
+    with held_task_statuses():
+        task = stop_on(world, machine)
+        outcome = run(world, machine)
+        assert outcome.terminated == [] and "1 task(s) ECS is stopping" in outcome.left[machine]
+        assert status_of(world, machine) == "DRAINING" and tags_of(machine)["mlfleet:removing"].startswith("idle@")
+        assert group_state() == (3, set(world.ids))
+        (line,) = [d for d in decisions(caplog) if d["decision"] == "removal-deferred"]
+        assert line["instance_id"] == machine and "saving its checkpoint" in line["reason"]
+
+        assert machine in run(world).left, "resumed while the task still stops: left again"
+        stopped(task)
+        assert run(world).terminated == [machine]
+    assert group_state()[0] == 2
+
+
+def test_a_task_stopping_past_any_stop_timeout_no_longer_holds_the_machine(fleet_aws, caplog):
+    """ECS kills a job's containers at its stop timeout (at most 120 s on EC2); a task still not stopped 15
+    minutes after the removal began is held by a stuck agent, and the machine would be paid for forever."""
+    world = build(size=3)
+    machine = world.ids[0]
+    began = datetime.now(timezone.utc)
+    with held_task_statuses():
+        stop_on(world, machine)
+        assert machine in run(world, machine, now=began).left
+        assert machine in run(world, now=began + decide.STOPPING_GRACE - timedelta(seconds=1)).left
+        assert run(world, now=began + decide.STOPPING_GRACE).terminated == [machine]
+    (line,) = [d for d in decisions(caplog) if d["decision"] == "removal-terminate"]
+    assert "past any stop timeout" in line["recheck"]
+
+
+def test_a_machine_whose_stopping_tasks_cannot_be_read_is_kept(fleet_aws):
+    """Unknown means busy, as for the tasks meant to run."""
+    world = build(size=3)
+    machine = world.ids[0]
+    with held_task_statuses():
+        stop_on(world, machine)
+        inject("ecs", "DescribeTasks", FAULTS["throttle"])
+        outcome = run(world, machine)
+    assert outcome.terminated == [] and "could not read its stopping tasks" in outcome.reactivated[machine]
+    assert settled(world, machine)
+
+
 # Fault injection: each AWS call of the executor throttles, times out or is refused before it reaches
 # AWS, and each write also times out after AWS applied it. Whatever fails, no machine with work is
 # terminated, and after the method's next run nothing is left DRAINING or tagged.
@@ -371,7 +430,8 @@ CALLS = [
     ("autoscaling", "DescribeAutoScalingGroups", 0), ("autoscaling", "DescribeAutoScalingGroups", 1),
     ("ec2", "DescribeInstances", 0), ("ec2", "DescribeInstances", 1), ("ec2", "CreateTags", 0),
     ("ecs", "DescribeContainerInstances", 0), ("ecs", "DescribeContainerInstances", 1), ("ecs", "UpdateContainerInstancesState", 0),
-    ("ecs", "UpdateContainerInstancesState", 1), ("ecs", "ListTasks", 0), ("dynamodb", "Query", 0),
+    ("ecs", "UpdateContainerInstancesState", 1), ("ecs", "ListTasks", 0), ("ecs", "ListTasks", 3),
+    ("ecs", "DescribeTasks", 0), ("dynamodb", "Query", 0),
     ("autoscaling", "TerminateInstanceInAutoScalingGroup", 0), ("ec2", "DeleteTags", 0),
     ("ec2", "DescribeSpotInstanceRequests", 0),
 ]
@@ -387,6 +447,8 @@ def test_fault_on_each_call_never_kills_work_and_the_next_run_settles_everything
                                                                                     fault, applied):
     world = build(size=4, spot=True)  # as the fleets are: a re-activation reads the Spot requests
     idle, busy, claimed = world.ids[:3]
+    # The idle machine ran a job that has ended: its stopped task is listed and described (not stopping).
+    aws("ecs").stop_task(cluster=CLUSTER, task=start_task_on(world, idle), reason="the job ended")
     start_task_on(world, busy)
     place_job_in_ledger("sub-20261122120000-abcdef-00001", claimed)
     # The busy machines look idle to the method (it read them before they got work): all three proposed.
@@ -409,6 +471,7 @@ def test_each_call_the_executor_makes_is_one_the_fault_matrix_covers(fleet_aws):
     """The matrix above is only complete if it names every call a removal makes; record them."""
     world = build(size=3, spot=True)
     start_task_on(world, world.ids[1])
+    aws("ecs").stop_task(cluster=CLUSTER, task=start_task_on(world, world.ids[0]), reason="the job ended")
     made = record_calls(("autoscaling", FLEET_REGION), ("ec2", FLEET_REGION), ("ecs", FLEET_REGION), ("dynamodb", HOME))
     run(world, world.ids[0], world.ids[1], budget_percent=100)
     assert set(made) == {(s, o) for s, o, _ in CALLS}, set(made) ^ {(s, o) for s, o, _ in CALLS}

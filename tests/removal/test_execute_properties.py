@@ -1,19 +1,21 @@
 """The removal executor (lambdas/removal/execute.py) over drawn worlds, against moto: a property.
 
 Hypothesis draws a fleet region (one or two Auto Scaling groups, minimum 0-2, 1-6 Spot Instances in all,
-each registered with the cluster), each machine with or without work (an ECS task, or a job the ledger
-places on it), perhaps tagged `mlfleet:removing` by an earlier run (either method; a fresh, an old or an
+each registered with the cluster), each machine with or without work (an ECS task, a job the ledger
+places on it, or a task ECS is stopping: a job moved or cancelled, saving its checkpoint), perhaps tagged `mlfleet:removing` by an earlier run (either method; a fresh, an old or an
 unreadable mark; drained by that run or not), perhaps DRAINING already (by an operator, or at its spot
 notice, its Spot request then saying so), perhaps with `mlfleet:keep-alive` (true, a future time, a past
 time, garbage). One method (RELEASE or IDLE, the reaper adopting old marks) proposes some machines, and
 the world changes between the executor's steps (before the tag, before the drain, during the re-check,
-before the group read of the terminate): a task starts, a job is placed, a keep-alive is written, a
+before the group read of the terminate): a task starts, a job is placed, a task is stopped, a keep-alive is written, a
 group's minimum is raised, EC2 terminates a member, the placement lease runs out (a slow call); one call
 may fail (tests/removal/world.py `inject`).
 Then the method runs once more, cleanly, proposing nothing: it resumes what was left.
 
 What holds (docs/removal.md, docs/runbook.md "Taking a machine out of service"):
 - no machine with a task or a job placed on it is terminated, nor one a valid keep-alive protects;
+- no machine with a task ECS is still stopping is terminated, unless its removal began more than
+  decide.STOPPING_GRACE ago (a stuck stop); such a machine may stay drained and tagged after the clean run;
 - no terminate leaves a group below its minimum (its desired capacity, and its members in service);
 - in one run, the machines newly tagged in a group, with the removals already in flight and its members
   terminating, stay within the disruption budget (10% of its desired capacity, at least one);
@@ -35,6 +37,8 @@ Where moto differs from AWS (see also tests/removal/world.py), and what the test
   answers made to say the notice's code (`world.interrupt`).
 - moto's terminate never refuses to go below the minimum: the property checks after each terminate that
   the group is at or above it, as AWS would have refused.
+- moto's StopTask stops a task at once; a task ECS is stopping is held at desiredStatus STOPPED, lastStatus
+  RUNNING (tests/ecs_agent.py `stopping`), every task's status held where it is set.
 - Raising a minimum above the desired capacity raises the desired capacity, in moto and in AWS; the new
   member is not registered with the cluster (it is never a candidate).
 
@@ -76,7 +80,7 @@ EARLY = ("tag", "drain", "recheck")
 
 @dataclass(frozen=True)
 class Machine:
-    work: str | None = None  # "task", "job" (the ledger places a job on it), or None
+    work: str | None = None  # "task", "job" (the ledger places a job on it), "stopping" (a task ECS stops), or None
     mark: tuple[str, str] | None = None  # (method, "fresh" | "old" | "unreadable"): an earlier run's tag
     drained: str | None = None  # "operator", "protocol" (the marking run drained it), or a spot notice's code
     keep_alive: str | None = None  # "true", "future", "past", "garbage"
@@ -99,7 +103,7 @@ def machines(draw) -> Machine:
     mark = None if draw(plain) else draw(st.none() | st.tuples(
         st.sampled_from([decide.RELEASE, decide.IDLE]), st.sampled_from(["fresh", "old", "unreadable"])))
     drains = ["operator", *NOTICE_CODES] + (["protocol"] * 2 if mark else [])
-    return Machine(work=None if draw(plain) else draw(st.sampled_from([None, "task", "job"])), mark=mark,
+    return Machine(work=None if draw(plain) else draw(st.sampled_from([None, "task", "job", "stopping"])), mark=mark,
                    drained=None if draw(plain) else draw(st.none() | st.sampled_from(drains)),
                    keep_alive=None if draw(plain) else draw(st.sampled_from([None, "true", "future", "past", "garbage"])))
 
@@ -111,7 +115,8 @@ def fleets(draw) -> Fleet:
     everyone = [(g, m) for g, n in enumerate(sizes) for m in range(n)]
     proposed = tuple(draw(st.permutations(everyone))[:draw(st.integers(1, len(everyone)))])
     event = st.one_of(
-        st.tuples(st.sampled_from(EARLY), st.sampled_from(["task", "job", "keep-alive"]), st.sampled_from(everyone)),
+        st.tuples(st.sampled_from(EARLY), st.sampled_from(["task", "job", "stopping", "keep-alive"]),
+                  st.sampled_from(everyone)),
         st.tuples(st.sampled_from(list(POINTS)), st.sampled_from(["min", "min+1", "ec2-terminate"]),
                   st.sampled_from(everyone)))
     events = tuple((p, k, g, m) for p, k, (g, m) in draw(st.lists(event, max_size=3)))
@@ -194,6 +199,7 @@ class State:
         self.group_of = {i: g for g, members in enumerate(ids) for i in members}
         self.arns = self._arns()
         self.busy: set[str] = set()  # a task or a job placed on it, at some point
+        self.stopping: set[str] = set()  # a task ECS is stopping on it, at some point (held so: never stopped)
         self.protected: set[str] = set()  # a valid keep-alive, at some point before the re-check
         self.ec2_terminated: set[str] = set()
         self.lease_expired = False  # the clock the executor reads jumps past the lease's expiry
@@ -213,6 +219,14 @@ class State:
     # --- the drawn state and the events ---------------------------------------------------------------------
 
     def give_work(self, instance_id: str, work: str) -> None:
+        if work == "stopping":
+            ecs = aws("ecs")
+            task = ecs.start_task(cluster=CLUSTER, taskDefinition=f"mlfleet-{ENV}-gpu-job",
+                                  containerInstances=[self.arns[instance_id]], startedBy="someone")["tasks"][0]
+            ecs.stop_task(cluster=CLUSTER, task=task["taskArn"], reason="moved")
+            ecs_agent.stopping(task["taskArn"])
+            self.stopping.add(instance_id)
+            return
         if work == "task":
             aws("ecs").start_task(cluster=CLUSTER, taskDefinition=f"mlfleet-{ENV}-gpu-job",
                                   containerInstances=[self.arns[instance_id]], startedBy="someone")
@@ -399,9 +413,15 @@ def operator_drained(fleet: Fleet, state: State) -> set[str]:
             if machine.drained == "operator" and machine.mark is None}
 
 
+def stale_marks(fleet: Fleet, state: State) -> set[str]:
+    """Machines whose removal began more than decide.STOPPING_GRACE before the runs (an "old" mark: 2 hours)."""
+    return {state.id(g, m) for g, (_, members) in enumerate(fleet.groups) for m, machine in enumerate(members)
+            if machine.mark and machine.mark[1] == "old"}
+
+
 def check(fleet: Fleet, monkeypatch) -> str:
     now = datetime.now(timezone.utc)
-    with fleet_moto(monkeypatch):
+    with fleet_moto(monkeypatch), ecs_agent.held_task_statuses():
         state = State(fleet, build(fleet, now), now)
         state.set_up()
         state.lease_expired = fleet.lease_out == "start"
@@ -415,6 +435,8 @@ def check(fleet: Fleet, monkeypatch) -> str:
         assert not state.violations, state.violations
         assert not terminated & state.busy, f"terminated with work on it: {terminated & state.busy}"
         assert not terminated & state.protected, f"terminated under a keep-alive: {terminated & state.protected}"
+        cut_short = (terminated & state.stopping) - stale_marks(fleet, state)
+        assert not cut_short, f"terminated while a task ECS is stopping saves its checkpoint: {cut_short}"
 
         members, tags, statuses = state.members(), state.tags(), state.statuses()
         # Since the marks say whether a machine was DRAINING when its removal began, a resumed removal keeps an
@@ -435,7 +457,10 @@ def check(fleet: Fleet, monkeypatch) -> str:
                 # Another method's removal: left to it, unless the reaper adopts it (old or unreadable).
                 others = parsed.method != fleet.method and not (
                     fleet.method == decide.IDLE and (parsed.since is None or now - parsed.since >= ADOPT_AFTER))
-                assert others, f"{i} left tagged {mark} after the clean run: {second.left.get(i) or first.left.get(i)}"
+                # A task still stopping holds it, drained and tagged, for the next run (decide.recheck).
+                waiting = i in state.stopping and "ECS is stopping" in second.left.get(i, "")
+                assert others or waiting, \
+                    f"{i} left tagged {mark} after the clean run: {second.left.get(i) or first.left.get(i)}"
                 continue
             if i in drained_by_protocol and i not in operator_drained(fleet, state):
                 assert statuses[i] == "ACTIVE", f"{i} drained by the protocol and left {statuses[i]}, untagged"
@@ -447,5 +472,7 @@ def check(fleet: Fleet, monkeypatch) -> str:
 @given(fleet=fleets())
 # The spot market takes the other member during the re-check: the terminate's read must count it (decide.may_terminate).
 @example(fleet=Fleet(((1, (Machine(), Machine())),), decide.IDLE, ((0, 0),), (("recheck", "ec2-terminate", 0, 1),)))
+# A job moved off its machine saves its checkpoint within its stop timeout: the re-check must wait for its task.
+@example(fleet=Fleet(((0, (Machine(work="stopping"), Machine())),), decide.RELEASE, ((0, 0), (0, 1)), ()))
 def test_the_executor_never_kills_work_keeps_the_minimum_and_the_budget_and_leaves_nothing_half_done(fleet, monkeypatch):
     event(check(fleet, monkeypatch))
