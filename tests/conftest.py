@@ -78,3 +78,14 @@ def aws():
         reset_clients()
         yield
     reset_clients()
+
+
+@pytest.fixture(autouse=True)
+def forget_stopped_tasks():
+    """The functions remember tasks seen stopped while their Lambda is warm (common.aws.still_stopping); a test's
+    moto world is a new account, and one restored from a copy repeats its task ARNs."""
+    from lambdas.common.aws import forget_stopped_tasks
+
+    forget_stopped_tasks()
+    yield
+    forget_stopped_tasks()

@@ -116,15 +116,37 @@ def per_item(call: Callable[[list[str]], object], items: Sequence[str], batch: i
 TASKS_PER_DESCRIBE = 100
 
 
+# Tasks seen stopped (lastStatus STOPPED, the end of a task's lifecycle: it never changes again), kept while a
+# Lambda's environment is warm. ECS lists stopped tasks for about an hour, so without this every scheduler run
+# would describe that hour's tasks again (a sweep of 3,000 short jobs: 30 DescribeTasks calls a run); with it, a
+# run describes only those stopped since the last. Bounded: past the limit it starts over (one full read).
+STOPPED_SEEN_LIMIT = 50_000
+_stopped_seen: set[str] = set()
+
+
+def forget_stopped_tasks() -> None:
+    """Start over (tests: moto's task ARNs may repeat across restored worlds)."""
+    _stopped_seen.clear()
+
+
 def still_stopping(ecs, cluster: str, task_arns: Iterable[str]) -> list[dict]:
     """Of tasks ECS has set to STOPPED (ListTasks desiredStatus STOPPED), those not stopped yet (lastStatus
-    not STOPPED), described 100 a call. After StopTask a task runs up to its stop timeout (a job saving its
-    checkpoint on SIGTERM) and holds what it reserved until it has stopped: "If a task that is supposed to be
-    RUNNING is transitioned to STOPPED, the agent releases the resources that were allocated to the stopped
-    task" (the ECS developer guide, "Amazon ECS container instance state change events")."""
-    return [task for batch in chunks(list(dict.fromkeys(task_arns)), TASKS_PER_DESCRIBE)
-            for task in ecs.describe_tasks(cluster=cluster, tasks=batch)["tasks"]
-            if task.get("lastStatus") != "STOPPED"]
+    not STOPPED), described 100 a call; tasks already seen stopped are not described again. After StopTask a
+    task runs up to its stop timeout (a job saving its checkpoint on SIGTERM) and holds what it reserved until
+    it has stopped: "If a task that is supposed to be RUNNING is transitioned to STOPPED, the agent releases
+    the resources that were allocated to the stopped task" (the ECS developer guide, "Amazon ECS container
+    instance state change events")."""
+    if len(_stopped_seen) > STOPPED_SEEN_LIMIT:
+        _stopped_seen.clear()
+    unseen = [arn for arn in dict.fromkeys(task_arns) if arn not in _stopped_seen]
+    found = []
+    for batch in chunks(unseen, TASKS_PER_DESCRIBE):
+        for task in ecs.describe_tasks(cluster=cluster, tasks=batch)["tasks"]:
+            if task.get("lastStatus") == "STOPPED":
+                _stopped_seen.add(task["taskArn"])
+            else:
+                found.append(task)
+    return found
 
 
 # Instance ids per DescribeSpotInstanceRequests call, given as the `instance-id` filter (as DescribeInstances'

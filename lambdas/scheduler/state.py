@@ -463,7 +463,8 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
                     job_ids.setdefault(host, set()).add(task["startedBy"])
         # Tasks ECS is stopping still hold what they reserved until they have stopped (module docstring, "GPU
         # accounting"): counted in their machine's use, not as its jobs. ECS lists stopped tasks for about an
-        # hour, so this pages through them; a task listed as meant to run a moment ago is counted once.
+        # hour, so this pages through them (describing only those not seen STOPPED before: still_stopping); a
+        # task listed as meant to run a moment ago is counted once.
         stopped_arns = paginate(ecs, "list_tasks", "taskArns", cluster=cluster, desiredStatus="STOPPED")
         for task in still_stopping(ecs, cluster, stopped_arns):
             if task["taskArn"] in view.tasks:

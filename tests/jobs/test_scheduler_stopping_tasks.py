@@ -21,6 +21,7 @@ from conftest import CLUSTER, ENV, HOME, build_fleet, run_mlfleet, scheduler_set
 from moto.ecs.models import ecs_backends
 from moto.moto_api import state_manager
 
+from lambdas.common import aws
 from lambdas.common.catalog import load_catalog
 from lambdas.jobs import ledger as L
 from lambdas.jobs.fleets import parse_fleets
@@ -139,3 +140,29 @@ def test_the_region_view_names_the_tasks_it_counts_as_stopping(machine):
     assert (region.stopping, region.tasks) == ({task}, {})
     stopped(task)
     assert state.read_region(HOME, fleets, load_catalog(), {}, NOW).stopping == set()
+
+
+def test_a_task_seen_stopped_is_not_described_again_while_the_function_is_warm(machine):
+    """ECS lists an hour of stopped tasks to every run; STOPPED is the end of a task's lifecycle, so each is
+    described once (common.aws.still_stopping), and a run describes only the tasks stopped since."""
+    home, instance_id, arn = machine
+    ecs = boto3.client("ecs", HOME)
+    described: list[str] = []
+    ecs.meta.events.register("before-parameter-build.ecs.DescribeTasks",
+                             lambda params, **_: described.extend(params["tasks"]))
+    tasks = [ecs.start_task(cluster=CLUSTER, taskDefinition=f"mlfleet-{ENV}-gpu-job", containerInstances=[arn],
+                            startedBy="someone")["tasks"][0]["taskArn"] for _ in range(2)]
+    for task in tasks:
+        ecs.stop_task(cluster=CLUSTER, task=task)
+    stopping(tasks[1])
+    listed = ecs.list_tasks(cluster=CLUSTER, desiredStatus="STOPPED")["taskArns"]
+    assert [t["taskArn"] for t in aws.still_stopping(ecs, CLUSTER, listed)] == [tasks[1]]
+    assert sorted(described) == sorted(tasks)
+
+    described.clear()
+    assert [t["taskArn"] for t in aws.still_stopping(ecs, CLUSTER, listed)] == [tasks[1]]
+    assert described == [tasks[1]], "the task seen STOPPED was described again"
+    stopped(tasks[1])
+    assert aws.still_stopping(ecs, CLUSTER, listed) == []
+    described.clear()
+    assert aws.still_stopping(ecs, CLUSTER, listed) == [] and described == []
