@@ -54,7 +54,7 @@ from components.functions.python_function import declared_permissions
 
 from lambdas.budget_guard import handler as guard
 from lambdas.common import tags as tag_keys
-from lambdas.common.aws import reset_clients
+from lambdas.common.aws import forget_stopped_tasks, reset_clients
 from lambdas.common.catalog import load_catalog
 from lambdas.job_events import handler as job_events
 from lambdas.jobs import checkpoints
@@ -503,13 +503,14 @@ REAPER_READS = {("ec2", "DescribeInstances"), ("ecs", "ListContainerInstances"),
 
 def reaper_world(home) -> dict:
     """busy: runs a task, still marked idle (unmarked); idle: marked past the grace period (removed through
-    the protocol); fresh: idle, unmarked (marked); loose: a standalone machine marked long ago (stopped);
+    the protocol; it ran a job that has ended, so the re-check describes that stopped task); fresh: idle,
+    unmarked (marked); loose: a standalone machine marked long ago (stopped);
     raced: idle like `idle`, but a task is placed on it as the reaper drains it (the race of issue 13: the
     protocol's re-check after the drain re-activates it, ACTIVE again and untagged, never terminated); it is
     a Spot Instance, so the re-activation reads its Spot request first; one_time: a standalone Spot Instance
     of a one-time request marked long ago (terminated: EC2 cannot stop it, lambdas/reaper/idle.py)."""
     instances = build_fleet(size=3, max_size=6)
-    (busy, busy_arn), (idle, _), (fresh, _) = sorted(instances.items())
+    (busy, busy_arn), (idle, idle_arn), (fresh, _) = sorted(instances.items())
     raced, raced_arn = attach_spot_instance()
     alert_topic()
     ec2 = aws_client("ec2", HOME)
@@ -524,6 +525,7 @@ def reaper_world(home) -> dict:
     ONE_TIME_SPOT.clear()
     ONE_TIME_SPOT.add(one_time)
     start_task(busy_arn, "a task started by hand", 0)
+    aws_client("ecs", HOME).stop_task(cluster=CLUSTER, task=start_task(idle_arn, "a job that has ended", 0))
     # The reaper judges machines by their launch time, which moto takes from the real clock: its runs are
     # three hours after the world was made (older than the idle window).
     now = datetime.now(timezone.utc) + timedelta(hours=3)
@@ -693,6 +695,7 @@ def restore(kept: dict) -> dict:
     RACE.update(state["race"])
     ONE_TIME_SPOT.clear()
     ONE_TIME_SPOT.update(state["one_time_spot"])
+    forget_stopped_tasks()  # the copy repeats the kept world's task ARNs: a warm function's memory of them goes
     return state["world"]
 
 
