@@ -7,8 +7,8 @@ would refuse it (RESOURCE:GPU), which would mark the machine start-refused for 3
 Where moto differs from AWS: its StopTask sets lastStatus STOPPED at once, and each DescribeTasks moves a
 task's lastStatus on. The tests make a stopped task "stopping" by setting moto's task back to RUNNING and
 holding every task's status where it is (moto's state manager, `ecs::task` transitions) until they let it
-stop. moto reports no GPUs and no `gpuIds`: the scheduler counts GPUs from the catalog and the tasks it
-knows, and a sharing task on a GPU of its own.
+stop (tests/jobs/conftest.py: held_statuses, stopping, stopped). moto reports no GPUs and no `gpuIds`: the
+scheduler counts GPUs from the catalog and the tasks it knows, and a sharing task on a GPU of its own.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from datetime import datetime, timedelta, timezone
 
 import boto3
 import pytest
-from conftest import CLUSTER, ENV, HOME, build_fleet, run_mlfleet, scheduler_settings, small_definition_defaults
-from moto.ecs.models import ecs_backends
-from moto.moto_api import state_manager
+from conftest import (
+    CLUSTER, ENV, HOME, build_fleet, run_mlfleet, scheduler_settings, small_definition_defaults, stopped, stopping,
+)
 
 from lambdas.common import aws
 from lambdas.common.catalog import load_catalog
@@ -29,31 +29,7 @@ from lambdas.scheduler import state
 from lambdas.scheduler.handler import run as run_scheduler
 
 NOW = datetime(2026, 11, 22, 12, tzinfo=timezone.utc)
-ACCOUNT = "123456789012"
 A10G = load_catalog().get("g5.12xlarge").shareable_gpu_memory_mib
-
-
-@pytest.fixture
-def held_statuses():
-    """moto's task statuses stay where they are set (AWS moves them as the task really goes)."""
-    state_manager.set_transition("ecs::task", {"progression": "manual", "times": 10**9})
-    yield
-    state_manager.unset_transition("ecs::task")
-
-
-def moto_task(arn: str):
-    return ecs_backends[ACCOUNT][HOME].tasks[CLUSTER][arn]
-
-
-def stopping(arn: str) -> None:
-    """The task as AWS shows it after StopTask, within its stop timeout: desiredStatus STOPPED, still RUNNING."""
-    task = moto_task(arn)
-    assert task.desired_status == "STOPPED"
-    task.last_status = "RUNNING"
-
-
-def stopped(arn: str) -> None:
-    moto_task(arn).last_status = "STOPPED"
 
 
 def ledger() -> L.Ledger:
