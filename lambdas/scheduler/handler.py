@@ -616,35 +616,17 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
     # Jobs an earlier run moved whose tasks are still stopping: the room they go to is held for them.
     moving = moves_under_way(running, {v.region for v in views}, {t for v in views for t in v.tasks},
                              regions(fleets), beliefs, summary)
-    # Their tasks still hold the GPUs of the machines they leave: ECS frees a task's resources when it has
-    # stopped (up to the stop timeout after StopTask; the ECS developer guide, "container instance state change
-    # events"). The region view counts a task ECS is stopping (state.read_region, `stopping`), but not one
-    # whose lastStatus is STOPPED before job-events has recorded the stop. So a machine's free GPUs also leave
-    # out the moved tasks' that the view does not count, until the stop is recorded (a start on those GPUs would
-    # be refused for the machine: RESOURCE:GPU, and mark it). A job sharing a GPU holds memory on a GPU the view
-    # no longer knows: nothing is placed there.
-    counted_stopping = {t for v in views for t in v.stopping}
-    stopping_gpus: dict[str, int] = {}
-    stopping_shared: set[str] = set()
-    for request in moving:
-        if running[request.job_id].placement.task_arn in counted_stopping:
-            continue  # in the region view's use of its machine already
-        source = running[request.job_id].placement.container_instance_arn
-        stopping_gpus[source] = stopping_gpus.get(source, 0) + request.gpus
-        if not request.gpus:
-            stopping_shared.add(source)
-        log_decision("moved-task-stopping", job_id=request.job_id, container_instance=source,
-                     gpus=request.gpus, gpu_memory_mib=request.gpu_memory_mib,
-                     reason="its task still holds its GPUs there until its stop is recorded")
+    # Their tasks still hold the GPUs of the machines they leave until ECS has stopped them: the region view
+    # counts them there (state.read_region, `stopping`), as it counts any task ECS is stopping.
     planning_started = time.process_time()
     the_plan = plan(
         requests,
         [Machine(key=m.container_instance_arn, instance_id=m.instance_id, region=m.region, fleet=m.fleet,
                  instance_type=m.instance_type, availability_zone=m.availability_zone, lifecycle=m.lifecycle,
-                 free_gpus=max(0, m.free_gpus - stopping_gpus.get(m.container_instance_arn, 0)),
+                 free_gpus=m.free_gpus,
                  free_vcpus=m.free_vcpus, free_memory_mib=m.free_memory_mib,
                  price_per_hour=m.price_per_hour, rebalance_recommended=m.rebalance_recommended,
-                 draining=m.draining or m.container_instance_arn in stopping_shared,
+                 draining=m.draining,
                  removing=m.removing,  # never placed onto either
                  submissions=m.submissions, jobs=m.jobs, launched_at=m.launched_at, empty_since=m.empty_since,
                  protected=m.protected, busy_until=busy_until(m, running, beliefs, now.timestamp(), prior),

@@ -14,7 +14,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import boto3
-from conftest import CLUSTER, ENV, FLEET_TYPE, HOME, aws_client, build_fleet, fleets_json, open_admission
+from conftest import (
+    CLUSTER, ENV, FLEET_TYPE, HOME, aws_client, build_fleet, fleets_json, open_admission, stopped, stopping,
+)
 from test_job_events_handler import settings as event_settings
 from test_scheduler_release_inputs import run_held
 
@@ -106,60 +108,62 @@ def test_a_checkpointing_job_is_moved_into_the_room_of_another_machine(aws, home
     assert record.placement.instance_id == second and record.runs == 1
 
 
-def test_the_gpus_a_moved_task_holds_until_it_has_stopped_are_not_placed_onto(aws, home):
-    """ECS frees a task's GPUs when the task has stopped, up to the stop timeout after StopTask, and the region
-    view counts only the tasks meant to run: a job placed on those GPUs meanwhile would be refused there
-    (RESOURCE:GPU) and the machine marked. moto stops a task at once, so the test reads where the scheduler
-    starts jobs, not ECS's refusal."""
-    now = datetime.now(timezone.utc) + timedelta(minutes=2)
-    open_admission()
-    ledger, job_id, task, second = two_machines(home, now, checkpoint_minutes=30)
-    first = ledger.get(job_id).placement.instance_id
-    assert run_held(home, now).get("jobs_moved") == 1
-    # A job of all four GPUs: the emptied machine has them only once the moved task has stopped.
-    spec = parse_spec({"image": "ghcr.io/team/train:1", "command": ["python", "train.py"], "gpus": 4, "vcpus": 1,
+def big_job(ledger: L.Ledger, gpus: int, now: datetime) -> str:
+    """A job of `gpus` GPUs queued."""
+    spec = parse_spec({"image": "ghcr.io/team/train:1", "command": ["python", "train.py"], "gpus": gpus, "vcpus": 1,
                        "memory_mib": 1024}, fleet_regions=(HOME,), catalog=load_catalog(), default_max_attempts=2)
     (big,) = assign_ids("sub-20261122120000-abcdef", [spec])
     assert ledger.put_new(L.new_record(big, now.timestamp()))
-
-    # The fleet at its cap, so that no purchase serves it cheaper: only the two machines' room could.
-    run_held(home, now + timedelta(minutes=1), fleets=fleets_json(max_instances=2))
-    assert ledger.get(big.job_id).state == L.QUEUED, ledger.get(big.job_id).placement
-
-    job_events.handle(stopped_event(job_id, task), event_settings(home))  # the stop recorded
-    run_held(home, now + timedelta(minutes=2), fleets=fleets_json(max_instances=2))
-    assert ledger.get(job_id).placement.instance_id == second
-    assert ledger.get(big.job_id).placement.instance_id == first
+    return big.job_id
 
 
-def test_a_moved_task_the_region_view_counts_as_stopping_is_not_held_twice(aws, home):
-    """The region view counts a task ECS is stopping (lastStatus not yet STOPPED) on its machine; the handler's
-    rule for moves under way must then leave it out, or the machine loses its GPUs twice. moto stops a task at
-    once: the test sets the moved task back to RUNNING and holds moto's task statuses there."""
-    from moto.ecs.models import ecs_backends
-    from moto.moto_api import state_manager
-
+def test_the_gpus_a_moved_task_holds_until_it_has_stopped_are_not_placed_onto(aws, home, held_statuses):
+    """ECS frees a task's GPUs once its lastStatus is STOPPED, up to the stop timeout after StopTask: a job placed
+    on them meanwhile would be refused there (RESOURCE:GPU) and the machine marked. The region view counts the
+    task ECS is stopping on its machine (state.read_region, `stopping`). moto's StopTask stops a task at once: the
+    test holds the moved task as AWS shows it while it stops (desiredStatus STOPPED, lastStatus RUNNING) until
+    it lets it stop, and reads where the scheduler starts jobs, not ECS's refusal."""
     now = datetime.now(timezone.utc) + timedelta(minutes=2)
     open_admission()
     ledger, job_id, task, second = two_machines(home, now, checkpoint_minutes=30)
     first = ledger.get(job_id).placement.instance_id
     assert run_held(home, now).get("jobs_moved") == 1
-    state_manager.set_transition("ecs::task", {"progression": "manual", "times": 10**9})
-    try:
-        ecs_backends["123456789012"][HOME].tasks[CLUSTER][task].last_status = "RUNNING"  # still stopping
-        view = state.read_region(HOME, parse_fleets(fleets_json()), load_catalog(), {}, now)
-        assert view.stopping == {task}
-        # Three GPUs: the emptied machine has three while the moved task stops (the second, two: the moved job's
-        # room is held there), and none if the moved task were counted twice.
-        spec = parse_spec({"image": "ghcr.io/team/train:1", "command": ["python", "train.py"], "gpus": 3,
-                           "vcpus": 1, "memory_mib": 1024}, fleet_regions=(HOME,), catalog=load_catalog(),
-                          default_max_attempts=2)
-        (big,) = assign_ids("sub-20261122120000-abcdef", [spec])
-        assert ledger.put_new(L.new_record(big, now.timestamp()))
-        run_held(home, now + timedelta(minutes=1), fleets=fleets_json(max_instances=2))
-        assert ledger.get(big.job_id).placement.instance_id == first
-    finally:
-        state_manager.unset_transition("ecs::task")
+    stopping(task)
+    # A job of all four GPUs: the emptied machine has them only once the moved task has stopped.
+    big = big_job(ledger, 4, now)
+
+    # The fleet at its cap, so that no purchase serves it cheaper: only the two machines' room could.
+    run_held(home, now + timedelta(minutes=1), fleets=fleets_json(max_instances=2))
+    assert ledger.get(big).state == L.QUEUED, ledger.get(big).placement
+
+    stopped(task)  # ECS has released its GPUs; job-events has not recorded the stop yet
+    run_held(home, now + timedelta(minutes=2), fleets=fleets_json(max_instances=2))
+    assert ledger.get(big).placement.instance_id == first
+    assert ledger.get(job_id).state == L.RUNNING  # held RUNNING until its stop is recorded
+
+    job_events.handle(stopped_event(job_id, task), event_settings(home))  # the stop recorded
+    run_held(home, now + timedelta(minutes=3), fleets=fleets_json(max_instances=2))
+    record = ledger.get(job_id)
+    assert record.state in (L.STARTING, L.RUNNING) and record.placement.instance_id == second, record.last_reason
+
+
+def test_a_moved_task_the_region_view_counts_as_stopping_is_not_held_twice(aws, home, held_statuses):
+    """While a moved task stops, its machine's free GPUs leave out its GPUs once: the region view counts it
+    (state.read_region, `stopping`), and nothing else takes them off again. moto stops a task at once: the test
+    holds the moved task as AWS shows it while it stops (desiredStatus STOPPED, lastStatus RUNNING)."""
+    now = datetime.now(timezone.utc) + timedelta(minutes=2)
+    open_admission()
+    ledger, job_id, task, second = two_machines(home, now, checkpoint_minutes=30)
+    first = ledger.get(job_id).placement.instance_id
+    assert run_held(home, now).get("jobs_moved") == 1
+    stopping(task)
+    view = state.read_region(HOME, parse_fleets(fleets_json()), load_catalog(), {}, now)
+    assert view.stopping == {task}
+    # Three GPUs: the emptied machine has three while the moved task stops (the second, two: the moved job's
+    # room is held there), and none if the moved task were counted twice.
+    big = big_job(ledger, 3, now)
+    run_held(home, now + timedelta(minutes=1), fleets=fleets_json(max_instances=2))
+    assert ledger.get(big).placement.instance_id == first
 
 
 def test_a_job_without_checkpoints_is_never_moved(aws, home):
