@@ -43,8 +43,12 @@ After every run, from what moto and the ledger hold (never from what the run ret
     machine"; docs/removal.md).
 
 Where moto differs from AWS (besides those test_scheduler_properties and tests/removal/world.py list):
-  - moto's StopTask sets the task STOPPED at once; in AWS it runs up to its stop timeout with desiredStatus
-    STOPPED. The checks treat a task as running until its STOPPED event was delivered, as job-events sees it;
+  - moto's StopTask (its ECS backend's stop_task) sets the task's lastStatus STOPPED at once; in AWS it sets
+    desiredStatus STOPPED and the task runs on, holding its resources, until its container exits (up to its
+    110 s stop timeout). The world holds each stopped task as AWS shows it meanwhile (desiredStatus STOPPED,
+    lastStatus RUNNING: `tasks_stop_as_in_aws`) until it delivers its STOPPED event, when it sets lastStatus
+    STOPPED first (`deliver`); the checks treat it as holding its GPUs until then. moto frees its container
+    instance's remaining vCPUs and memory at StopTask all the same (AWS, once the task has stopped);
   - moto sends no EventBridge events: the STOPPED event is built here from DescribeTasks (the event's
     detail is the Task shape: docs.aws.amazon.com/AmazonECS/latest/developerguide/ecs_task_events.html);
   - moto stamps launches and registrations with the wall clock and terminates at once (no Terminating).
@@ -55,19 +59,23 @@ attempt after all (the requeue kept `runs` and the restart counted one more: lam
 Deliberate breakages it catches: a move of a job without a checkpoint interval, an attempt counted for a move,
 the re-check skipped or blind to the ledger's jobs, the moved job requeued before its task stopped, the held
 room not held (moving.moves_under_way), each by the pinned world; the disruption budget ignored, by a search of
-40 worlds. A moved task counted as holding its GPUs until its STOPPED event (as in AWS) makes a search of 60
-worlds find the start on those GPUs that lambdas/scheduler/handler.py ("stopping_gpus") now prevents.
+40 worlds. A moved task counted as holding its GPUs until its STOPPED event (as in AWS) made a search of 60
+worlds find a start on those GPUs while moto showed the task stopped; with moved tasks held stopping as in AWS,
+the region view's rule for tasks ECS is stopping (lambdas/scheduler/state.py, `stopping`) is what prevents it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from datetime import datetime, timedelta, timezone
+from unittest import mock
 
-from conftest import ENV, HOME, aws_client, event_settings, scheduler_settings
+from conftest import ENV, HOME, aws_client, event_settings, held_task_statuses, scheduler_settings, stopped
 from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
+from moto.ecs.models import EC2ContainerServiceBackend
 from perturbation import EXAMPLES, Lines, budget
 from test_scheduler_properties import (
     CATALOG, CLUSTER, FAMILY, Context, asg_name, attempt_of, build, check_run, fleets_value, group, moto_instance,
@@ -294,9 +302,10 @@ def check_moves_and_releases(world: dict, home: dict, specs: dict, run: Run, del
         record = records[job_id]
         if arn in delivered:  # requeued, or started again since (and maybe ended)
             assert record.state == L.QUEUED or record.attempt > attempt_of(task), (job_id, record.reasons)
-        else:  # the stop not yet seen: held RUNNING where it ran
+        else:  # the stop not yet seen: held RUNNING where it ran, its task stopping (the world's own check)
             assert (record.state, record.attempt, record.placement.task_arn) == (L.RUNNING, attempt_of(task), arn), \
                 (job_id, record.state, record.reasons)
+            assert task["lastStatus"] == "RUNNING", f"{arn} {task['lastStatus']} before its stop: tasks_stop_as_in_aws"
     # A job RUNNING has its task meant to run, or one a move stopped whose stop job-events has not seen yet.
     meant_arns = {t["taskArn"] for t in meant}
     for job_id, record in records.items():
@@ -304,8 +313,9 @@ def check_moves_and_releases(world: dict, home: dict, specs: dict, run: Run, del
             arn = record.placement.task_arn
             assert arn in meant_arns or (arn in moved and arn not in delivered), f"{job_id} RUNNING without a task"
 
-    # In AWS a moved task holds its GPUs until it has stopped (its STOPPED event): with the tasks meant to run,
-    # they fit each machine's GPUs, so nothing was started on GPUs a stopping task holds (ECS would refuse it).
+    # A moved task holds its GPUs until it has stopped (its STOPPED event; moto shows it stopping until then, as
+    # AWS does): with the tasks meant to run, they fit each machine's GPUs, so nothing was started on GPUs a
+    # stopping task holds (ECS would refuse it).
     holding: dict[str, int] = {}
     for task in [*meant, *(t for arn, t in moved.items() if arn not in delivered)]:
         holding[task["containerInstanceArn"]] = holding.get(task["containerInstanceArn"], 0) + task_use(task)[0]
@@ -366,7 +376,30 @@ def check_moves_and_releases(world: dict, home: dict, specs: dict, run: Run, del
     assert terminated == gone, (terminated, gone)
 
 
+@contextlib.contextmanager
+def tasks_stop_as_in_aws():
+    """StopTask as in AWS: desiredStatus STOPPED, and the task still RUNNING (holding its resources) until the
+    world lets it stop (`deliver`). moto's stop_task sets lastStatus STOPPED at once: this sets it back, unless
+    the task had stopped already (a task stopped again stays STOPPED), and holds moto's task statuses where they
+    are set (moto's default moves a task's lastStatus on at each DescribeTasks)."""
+    original = EC2ContainerServiceBackend.stop_task
+
+    def stop_task(self, cluster_str: str, task_str: str, reason: str):
+        tasks = self.tasks.get(self._get_cluster(cluster_str).name, {})
+        before = next((t.last_status for arn, t in tasks.items() if arn.endswith(task_str.split("/")[-1])), None)
+        task = original(self, cluster_str, task_str, reason)
+        if before != "STOPPED":
+            task.last_status = "RUNNING"
+        return task
+
+    with held_task_statuses(), mock.patch.object(EC2ContainerServiceBackend, "stop_task", stop_task):
+        yield
+
+
 def deliver(home: dict, world: dict, task: dict, exit_code: int, now: datetime, delivered: set[str]) -> None:
+    """The task has stopped (lastStatus STOPPED: ECS releases its resources), then its STOPPED event reaches
+    job-events."""
+    stopped(task["taskArn"])
     result = job_events.handle(stopped_event(task, exit_code, now),
                                event_settings(home, fleets=fleets_value(fleet_world(world))), now=now)
     assert result.get("errors") == 0, result
@@ -384,9 +417,10 @@ def between_runs(world: dict, home: dict, step: tuple, n: int, specs: dict, deli
     ecs = aws_client("ecs", HOME)
     for k, task in enumerate(sorted(tasks_meant_to_run(), key=lambda t: t["taskArn"])):
         if seed >> (k % 8) & 1:
+            # The job ends (exit 0): its task stops at once and its event is delivered.
             ecs.stop_task(cluster=CLUSTER, task=task["taskArn"], reason=ENDED_REASON)
-            (stopped,) = ecs.describe_tasks(cluster=CLUSTER, tasks=[task["taskArn"]])["tasks"]
-            deliver(home, world, stopped, 0, now, delivered)
+            (ending,) = ecs.describe_tasks(cluster=CLUSTER, tasks=[task["taskArn"]])["tasks"]
+            deliver(home, world, ending, 0, now, delivered)
             ended.add(task["startedBy"])
     specs.update(queue_jobs(home, new, n, now))
 
@@ -396,7 +430,7 @@ def moves_world(world: dict) -> None:
 
     from lambdas.common.aws import reset_clients
 
-    with mock_aws():
+    with mock_aws(), tasks_stop_as_in_aws():
         reset_clients()
         create_table()
         queue, dlq = create_queues()
