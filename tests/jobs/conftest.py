@@ -3,15 +3,13 @@ lead's Pulumi component declares them (names, keys, indexes, redrive policy), in
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 
 import boto3
 import pytest
 import ecs_agent
-from moto.ecs.models import ecs_backends
-from moto.moto_api import state_manager
+from ecs_agent import held_task_statuses
 
 from benchmarks.submission import create_queues, create_table, linear_moto
 
@@ -168,38 +166,11 @@ def small_definition_defaults() -> None:
                                                         "memoryReservation": 256}])
 
 
-@contextlib.contextmanager
-def held_task_statuses():
-    """moto's task statuses stay where they are set, as AWS moves them only as a task really goes (moto's
-    default moves a task's lastStatus on at each DescribeTasks: its state manager, `ecs::task` transitions)."""
-    state_manager.set_transition("ecs::task", {"progression": "manual", "times": 10**9})
-    try:
-        yield
-    finally:
-        state_manager.unset_transition("ecs::task")
-
-
+# A task ECS is stopping, as AWS shows it (tests/ecs_agent.py: held_task_statuses, stopping, stopped).
 @pytest.fixture
 def held_statuses():
     with held_task_statuses():
         yield
-
-
-def moto_task(arn: str, region: str = HOME):
-    return ecs_backends[ACCOUNT][region].tasks[CLUSTER][arn]
-
-
-def stopping(arn: str) -> None:
-    """The task as AWS shows it after StopTask, within its stop timeout: desiredStatus STOPPED, still RUNNING.
-    moto's StopTask sets lastStatus STOPPED at once; with held_task_statuses it stays RUNNING until stopped()."""
-    task = moto_task(arn)
-    assert task.desired_status == "STOPPED"
-    task.last_status = "RUNNING"
-
-
-def stopped(arn: str) -> None:
-    """The task has stopped (its container exited): ECS releases its resources."""
-    moto_task(arn).last_status = "STOPPED"
 
 
 def set_teams(text: str, region: str = HOME) -> None:

@@ -14,9 +14,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import boto3
-from conftest import (
-    CLUSTER, ENV, FLEET_TYPE, HOME, aws_client, build_fleet, fleets_json, open_admission, stopped, stopping,
-)
+from conftest import CLUSTER, ENV, FLEET_TYPE, HOME, aws_client, build_fleet, fleets_json, open_admission
+from ecs_agent import stopped, stopping
 from test_job_events_handler import settings as event_settings
 from test_scheduler_release_inputs import run_held
 

@@ -73,7 +73,8 @@ import math
 from datetime import datetime, timedelta, timezone
 from unittest import mock
 
-from conftest import ENV, HOME, aws_client, event_settings, held_task_statuses, scheduler_settings, stopped
+from conftest import ENV, HOME, aws_client, event_settings, scheduler_settings
+from ecs_agent import held_task_statuses, stopped
 from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 from moto.ecs.models import EC2ContainerServiceBackend

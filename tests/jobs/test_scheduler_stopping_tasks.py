@@ -7,7 +7,7 @@ would refuse it (RESOURCE:GPU), which would mark the machine start-refused for 3
 Where moto differs from AWS: its StopTask sets lastStatus STOPPED at once, and each DescribeTasks moves a
 task's lastStatus on. The tests make a stopped task "stopping" by setting moto's task back to RUNNING and
 holding every task's status where it is (moto's state manager, `ecs::task` transitions) until they let it
-stop (tests/jobs/conftest.py: held_statuses, stopping, stopped). moto reports no GPUs and no `gpuIds`: the
+stop (tests/ecs_agent.py: stopping, stopped; the held_statuses fixture). moto reports no GPUs and no `gpuIds`: the
 scheduler counts GPUs from the catalog and the tasks it knows, and a sharing task on a GPU of its own.
 """
 
@@ -17,9 +17,8 @@ from datetime import datetime, timedelta, timezone
 
 import boto3
 import pytest
-from conftest import (
-    CLUSTER, ENV, HOME, build_fleet, run_mlfleet, scheduler_settings, small_definition_defaults, stopped, stopping,
-)
+from conftest import CLUSTER, ENV, HOME, build_fleet, run_mlfleet, scheduler_settings, small_definition_defaults
+from ecs_agent import stopped, stopping
 
 from lambdas.common import aws
 from lambdas.common.catalog import load_catalog
