@@ -366,7 +366,8 @@ def test_a_resumed_removal_the_protocol_drained_itself_is_still_set_active(fleet
 
 
 def stop_on(world, machine: str) -> str:
-    """A task on `machine` ECS is stopping (a job moved or cancelled, saving its checkpoint on SIGTERM)."""
+    """A task on `machine` ECS is stopping, and no job the ledger places there: a job cancelled (the ledger says
+    CANCELLED at once) or requeued at its spot notice, saving its results or checkpoint on SIGTERM."""
     task = start_task_on(world, machine)
     aws("ecs").stop_task(cluster=CLUSTER, task=task, reason="moved by the scheduler")
     stopping(task)
