@@ -194,7 +194,10 @@ class Sequence:
     def __init__(self, world, data):
         self.world, self.data = world, data
         self.ledger = L.Ledger(aws_client("dynamodb", HOME), world["table"])
-        self.tasks: dict[str, dict] = {}  # task ARN -> job_id, attempt, instance, container instance
+        # task ARN -> job_id, attempt, instance, container instance, in the order they were started. Draws pick
+        # tasks in that order, never by ARN: moto's task ids are random uuids (mock_random, not seeded by
+        # hypothesis), so an ARN's place among the others differs between a run and its replay.
+        self.tasks: dict[str, dict] = {}
         self.delivered: list[dict] = []
         self.unsent: dict[str, dict] = {}  # task ARN -> its STOPPED event, still to deliver
         self.stream: list[dict] = []  # records of the stream not delivered yet
@@ -206,6 +209,10 @@ class Sequence:
         # The last cancel: the jobs as it read them, what it printed, the StopTask calls it made, and whether the
         # scheduler settled a start the cancel raced (its task then stopped too).
         self.told: tuple[dict[str, L.JobRecord], list[str], list[str], bool] | None = None
+
+    def in_start_order(self, tasks) -> list[str]:
+        """The tasks of `tasks` (ARNs) in the order they were started (see self.tasks)."""
+        return [t for t in self.tasks if t in tasks]
 
     def now(self) -> datetime:
         return datetime.now(timezone.utc)
@@ -317,7 +324,8 @@ class Sequence:
         live = [t for t in self.tasks if t not in self.unsent and not self.tasks[t].get("stopped")]
         if not live:
             return
-        for task in aws_client("ecs", HOME).describe_tasks(cluster=CLUSTER, tasks=live)["tasks"]:
+        described = {t["taskArn"]: t for t in aws_client("ecs", HOME).describe_tasks(cluster=CLUSTER, tasks=live)["tasks"]}
+        for task in (described[t] for t in live):  # (the exit codes drawn in start order)
             if task["desiredStatus"] == "STOPPED":  # (moto's lastStatus runs on to STOPPED by itself)
                 self.tasks[task["taskArn"]]["stopped"] = True
                 code = self.data.draw(st.sampled_from([0, 137, 143, 1, None]), label="exit code of a stopped task")
@@ -395,9 +403,10 @@ def step(sequence: Sequence, instances: list[str], data) -> tuple[str, dict | No
             sequence.doomed.add(sequence.tasks[task]["instance"])
         event = sequence.task_event(task, "STOPPED", stop_code=code, reason=reason, exit_code=exit_code)
     elif kind == "late stop":
-        event = sequence.unsent.pop(data.draw(st.sampled_from(sorted(sequence.unsent)), label="stopped task"))
+        event = sequence.unsent.pop(data.draw(st.sampled_from(sequence.in_start_order(sequence.unsent)),
+                                              label="stopped task"))
     elif kind == "running event":
-        event = sequence.task_event(data.draw(st.sampled_from(sorted(sequence.tasks)), label="task"), "RUNNING")
+        event = sequence.task_event(data.draw(st.sampled_from(list(sequence.tasks)), label="task"), "RUNNING")
     elif kind == "again":
         event = data.draw(st.sampled_from(sequence.delivered), label="event again")
     elif kind == "restart":
@@ -518,7 +527,7 @@ def test_any_order_of_events_loses_no_job_and_repeats_nothing(machines, data):
         check_step(sequence, before, sent, kind, event)
     # ECS sends each task's RUNNING event, late as it likes: one of a task still running for a cancelled job (a
     # start whose answer was lost) has it stopped.
-    for task, about in sorted(sequence.tasks.items()):
+    for task, about in list(sequence.tasks.items()):
         if sequence.desired(task) == "RUNNING" and L.decode(items(world)[about["job_id"]]).state == L.CANCELLED:
             before = items(world)
             sent = (len(sent_to(world, world["queue"])), len(sent_to(world, world["dlq"])), publishes(world))
@@ -529,7 +538,8 @@ def test_any_order_of_events_loses_no_job_and_repeats_nothing(machines, data):
     while sequence.unsent:
         before = items(world)
         sent = (len(sent_to(world, world["queue"])), len(sent_to(world, world["dlq"])), publishes(world))
-        event = sequence.unsent.pop(data.draw(st.sampled_from(sorted(sequence.unsent)), label="last stops"))
+        event = sequence.unsent.pop(data.draw(st.sampled_from(sequence.in_start_order(sequence.unsent)),
+                                              label="last stops"))
         sequence.deliver(event)
         check_step(sequence, before, sent, "late stop", event)
     # A scheduler run whose index still lists a job as queued when it was cancelled claims nothing.
