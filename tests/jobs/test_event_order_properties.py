@@ -60,9 +60,11 @@ Task shape) and decides its exit code; moto's DynamoDB has no stream here, so th
 the items the handler wrote (NEW_IMAGE, filtered to ended jobs as components/jobs filters the mapping); its
 global secondary indexes are read-after-write consistent where AWS's are eventually consistent; its S3
 LastModified is read back in whole seconds, like AWS's ListObjectsV2, so a checkpoint saved in the second
-its run started does not give the attempts back; moto moves a task's lastStatus on (PENDING, RUNNING, then
-STOPPED) each time it is described, whatever happened to it, so a live task is one whose desiredStatus is
-still RUNNING (nothing asked to stop it).
+its run started does not give the attempts back (the example keeps its own clock, each step its own second with
+its starts, events and checkpoints half-way through it, so that which checkpoint is newer than which start
+follows from the draws, not from where the wall clock's seconds fell); moto moves a task's lastStatus on
+(PENDING, RUNNING, then STOPPED) each time it is described, whatever happened to it, so a live task is one
+whose desiredStatus is still RUNNING (nothing asked to stop it).
 
 HYPOTHESIS_PROFILE=ci runs few examples; EVENT_EXAMPLES=N runs N (tests/perturbation.py).
 """
@@ -73,6 +75,7 @@ import json
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
+from unittest import mock
 
 import pytest
 from conftest import ACCOUNT, ASG, CLUSTER, ENV, FAMILY, HOME, aws_client, build_fleet, checkpoint_bucket, fleets_json
@@ -209,13 +212,28 @@ class Sequence:
         # The last cancel: the jobs as it read them, what it printed, the StopTask calls it made, and whether the
         # scheduler settled a start the cancel raced (its task then stopped too).
         self.told: tuple[dict[str, L.JobRecord], list[str], list[str], bool] | None = None
+        # The example's clock: each step is its own second, and the starts, the events and the checkpoints of
+        # a step happen half-way through it. Whether a checkpoint is newer than its run's start (attempts given
+        # back) then follows from the draws; on the wall clock it depended on whether a second began between
+        # the two, which differs between a run and its replay.
+        self.clock = float(int(time.time()))
+
+    def tick(self) -> None:
+        self.clock += 1
 
     def in_start_order(self, tasks) -> list[str]:
         """The tasks of `tasks` (ARNs) in the order they were started (see self.tasks)."""
         return [t for t in self.tasks if t in tasks]
 
     def now(self) -> datetime:
-        return datetime.now(timezone.utc)
+        return datetime.fromtimestamp(self.clock + 0.5, timezone.utc)
+
+    def save_checkpoint(self, job_id: str) -> None:
+        """An object under the job's location, saved now (moto dates it from its own clock, which S3's
+        listing reads back in whole seconds)."""
+        with mock.patch("moto.s3.models.utcnow", return_value=self.now().replace(tzinfo=None)):
+            aws_client("s3", HOME).put_object(Bucket=checkpoint_bucket(), Key=f"{checkpoints.PREFIX}{job_id}/step",
+                                              Body=b"weights")
 
     # --- the scheduler -----------------------------------------------------------------------------------------
 
@@ -224,7 +242,7 @@ class Sequence:
         cancels the job while StartTask is under way, and the scheduler settles the start
         (lambdas/scheduler/starting.py settle_start, which stops the task of a job cancelled meanwhile)."""
         attempt, arn = record.attempt + 1, self.world["instances"][instance_id]
-        now = time.time()
+        now = self.now().timestamp()
         placement = L.Placement(HOME, "gpu1", CLUSTER, arn, instance_id, "g5.12xlarge", None, "spot", 2.0, now)
         claim = self.ledger.transition(record.job_id, L.STARTING, expect_states=[L.QUEUED], expect_attempt=record.attempt,
                                        reason=f"placed on {instance_id}", now=now, attempt=attempt, placement=placement)
@@ -377,6 +395,7 @@ def build(world, data) -> tuple[Sequence, list[str]]:
 
 def step(sequence: Sequence, instances: list[str], data) -> tuple[str, dict | None]:
     """One step drawn from what the world allows now; returns its kind and the event delivered (if any)."""
+    sequence.tick()
     records = {r.job_id: r for r in map(L.decode, items(sequence.world).values())}
     ecs = aws_client("ecs", HOME)
     live = [t for t, about in sequence.tasks.items() if not about.get("stopped") and t not in sequence.unsent]
@@ -426,9 +445,7 @@ def step(sequence: Sequence, instances: list[str], data) -> tuple[str, dict | No
         assert sequence.stale_start(job_id, machine) is None, "a claim from a stale view applied"
         return kind, None
     elif kind == "checkpoint":
-        job_id = data.draw(st.sampled_from(sorted(records)), label="job")
-        aws_client("s3", HOME).put_object(Bucket=checkpoint_bucket(), Key=f"{checkpoints.PREFIX}{job_id}/step",
-                                          Body=b"weights")
+        sequence.save_checkpoint(data.draw(st.sampled_from(sorted(records)), label="job"))
         return kind, None
     elif kind == "stream":
         batch = data.draw(st.lists(st.sampled_from(sequence.stream), min_size=1, max_size=4), label="stream batch")
