@@ -2,14 +2,15 @@
 
 Hypothesis draws a fleet region (one or two Auto Scaling groups, minimum 0-2, 1-6 Spot Instances in all,
 each registered with the cluster), each machine with or without work (an ECS task, a job the ledger
-places on it, or a task ECS is stopping: a job moved or cancelled, saving its checkpoint), perhaps tagged `mlfleet:removing` by an earlier run (either method; a fresh, an old or an
-unreadable mark; drained by that run or not), perhaps DRAINING already (by an operator, or at its spot
-notice, its Spot request then saying so), perhaps with `mlfleet:keep-alive` (true, a future time, a past
-time, garbage). One method (RELEASE or IDLE, the reaper adopting old marks) proposes some machines, and
-the world changes between the executor's steps (before the tag, before the drain, during the re-check,
-before the group read of the terminate): a task starts, a job is placed, a task is stopped, a keep-alive is written, a
-group's minimum is raised, EC2 terminates a member, the placement lease runs out (a slow call); one call
-may fail (tests/removal/world.py `inject`).
+places on it, or a task ECS is stopping with no job placed: a job cancelled or requeued at its notice,
+saving its results), perhaps tagged `mlfleet:removing` by an earlier run (either method; a fresh, an old
+or an unreadable mark; drained by that run or not), perhaps DRAINING already (by an operator, or at its
+spot notice, its Spot request then saying so), perhaps with `mlfleet:keep-alive` (true, a future time, a
+past time, garbage). One method (RELEASE or IDLE, the reaper adopting old marks) proposes some machines,
+and the world changes between the executor's steps (before the tag, before the drain, during the
+re-check, before the group read of the terminate): a task starts, a job is placed, a task is stopped, a
+keep-alive is written, a group's minimum is raised, EC2 terminates a member, the placement lease runs out
+(a slow call); one call may fail (tests/removal/world.py `inject`).
 Then the method runs once more, cleanly, proposing nothing: it resumes what was left.
 
 What holds (docs/removal.md, docs/runbook.md "Taking a machine out of service"):
@@ -223,7 +224,7 @@ class State:
             ecs = aws("ecs")
             task = ecs.start_task(cluster=CLUSTER, taskDefinition=f"mlfleet-{ENV}-gpu-job",
                                   containerInstances=[self.arns[instance_id]], startedBy="someone")["tasks"][0]
-            ecs.stop_task(cluster=CLUSTER, task=task["taskArn"], reason="moved")
+            ecs.stop_task(cluster=CLUSTER, task=task["taskArn"], reason="cancelled")
             ecs_agent.stopping(task["taskArn"])
             self.stopping.add(instance_id)
             return
