@@ -359,6 +359,15 @@ def why_kept_drained(instance: Instance | None) -> str | None:
     return None
 
 
+def overdue_stop(instance: Instance | None) -> Verdict | None:
+    """A machine whose tasks ECS has been stopping past STOPPING_GRACE (recheck's TERMINATE) is still left while
+    EC2 is taking it away, or whether it is cannot be known (why_kept_drained): its tasks may have begun stopping
+    at a spot notice that came after the removal began, and their saves run out the notice's two minutes
+    before EC2 ends the machine itself. None: terminate it."""
+    why = why_kept_drained(instance)
+    return Verdict(LEAVE, f"a task ECS is still stopping, and {why}: left for EC2 to end") if why else None
+
+
 def reactivation(reason: str, instance: Instance | None) -> Verdict:
     """What to do with a machine the protocol keeps for `reason` (gained work, protected, unread, a refused
     terminate): REACTIVATE it (ACTIVE again, the tag removed), or LEAVE it DRAINING and tagged while EC2 is

@@ -224,6 +224,8 @@ def remove(candidates: Sequence[Candidate], scope: Scope, *, registered: Mapping
                          reason=verdict.reason, resumed=t.resumed)
         else:
             to_keep.append((t, verdict.reason))
+    _leave_overdue_stops_ec2_ends(ec2, [t for t in to_terminate if observed[t.instance_id].stopping_tasks], to_terminate,
+                                  outcome)
     _keep(ec2, ecs, scope.cluster, to_keep, outcome)
     if to_terminate:
         _terminate(ec2, ecs, scope, to_terminate, lease_left, outcome)
@@ -432,6 +434,26 @@ def _observe(ec2, ecs, cluster: str, drained: Sequence[_Target], ledger: LedgerS
         if ci:
             t.status = ci.get("status")
     return observed
+
+
+def _leave_overdue_stops_ec2_ends(ec2, overdue: Sequence[_Target], to_terminate: list[_Target],
+                                  outcome: Outcome) -> None:
+    """Of the machines to terminate whose tasks ECS has been stopping past the grace, leave those EC2 is taking
+    away, or whose state is unknown (decide.overdue_stop): their Spot requests read in one batched call."""
+    if not overdue:
+        return
+    spot = [t.instance_id for t in overdue if t.instance is not None and t.instance.spot]
+    statuses = _spot_statuses(ec2, spot) if spot else {}
+    for t in overdue:
+        instance = t.instance
+        if instance is not None and instance.spot:
+            instance = replace(instance, spot_status=statuses.get(t.instance_id) if statuses is not None else None)
+        verdict = decide.overdue_stop(instance)
+        if verdict is not None:
+            to_terminate.remove(t)
+            outcome.left[t.instance_id] = verdict.reason
+            log_decision("removal-deferred", instance_id=t.instance_id, asg=t.asg_name, method=t.method,
+                         reason=verdict.reason, resumed=t.resumed)
 
 
 def _keep(ec2, ecs, cluster: str, kept: Sequence[tuple[_Target, str]], outcome: Outcome) -> None:

@@ -412,6 +412,22 @@ def test_a_task_stopping_past_any_stop_timeout_no_longer_holds_the_machine(fleet
     assert "past any stop timeout" in line["recheck"]
 
 
+def test_a_task_stopping_past_the_grace_on_a_machine_ec2_is_interrupting_is_left_for_ec2_to_end(fleet_aws):
+    """The grace counts from the removal's mark; a spot notice that came after it (the machine kept drained, not
+    re-activated) starts stops whose saves run out the notice's two minutes: EC2 ends the machine itself."""
+    world = build(size=3, spot=True)
+    machine, other = world.ids[:2]
+    began = datetime.now(timezone.utc)
+    with held_task_statuses():
+        stop_on(world, machine)
+        stop_on(world, other)
+        assert {machine, other} <= set(run(world, machine, other, now=began, budget_percent=100).left)
+        interrupt(machine)
+        outcome = run(world, now=began + decide.STOPPING_GRACE, budget_percent=100)
+    assert "under a spot interruption" in outcome.left[machine] and outcome.terminated == [other]
+    assert status_of(world, machine) == "DRAINING" and "mlfleet:removing" in tags_of(machine)
+
+
 def test_a_machine_whose_stopping_tasks_cannot_be_read_is_kept(fleet_aws):
     """Unknown means busy, as for the tasks meant to run."""
     world = build(size=3)
