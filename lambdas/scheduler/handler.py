@@ -623,11 +623,9 @@ def place_and_scale(settings: Settings, fleets: tuple[FleetConfig, ...], catalog
         requests,
         [Machine(key=m.container_instance_arn, instance_id=m.instance_id, region=m.region, fleet=m.fleet,
                  instance_type=m.instance_type, availability_zone=m.availability_zone, lifecycle=m.lifecycle,
-                 free_gpus=m.free_gpus,
-                 free_vcpus=m.free_vcpus, free_memory_mib=m.free_memory_mib,
+                 free_gpus=m.free_gpus, free_vcpus=m.free_vcpus, free_memory_mib=m.free_memory_mib,
                  price_per_hour=m.price_per_hour, rebalance_recommended=m.rebalance_recommended,
-                 draining=m.draining,
-                 removing=m.removing,  # never placed onto either
+                 draining=m.draining, removing=m.removing,  # never placed onto either
                  submissions=m.submissions, jobs=m.jobs, launched_at=m.launched_at, empty_since=m.empty_since,
                  protected=m.protected, busy_until=busy_until(m, running, beliefs, now.timestamp(), prior),
                  gpu_memory_mib=m.gpu_memory_mib, shared_gpus=m.shared_gpus, gpus=m.gpus, degraded=m.degraded)

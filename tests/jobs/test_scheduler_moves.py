@@ -116,18 +116,26 @@ def big_job(ledger: L.Ledger, gpus: int, now: datetime) -> str:
     return big.job_id
 
 
-def test_the_gpus_a_moved_task_holds_until_it_has_stopped_are_not_placed_onto(aws, home, held_statuses):
-    """ECS frees a task's GPUs once its lastStatus is STOPPED, up to the stop timeout after StopTask: a job placed
-    on them meanwhile would be refused there (RESOURCE:GPU) and the machine marked. The region view counts the
-    task ECS is stopping on its machine (state.read_region, `stopping`). moto's StopTask stops a task at once: the
-    test holds the moved task as AWS shows it while it stops (desiredStatus STOPPED, lastStatus RUNNING) until
-    it lets it stop, and reads where the scheduler starts jobs, not ECS's refusal."""
+def moved_and_stopping(home) -> tuple[datetime, L.Ledger, str, str, str, str]:
+    """Two machines; a run moves the checkpointing job off the first into the second's room, and its task stops
+    as AWS shows it (desiredStatus STOPPED, lastStatus RUNNING). Returns the run's time, the ledger, the moved
+    job, its task, and the instances it leaves and goes to."""
     now = datetime.now(timezone.utc) + timedelta(minutes=2)
     open_admission()
     ledger, job_id, task, second = two_machines(home, now, checkpoint_minutes=30)
     first = ledger.get(job_id).placement.instance_id
     assert run_held(home, now).get("jobs_moved") == 1
     stopping(task)
+    return now, ledger, job_id, task, first, second
+
+
+def test_the_gpus_a_moved_task_holds_until_it_has_stopped_are_not_placed_onto(aws, home, held_statuses):
+    """ECS frees a task's GPUs once its lastStatus is STOPPED, up to the stop timeout after StopTask: a job placed
+    on them meanwhile would be refused there (RESOURCE:GPU) and the machine marked. The region view counts the
+    task ECS is stopping on its machine (state.read_region, `stopping`). moto's StopTask stops a task at once: the
+    test holds the moved task as AWS shows it while it stops (desiredStatus STOPPED, lastStatus RUNNING) until
+    it lets it stop, and reads where the scheduler starts jobs, not ECS's refusal."""
+    now, ledger, job_id, task, first, second = moved_and_stopping(home)
     # A job of all four GPUs: the emptied machine has them only once the moved task has stopped.
     big = big_job(ledger, 4, now)
 
@@ -150,12 +158,7 @@ def test_a_moved_task_the_region_view_counts_as_stopping_is_not_held_twice(aws, 
     """While a moved task stops, its machine's free GPUs leave out its GPUs once: the region view counts it
     (state.read_region, `stopping`), and nothing else takes them off again. moto stops a task at once: the test
     holds the moved task as AWS shows it while it stops (desiredStatus STOPPED, lastStatus RUNNING)."""
-    now = datetime.now(timezone.utc) + timedelta(minutes=2)
-    open_admission()
-    ledger, job_id, task, second = two_machines(home, now, checkpoint_minutes=30)
-    first = ledger.get(job_id).placement.instance_id
-    assert run_held(home, now).get("jobs_moved") == 1
-    stopping(task)
+    now, ledger, job_id, task, first, second = moved_and_stopping(home)
     view = state.read_region(HOME, parse_fleets(fleets_json()), load_catalog(), {}, now)
     assert view.stopping == {task}
     # Three GPUs: the emptied machine has three while the moved task stops (the second, two: the moved job's
