@@ -11,6 +11,7 @@ its own log group; tag-scoped permissions get the environment's tag condition.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import json
 import pkgutil
@@ -63,6 +64,16 @@ def _imported_modules(path: Path) -> list[Path]:
     """Files of the `lambdas` modules a module imports, relative (`from ..jobs import ledger`) or absolute
     (`from lambdas.jobs import ledger`); `from package import name` may name a module, and a package
     brings its __init__.py, whose own imports are followed in turn."""
+    stat = path.stat()
+    return list(_imports_of(path, stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=None)
+def _imports_of(path: Path, mtime_ns: int, size: int) -> tuple[Path, ...]:
+    """_imported_modules of one version of a file. Parsed once per program run: every function of every
+    region follows the same shared modules (lambdas/common, lambdas/jobs), and parsing them again for each
+    was most of the time a stack took to render. The file's modification time and size are in the key, so
+    an edited file is read again."""
     found = []
     package = list(path.relative_to(PROJECT_ROOT).parent.parts)
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -79,7 +90,7 @@ def _imported_modules(path: Path) -> list[Path]:
             continue
         base = PROJECT_ROOT.joinpath(*module)
         found += [base.with_suffix(".py"), base / "__init__.py"] + [base / f"{name}.py" for name in names]
-    return [candidate for candidate in found if candidate.is_file()]
+    return tuple(candidate for candidate in found if candidate.is_file())
 
 
 def covers(granted: Permission, permission: Permission) -> bool:
