@@ -41,14 +41,19 @@ def fake_aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(autouse=True, scope="session")
 def parsed_models_once():
-    """Parse each botocore model once per test session. moto gives every `mock_aws()` a new default boto3
-    session and the functions make a new session per moto context (reset_clients), and each new session
-    parses the service models again (the EC2 model alone is megabytes of JSON): most of a moto test's time.
-    Test-wide since the reaper's, the removal protocol's and the budget guard's moto tests make clients the
-    same way (it began in tests/jobs). A loader already shares each parsed model among its clients
-    (botocore's instance_cache), so sharing it among loaders changes nothing a client sees."""
+    """Parse each botocore model and data file once per test session. moto gives every `mock_aws()` a new
+    default boto3 session and the functions make a new session per moto context (reset_clients), and each
+    new session parses the service models again (the EC2 model alone is megabytes of JSON): most of a moto
+    test's time. Test-wide since the reaper's, the removal protocol's and the budget guard's moto tests make
+    clients the same way (it began in tests/jobs). A loader already shares each parsed model among its
+    clients (botocore's instance_cache), so sharing it among loaders changes nothing a client sees.
+    `load_data_with_path` is the one cached for data files: `load_data` reads through it, and each new
+    session's endpoint resolver calls it directly for endpoints.json (botocore/session.py,
+    create_default_resolver), which was parsed again for every session, a third of the mlfleet command's
+    tests' time."""
     cache: dict = {}
-    original_model, original_data = botocore.loaders.Loader.load_service_model, botocore.loaders.Loader.load_data
+    original_model = botocore.loaders.Loader.load_service_model
+    original_data = botocore.loaders.Loader.load_data_with_path
 
     def load_service_model(self, *args, **kwargs):
         key = ("model", args, tuple(sorted(kwargs.items())))
@@ -56,14 +61,14 @@ def parsed_models_once():
             cache[key] = original_model(self, *args, **kwargs)
         return cache[key]
 
-    def load_data(self, name):
+    def load_data_with_path(self, name):
         if ("data", name) not in cache:
             cache[("data", name)] = original_data(self, name)
         return cache[("data", name)]
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(botocore.loaders.Loader, "load_service_model", load_service_model)
-        patch.setattr(botocore.loaders.Loader, "load_data", load_data)
+        patch.setattr(botocore.loaders.Loader, "load_data_with_path", load_data_with_path)
         yield
 
 
