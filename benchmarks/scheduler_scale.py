@@ -79,7 +79,7 @@ def _json_default(value):
 class Account:
     """Just enough of DynamoDB, SQS, SSM, ECS, EC2, Auto Scaling and SNS for one scheduler run."""
 
-    def __init__(self, jobs: int, instances: int, seed: int, free_share: float = 0.1):
+    def __init__(self, jobs: int, instances: int, seed: int, free_share: float = 0.1, submission_jobs: int = 500):
         from lambdas.common.catalog import load_catalog
         from lambdas.jobs import ledger as L
         from lambdas.jobs.spec import assign_ids, parse_spec
@@ -104,9 +104,10 @@ class Account:
 
         specs = {g: spec(g) for g in (1, 2, 4, 8)}
         submitted = NOW - timedelta(hours=2)
-        for n in range(0, jobs, 500):  # submissions of 500 jobs
-            sub = f"sub-20261122{n // 500:06d}-{n // 500:06x}"
-            mix = [specs[self.rng.choices((1, 2, 4, 8), weights=(60, 15, 20, 5))[0]] for _ in range(min(500, jobs - n))]
+        for n in range(0, jobs, submission_jobs):  # submissions of `submission_jobs` jobs
+            sub = f"sub-20261122{n // submission_jobs:06d}-{n // submission_jobs:06x}"
+            mix = [specs[self.rng.choices((1, 2, 4, 8), weights=(60, 15, 20, 5))[0]]
+                   for _ in range(min(submission_jobs, jobs - n))]
             for job in assign_ids(sub, mix):
                 record = L.new_record(job, submitted.timestamp() + next(counter) / 1000)
                 self.items[job.job_id] = L.encode(record)
@@ -220,7 +221,7 @@ class Account:
         for item in ordered[start:]:
             page.append(item)
             size += len(json.dumps(item))
-            if size >= PAGE_BYTES:
+            if size >= PAGE_BYTES or len(page) == p.get("Limit"):  # a page ends at 1 MB or at Limit items
                 break
         answer = {"Items": page, "Count": len(page), "ScannedCount": len(page)}
         if start + len(page) < len(ordered):
@@ -434,10 +435,10 @@ class Boundary:
 # --- one measured run ----------------------------------------------------------------------------
 
 def one_run(jobs: int, instances: int, seed: int, latency_ms: dict[str, float], trace_memory: bool,
-            free_share: float) -> dict:
+            free_share: float, submission_jobs: int = 500) -> dict:
     from lambdas.scheduler import handler
 
-    account = Account(jobs, instances, seed, free_share)
+    account = Account(jobs, instances, seed, free_share, submission_jobs)
     boundary = Boundary(account, latency_ms)
     boundary.install()
     settings = handler.Settings(
@@ -478,17 +479,24 @@ def one_run(jobs: int, instances: int, seed: int, latency_ms: dict[str, float], 
 
 
 def main(argv=None) -> int:
+    from lambdas.jobs.spec import MAX_JOBS_PER_SUBMISSION
+
     parser = argparse.ArgumentParser(prog="python -m benchmarks.scheduler_scale", description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=50_000)
     parser.add_argument("--instances", type=int, default=2_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--free-share", type=float, default=0.1,
                         help="share of the machines with free GPUs (default 0.1); 1.0 is a fleet that just scaled out")
+    parser.add_argument("--submission-jobs", type=int, default=500,
+                        help=f"jobs per submission (default 500; at most {MAX_JOBS_PER_SUBMISSION:,}, as a spec allows)")
     parser.add_argument("--latency-ms", action="append", default=[], metavar="SERVICE=MS",
                         help=f"assumed latency of one call (default {DEFAULT_LATENCY_MS})")
     parser.add_argument("--no-memory", action="store_true", help="skip the second, tracemalloc-traced run")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if not 1 <= args.submission_jobs <= MAX_JOBS_PER_SUBMISSION:
+        parser.error(f"--submission-jobs {args.submission_jobs}: from 1 to {MAX_JOBS_PER_SUBMISSION:,} "
+                     "(lambdas/jobs/spec.py, MAX_JOBS_PER_SUBMISSION)")
     latency = dict(DEFAULT_LATENCY_MS)
     for item in args.latency_ms:
         service, _, ms = item.partition("=")
@@ -510,15 +518,16 @@ def main(argv=None) -> int:
     decisions.setLevel(logging.WARNING)  # one line per decision: tens of thousands here
     try:
         baseline_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        timed = one_run(args.jobs, args.instances, args.seed, latency, False, args.free_share)
+        timed = one_run(args.jobs, args.instances, args.seed, latency, False, args.free_share, args.submission_jobs)
         traced = None if args.no_memory else one_run(args.jobs, args.instances, args.seed, latency, True,
-                                                     args.free_share)
+                                                     args.free_share, args.submission_jobs)
     finally:
         decisions.setLevel(level)  # run in-process by the tests: the next test's decisions are logged again
     summary = timed["summary"]
     lambda_cpu = timed["cpu_s"] / LAMBDA_VCPU_SHARE
     figures = {
-        "jobs_queued": args.jobs, "instances": args.instances, "free_share": args.free_share,
+        "jobs_queued": args.jobs, "submission_jobs": args.submission_jobs, "instances": args.instances,
+        "free_share": args.free_share,
         "running_tasks": timed["running_before"],
         "pending_read": summary["pending"], "started": len(summary["started"]), "waiting": summary["waiting"],
         "placements_left_for_next_run": summary.get("left_for_next_run", 0),

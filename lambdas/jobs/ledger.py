@@ -585,9 +585,13 @@ class Ledger:
             if record.state == QUEUED:  # the index may lag a transition
                 yield record
 
-    def by_submission(self, submission_id: str) -> list[JobRecord]:
-        return list(self._query(IndexName=BY_SUBMISSION, KeyConditionExpression="submission_id = :s",
-                                ExpressionAttributeValues={":s": {"S": submission_id}}))
+    def by_submission(self, submission_id: str, limit: int | None = None) -> list[JobRecord]:
+        """The submission's jobs in job id order (its jobs' order), at most `limit` of them: a limited read
+        evaluates no more items than it returns (Limit, as in by_state)."""
+        paging = {"PaginationConfig": {"PageSize": limit}} if limit is not None else {}
+        records = self._query(IndexName=BY_SUBMISSION, KeyConditionExpression="submission_id = :s",
+                              ExpressionAttributeValues={":s": {"S": submission_id}}, **paging)
+        return list(itertools.islice(records, limit))
 
     def transition(self, job_id: str, to_state: str, *, expect_states: Iterable[str], expect_attempt: int | None,
                    reason: str, now: float, current: JobRecord | None = None, **changes: Any) -> Outcome:

@@ -19,21 +19,26 @@ from .planning.runtimes import PRIOR_RUNS, FinishedRun, RuntimePrior, estimates,
 
 # Submissions whose finished jobs are read per run for runtime estimates (one Query each).
 MAX_SUBMISSIONS_READ = 50
+# Jobs read of each of them: the first by job id, which start first and so finish first. A submission holds
+# up to 10,000 jobs (spec.MAX_JOBS_PER_SUBMISSION), about 1 KB each in the ledger: reading all of 50 such
+# submissions every run was up to 500 MB, past the Lambda's memory, for a median and a spread that 500
+# runs give as well (one index page, about 0.5 MB).
+SIBLINGS_READ = 500
 
 
 def runtime_beliefs(ledger: L.Ledger, records: list[L.JobRecord], errors: list[dict] | None = None,
                     ) -> dict[str, RuntimeEstimate]:
     """Per job: what its spec estimates (or, without one, its submission's other jobs' specs) and what the
     finished jobs of its submission took (read for the first MAX_SUBMISSIONS_READ submissions, oldest
-    first; the others go on the estimates among `records` alone, as do those whose jobs could not be read
-    this run)."""
+    first, SIBLINGS_READ jobs of each; the others go on the estimates among `records` alone, as do those
+    whose jobs could not be read this run)."""
     submissions = list(dict.fromkeys(r.submission_id for r in records))[:MAX_SUBMISSIONS_READ]
     finished = []
     submission_of = {r.job_id: r.submission_id for r in records}
     other_hints: dict[str, float | None] = {}
     for submission_id in submissions:
         with per_item("read-submission-failed", errors, submission_id=submission_id, action="its estimates only"):
-            siblings = ledger.by_submission(submission_id)
+            siblings = ledger.by_submission(submission_id, limit=SIBLINGS_READ)
             finished += [FinishedRun(submission_id, r.run_seconds) for r in siblings if r.run_seconds is not None]
             other_hints.update((r.job_id, r.spec.expected_runtime_s) for r in siblings)
             submission_of.update((r.job_id, submission_id) for r in siblings)

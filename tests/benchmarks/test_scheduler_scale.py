@@ -46,3 +46,26 @@ def test_the_run_stops_acting_when_the_lambda_clock_runs_short(monkeypatch):
     used = result["cpu_s"] / bench.LAMBDA_VCPU_SHARE + result["latency_s"]
     # Acting stopped with ACT_RESERVE_MS left; scaling out and the bookkeeping after it fit in that reserve.
     assert 60 - handler.ACT_RESERVE_MS / 1000 - 2 <= used <= 60
+
+
+def test_a_submission_larger_than_the_beliefs_read_is_read_one_bounded_page_deep(capsys, monkeypatch):
+    """One submission of 1,500 jobs, two 1 MB pages: the runtime beliefs read its first SIBLINGS_READ jobs
+    in one page (the stand-in account ends a page at Limit items, as DynamoDB does), a query fewer than
+    reading all of it."""
+    from lambdas.scheduler import beliefs
+
+    queries, bounded = {}, beliefs.SIBLINGS_READ
+    for bound in (bounded, None):
+        monkeypatch.setattr(beliefs, "SIBLINGS_READ", bound)
+        assert bench.main(["--jobs", "1500", "--instances", "10", "--submission-jobs", "1500", "--no-memory",
+                           "--json"]) == 0
+        figures = json.loads(capsys.readouterr().out)
+        assert figures["errors"] == 0 and figures["submission_jobs"] == 1500
+        queries[bound] = figures["calls_by_operation"]["dynamodb:Query"]
+    assert queries[bounded] == queries[None] - 1
+
+
+def test_a_submission_size_no_spec_makes_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--submission-jobs", "10001"])
+    assert "--submission-jobs 10001: from 1 to 10,000" in capsys.readouterr().err

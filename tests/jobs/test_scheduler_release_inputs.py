@@ -170,6 +170,39 @@ def test_the_ledger_says_when_a_run_started_and_how_long_a_finished_one_took(aws
     assert round(beliefs[job.job_id].seconds) == 600
 
 
+def finished(ledger: L.Ledger, job, seconds: float) -> None:
+    """The job's record as one that ran `seconds` and succeeded."""
+    ledger.put_new(L.new_record(job, 100.0))
+    ledger.transition(job.job_id, L.STARTING, expect_states=[L.QUEUED], expect_attempt=0, reason="r", now=110.0,
+                      attempt=1)
+    ledger.transition(job.job_id, L.RUNNING, expect_states=[L.STARTING], expect_attempt=1, reason="r", now=120.0)
+    ledger.transition(job.job_id, L.SUCCEEDED, expect_states=[L.RUNNING], expect_attempt=1, reason="r",
+                      now=120.0 + seconds)
+
+
+def test_a_large_submission_is_believed_from_its_first_jobs_read_in_one_bounded_page(aws, home, monkeypatch):
+    """A submission of up to 10,000 jobs is read SIBLINGS_READ jobs deep, first by job id (they start and
+    finish first), in one page that evaluates no more items than it returns: the belief is theirs. Here the
+    bound is 3 of 6 finished jobs; all six would give the median of 600 s and 60,000 s runs (6,000 s)."""
+    from lambdas.scheduler import beliefs as beliefs_module
+
+    monkeypatch.setattr(beliefs_module, "SIBLINGS_READ", 3)
+    dynamodb = boto3.client("dynamodb", HOME)
+    ledger = L.Ledger(dynamodb, home["table"])
+    *done, queued = assign_ids("sub-20261122120000-abcdef", [spec()] * 7)
+    for index, job in enumerate(done):
+        finished(ledger, job, 600.0 if index < 3 else 60_000.0)
+    ledger.put_new(L.new_record(queued, 100.0))
+    limits, returned = [], []
+    dynamodb.meta.events.register("provide-client-params.dynamodb.Query",
+                                  lambda params, **kwargs: limits.append(params.get("Limit")))
+    dynamodb.meta.events.register("after-call.dynamodb.Query",
+                                  lambda parsed, **kwargs: returned.append(len(parsed.get("Items", []))))
+    beliefs = runtime_beliefs(ledger, [ledger.get(queued.job_id)])
+    assert round(beliefs[queued.job_id].seconds) == 600
+    assert (limits, returned) == ([3], [3])
+
+
 def test_a_job_without_an_estimate_takes_its_submissions_from_the_ledger(aws, home):
     """A submission's jobs are alike: the one whose spec has no estimate is believed to run about as long
     as its siblings' specs say, whether those siblings are pending with it or already running (read from
