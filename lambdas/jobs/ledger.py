@@ -588,10 +588,14 @@ class Ledger:
     def by_submission(self, submission_id: str, limit: int | None = None) -> list[JobRecord]:
         """The submission's jobs in job id order (its jobs' order), at most `limit` of them: a limited read
         evaluates no more items than it returns (Limit, as in by_state)."""
-        paging = {"PaginationConfig": {"PageSize": limit}} if limit is not None else {}
-        records = self._query(IndexName=BY_SUBMISSION, KeyConditionExpression="submission_id = :s",
-                              ExpressionAttributeValues={":s": {"S": submission_id}}, **paging)
-        return list(itertools.islice(records, limit))
+        return list(itertools.islice(self.iter_submission(submission_id, page_size=limit), limit))
+
+    def iter_submission(self, submission_id: str, page_size: int | None = None) -> Iterator[JobRecord]:
+        """by_submission, lazily: a page (1 MB, or `page_size` items) is read only when the one before is
+        used up, so a reader that stops early reads no more."""
+        paging = {"PaginationConfig": {"PageSize": page_size}} if page_size is not None else {}
+        return self._query(IndexName=BY_SUBMISSION, KeyConditionExpression="submission_id = :s",
+                           ExpressionAttributeValues={":s": {"S": submission_id}}, **paging)
 
     def transition(self, job_id: str, to_state: str, *, expect_states: Iterable[str], expect_attempt: int | None,
                    reason: str, now: float, current: JobRecord | None = None, **changes: Any) -> Outcome:

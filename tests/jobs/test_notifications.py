@@ -166,6 +166,28 @@ def test_a_job_the_index_still_shows_running_is_read_again_from_the_table(world)
     assert submissions.still_running(ledger(), [job, running]) == running.job_id
 
 
+def test_a_look_at_a_running_submission_reads_its_pages_up_to_its_first_active_job(world, monkeypatch):
+    """Each batch of a large submission's ended jobs brings a look at it: while it runs, the look stops at
+    its first job really active, and the index's later pages are not read. moto pages a Query at 1 MB, as
+    DynamoDB does; here at about two jobs' items, so six jobs are three pages or more."""
+    from moto.dynamodb.models import table
+
+    submission = submit("ana@example.com", jobs=6)
+    jobs = sorted(ledger().by_submission(submission), key=lambda r: r.index)
+    for job in jobs[:1] + jobs[2:]:
+        end(job.job_id)
+    monkeypatch.setattr(table, "RESULT_SIZE_LIMIT", len(json.dumps(item_of(jobs[0].job_id))))  # about two items
+    dynamodb = boto3.client("dynamodb", HOME)
+    pages = []
+    dynamodb.meta.events.register("after-call.dynamodb.Query", lambda parsed, **kwargs: pages.append(parsed["Count"]))
+    looked = L.Ledger(dynamodb, f"mlfleet-{ENV}-jobs")
+    assert len(looked.by_submission(submission)) == 6 and len(pages) >= 3 and pages[0] >= 2  # all of it
+    pages.clear()
+    assert submissions.announce(looked, client("sns"), environment=ENV, submission_id=submission,
+                                email_topic_arn="", slack_topic_arn="", now=NOW) == f"running ({jobs[1].job_id})"
+    assert len(pages) == 1  # the first page, which holds the second job
+
+
 def test_a_failed_publish_takes_the_mark_back_so_the_retried_batch_announces(world):
     topics, settings = world
     ana = inbox(topics["email"], notify.filter_policy("ana@example.com"))
