@@ -30,7 +30,7 @@ from datetime import datetime, timedelta, timezone
 
 from botocore.exceptions import ClientError
 
-from ..common.aws import chunks, client, paginate
+from ..common.aws import TASKS_PER_DESCRIBE, chunks, client, paginate
 from ..common.catalog import load_catalog
 from ..common.errors import describe, error_code, per_item
 from ..common.logs import log_decision
@@ -256,7 +256,7 @@ def _stop_job_tasks(ecs, cluster: str, container_instances, reason: str) -> list
     for container_instance in container_instances:
         arns = list(paginate(ecs, "list_tasks", "taskArns", cluster=cluster, containerInstance=container_instance,
                              desiredStatus="RUNNING"))
-        for batch in chunks(arns, 100):
+        for batch in chunks(arns, TASKS_PER_DESCRIBE):
             for task in ecs.describe_tasks(cluster=cluster, tasks=batch)["tasks"]:
                 if is_job_id(task.get("startedBy") or "") and task.get("desiredStatus") == "RUNNING":
                     ecs.stop_task(cluster=cluster, task=task["taskArn"], reason=reason[:255])

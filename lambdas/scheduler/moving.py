@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 
-from ..common.aws import chunks, client
+from ..common.aws import TASKS_PER_DESCRIBE, chunks, client
 from ..common.errors import per_item
 from ..common.logs import log_decision
 from ..jobs import ledger as L
@@ -57,7 +57,7 @@ def moves_under_way(running: Mapping[str, L.JobRecord], read_regions: Collection
     for (region, cluster), by_task in sorted(stopping.items()):
         with per_item("moves-under-way-unread", summary["errors"], region=region, cluster=cluster,
                       action="their rooms are not held this run"):
-            for batch in chunks(sorted(by_task), 100):
+            for batch in chunks(sorted(by_task), TASKS_PER_DESCRIBE):
                 for task in client("ecs", region).describe_tasks(cluster=cluster, tasks=batch)["tasks"]:
                     target = MOVED_TO.match(task.get("stoppedReason", ""))
                     record = by_task.get(task.get("taskArn", ""))

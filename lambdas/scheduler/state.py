@@ -70,7 +70,7 @@ from datetime import datetime, timedelta
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ..common import tags as tag_keys
-from ..common.aws import chunks, client, describe_groups, paginate, still_stopping
+from ..common.aws import TASKS_PER_DESCRIBE, chunks, client, describe_groups, paginate, still_stopping
 from ..common.catalog import Catalog, UnknownInstanceType, UnknownRegion
 from ..common.keep_alive import keep_alive_protects, parse_time
 from ..common.logs import log_decision
@@ -452,7 +452,7 @@ def read_region(region: str, fleets: Sequence[FleetConfig], catalog: Catalog,
             registered.extend((cluster, ci) for ci in ecs.describe_container_instances(
                 cluster=cluster, containerInstances=batch)["containerInstances"])
         task_arns = list(paginate(ecs, "list_tasks", "taskArns", cluster=cluster, desiredStatus="RUNNING"))
-        for batch in chunks(task_arns, 100):
+        for batch in chunks(task_arns, TASKS_PER_DESCRIBE):
             for task in ecs.describe_tasks(cluster=cluster, tasks=batch)["tasks"]:
                 view.tasks[task["taskArn"]] = task.get("startedBy", "")
                 host = task.get("containerInstanceArn", "")
