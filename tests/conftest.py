@@ -72,6 +72,18 @@ def parsed_models_once():
         yield
 
 
+@pytest.fixture(autouse=True, scope="session")
+def dynamodb_values_written_directly():
+    """moto writes DynamoDB's item values without looking each member up under several names
+    (tests/moto_shortcuts.py): about a fifth of a scheduler run's time in moto."""
+    from moto.core.serialize import BaseJSONSerializer
+    from moto_shortcuts import serialize_structure
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(BaseJSONSerializer, "_serialize_type_structure", serialize_structure)
+        yield
+
+
 @pytest.fixture
 def aws():
     """moto for the test's duration; cached boto3 clients are dropped on both sides."""
