@@ -14,7 +14,8 @@ machines can never rewrite the tags that scope it (`mlfleet:environment`) or pro
 (`mlfleet:keep-alive`). `Null aws:TagKeys = false` goes with it: ForAllValues is true for a request with
 no tag keys at all, and EC2's DeleteTags without tags deletes every tag of the resource
 (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_condition-single-vs-multi-valued-context-keys.html).
-`tag_values` (a StringLike pattern) bounds the values written with `aws:RequestTag/<key>`.
+`tag_values` (a StringLike pattern) bounds the values written with `aws:RequestTag/<key>` (with
+several keys, each one the request writes: StringLikeIfExists).
 The IAM lint (tests/rules/iam_lint.py) checks every rendered statement against the IAM reference.
 """
 
@@ -100,8 +101,12 @@ def statements(permissions: Sequence[Permission], *, account: str, region: str, 
             condition.setdefault("ForAllValues:StringEquals", {})["aws:TagKeys"] = sorted(permission.tag_keys)
             condition.setdefault("Null", {})["aws:TagKeys"] = "false"
         if permission.tag_values is not None:
+            # A key missing from the request makes StringLike false ("Condition operators", IAM User Guide), so
+            # with several keys, a request writing one of them is bounded by ...IfExists; ForAllValues and
+            # Null above still ask for at least one key and no other.
+            operator = "StringLike" if len(permission.tag_keys) == 1 else "StringLikeIfExists"
             for key in sorted(permission.tag_keys):
-                condition.setdefault("StringLike", {})[f"aws:RequestTag/{key}"] = permission.tag_values
+                condition.setdefault(operator, {})[f"aws:RequestTag/{key}"] = permission.tag_values
         if condition:
             statement["Condition"] = condition
         rendered.append(statement)

@@ -25,3 +25,8 @@ DETACHED_AT = "mlfleet:detached-at"
 # resources, its agent, its registration: lambdas/scheduler/actions.py machine_refused): when (ISO-8601).
 # Nothing is placed on the instance for a while after (lambdas/scheduler/state.py START_REFUSED_HOLD).
 START_REFUSED_AT = "mlfleet:start-refused-at"
+# Written by the reaper on an idle standalone machine EC2 refused to stop and the reaper may not terminate (an
+# on-demand machine with an instance-store root): when (ISO-8601). It is left running and reported again once
+# a day (lambdas/reaper/idle.py REFUSAL_REMINDER), not every run; removed with the idle mark when it is busy
+# again. Never on a fleet instance.
+STOP_REFUSED_AT = "mlfleet:stop-refused-at"

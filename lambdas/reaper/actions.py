@@ -1,5 +1,5 @@
 """What the reaper changes itself: idle marks, standalone stops (and terminations of the standalone Spot
-Instances EC2 cannot stop), its metrics, and the permission to publish
+Instances EC2 cannot stop, and the note of a stop EC2 refused on any other), its metrics, and the permission to publish
 its summary (lambdas/common/alerts.py publishes it). Fleet instances are removed through the removal
 protocol (lambdas/removal), never here.
 
@@ -23,9 +23,10 @@ METRIC_NAMESPACE = "mlfleet"
 INSTANCES = ("arn:{partition}:ec2:{region}:{account}:instance/*",)
 
 PERMISSIONS = (
-    needs("ec2:CreateTags", resources=INSTANCES, tag_scoped=True, tag_keys=(tag_keys.IDLE_SINCE,),
-          tag_values=ISO_8601_TIME, why="mark this environment's idle instances (the idle-since tag only)"),
-    needs("ec2:DeleteTags", resources=INSTANCES, tag_scoped=True, tag_keys=(tag_keys.IDLE_SINCE,),
+    needs("ec2:CreateTags", resources=INSTANCES, tag_scoped=True, tag_keys=(tag_keys.IDLE_SINCE, tag_keys.STOP_REFUSED_AT),
+          tag_values=ISO_8601_TIME,
+          why="mark this environment's idle instances, and note a stop EC2 refused (those two time tags only)"),
+    needs("ec2:DeleteTags", resources=INSTANCES, tag_scoped=True, tag_keys=(tag_keys.IDLE_SINCE, tag_keys.STOP_REFUSED_AT),
           why="unmark them when they are busy again"),
     needs("ec2:StopInstances", resources=INSTANCES, tag_scoped=True, why="stop only this environment's instances"),
     # Only this environment's Spot Instances: ec2:InstanceMarketType (spot | on-demand | capacity-block) is a
@@ -53,7 +54,16 @@ def mark(ec2, instance_ids: Sequence[str], now: datetime) -> dict[str, str]:
 
 
 def unmark(ec2, instance_ids: Sequence[str]) -> dict[str, str]:
-    return per_item(lambda ids: ec2.delete_tags(Resources=ids, Tags=[{"Key": tag_keys.IDLE_SINCE}]), instance_ids, TAG_BATCH)
+    """Remove the idle mark, and the note of a refused stop with it (EC2's DeleteTags passes over a key the
+    instance does not carry)."""
+    return per_item(lambda ids: ec2.delete_tags(Resources=ids, Tags=[{"Key": tag_keys.IDLE_SINCE},
+                                                                     {"Key": tag_keys.STOP_REFUSED_AT}]),
+                    instance_ids, TAG_BATCH)
+
+
+def note_stop_refused(ec2, instance_ids: Sequence[str], now: datetime) -> dict[str, str]:
+    return per_item(lambda ids: ec2.create_tags(
+        Resources=ids, Tags=[{"Key": tag_keys.STOP_REFUSED_AT, "Value": now.isoformat()}]), instance_ids, TAG_BATCH)
 
 
 # StopInstances' error for an instance EC2 cannot stop: a Spot Instance of a one-time request (EC2 User

@@ -8,7 +8,8 @@ it proposes fleet instances by its idle contract (idle.py) and removes them thro
 protocol (lambdas/removal: group minimum, disruption budget, drain, re-check under the placement lease,
 terminate with decrement), which also finishes the removals a previous run left half-done. A run that
 cannot take the placement lease leaves its removals to its next run. Standalone machines are stopped, or
-terminated when EC2 cannot stop them (a Spot Instance of a one-time request: idle.standalone_action).
+terminated when EC2 cannot stop them (a Spot Instance of a one-time request: idle.standalone_action); an
+on-demand one EC2 cannot stop is left running and reported once a day (idle.REFUSAL_REMINDER).
 Every failure is per machine: the others, the standalone stops and the summary still happen.
 
 Environment: ENVIRONMENT, CLUSTER_NAME, FLEET_ASG_NAMES, IDLE_WINDOW_MINUTES, IDLE_CPU_PERCENT,
@@ -22,7 +23,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -34,8 +35,8 @@ from ..common.logs import log_decision
 from ..common.settings import SettingsError, from_env
 from . import actions, inventory
 from .idle import (
-    BUSY, MARK, REAP_FLEET, STOP_STANDALONE, TERMINATE_STANDALONE, UNMARK, Decision, IdleSettings, decide_all, stop_refused,
-    summarize,
+    BUSY, LEFT_RUNNING, MARK, REAP_FLEET, REFUSAL_REMINDER, STOP_STANDALONE, TERMINATE_STANDALONE, UNMARK, Decision,
+    IdleSettings, decide_all, stop_refused, summarize,
 )
 from ..removal import decide as removal
 from ..removal import execute
@@ -97,6 +98,7 @@ class Run:
     decisions: list[Decision]
     removal: Outcome
     failed: dict[str, str]  # instance id -> the mark, unmark, stop or terminate that failed, and why
+    refused: list[str] = field(default_factory=list)  # standalone machines whose stop EC2 refused this run, left running
 
 
 def run(settings: Settings, now: datetime, trigger: str = "manual", request_id: str = "",
@@ -135,14 +137,14 @@ def run(settings: Settings, now: datetime, trigger: str = "manual", request_id: 
             done.removal.left.update({c.instance_id: f"removal failed: {type(error).__name__}: {error}"
                                       for c in candidates})
     if not settings.dry_run:
-        _act_on_standalone(ec2, settings, done, {i.instance_id: i for i in instances}, trigger)
+        _act_on_standalone(ec2, settings, done, {i.instance_id: i for i in instances}, trigger, now)
     for instance_id, reason in sorted(done.failed.items()):
         log_decision("reaper-error", instance_id=instance_id, reason=reason)
 
     by_action = summarize(done.decisions)
     _best_effort("publish-counts", lambda: _publish_counts(settings, region, instances, done, now))
     changed = [d for d in done.decisions if d.action in (MARK, UNMARK, REAP_FLEET, STOP_STANDALONE, TERMINATE_STANDALONE)]
-    if changed or done.removal.terminated or done.removal.reactivated or done.failed:
+    if changed or done.removal.terminated or done.removal.reactivated or done.failed or done.refused:
         _best_effort("notify", lambda: alerts.publish_alert(client("sns", region), settings.alert_topic_arn,
                                                             _subject(settings, by_action, done), _report(settings, done)))
     return {"trigger": trigger, "dry_run": settings.dry_run, "instances": len(instances),
@@ -187,20 +189,27 @@ def _remove(settings: Settings, region: str, candidates: list[removal.Candidate]
         lease.release(dynamodb, settings.jobs_table, taken.lease)
 
 
-def _act_on_standalone(ec2, settings: Settings, done: Run, instances: Mapping, trigger: str) -> None:
+def _act_on_standalone(ec2, settings: Settings, done: Run, instances: Mapping, trigger: str, now: datetime) -> None:
     """Stop the standalone machines decided stopped, then terminate those decided terminated, with those
-    whose stop EC2 refused as unsupported (idle.stop_refused: a Spot Instance whose request was unreadable)."""
+    whose stop EC2 refused as unsupported (idle.stop_refused: a Spot Instance whose request was unreadable).
+    Any other machine whose stop EC2 refused is left running, the refusal noted on it so that it is reported
+    once a day, not every run; a note that fails leaves it failed, tried and reported again next run."""
     failed, refused = actions.stop(ec2, [d.instance_id for d in done.decisions if d.action == STOP_STANDALONE])
     done.failed.update({i: f"stop: {e}" for i, e in failed.items()})
     for n, d in enumerate(done.decisions):
         if d.instance_id in refused:
-            instead = stop_refused(d, instances[d.instance_id], refused[d.instance_id])
+            instead = stop_refused(d, instances[d.instance_id], refused[d.instance_id], now)
             if instead is None:
                 done.failed[d.instance_id] = f"stop: {refused[d.instance_id]}"
                 continue
             done.decisions[n] = instead
+            if instead.action == LEFT_RUNNING:
+                done.refused.append(instead.instance_id)
             log_decision(instead.action, instance_id=instead.instance_id, asg=None, reason=instead.reason,
                          dry_run=settings.dry_run, trigger=trigger)
+    for instance_id, error in actions.note_stop_refused(ec2, done.refused, now).items():
+        done.failed[instance_id] = (f"stop: {refused[instance_id]}; the refusal could not be noted on it ({error}): "
+                                    "tried and reported again next run")
     terminated = actions.terminate(ec2, [d.instance_id for d in done.decisions if d.action == TERMINATE_STANDALONE])
     done.failed.update({i: f"terminate: {e}" for i, e in terminated.items()})
 
@@ -265,6 +274,9 @@ def _report(settings: Settings, done: Run) -> str:
                      [(i, r) for i, r in chosen(STOP_STANDALONE) if i not in done.failed]))
     sections.append(("Terminated (standalone Spot Instance EC2 cannot stop: one-time Spot request)" + dry,
                      [(i, r) for i, r in chosen(TERMINATE_STANDALONE) if i not in done.failed]))
+    sections.append((f"Left running idle: EC2 refused to stop it, and the reaper never terminates an on-demand machine "
+                     f"(reported again {REFUSAL_REMINDER.total_seconds() / 3600:.0f} hours after the refusal)",
+                     [(i, r) for i, r in chosen(LEFT_RUNNING) if i not in done.failed]))
     sections.append(("Busy again: idle mark removed", chosen(UNMARK)))
     sections.append(("Idle, waiting out the grace period", chosen("wait-grace")))
     sections.append(("Spared", chosen("spare")))

@@ -6,7 +6,9 @@ means busy), it is older than the window, and `mlfleet:keep-alive` does not prot
 marks first (`mlfleet:idle-since`) and acts only after the grace period; a busy instance is unmarked.
 
 How it acts on a standalone machine (no group) is decided here too (standalone_action): stopped when EC2
-can stop it, terminated when it cannot (a Spot Instance of a one-time Spot request), never left running.
+can stop it, terminated when it cannot (a Spot Instance of a one-time Spot request). The one machine it can
+neither stop nor terminate (on-demand, with an instance-store root) is left running and reported once a
+day until someone acts (stop_refused, REFUSAL_REMINDER).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from ..common.keep_alive import keep_alive_protects, parse_time
 PERIOD_SECONDS = 300  # the metrics' period; the window holds window_period_count(window_minutes) points
 
 # Decisions. Only REAP_FLEET, STOP_STANDALONE and TERMINATE_STANDALONE touch a machine; MARK and UNMARK only
-# tag it.
+# tag it; LEFT_RUNNING is an idle standalone machine EC2 refused to stop, which the reaper may not terminate.
 BUSY = "busy"
 UNMARK = "unmark"
 MARK = "mark"
@@ -30,6 +32,7 @@ SPARE = "spare"
 REAP_FLEET = "reap-fleet"
 STOP_STANDALONE = "stop-standalone"
 TERMINATE_STANDALONE = "terminate-standalone"
+LEFT_RUNNING = "left-running"
 DESTRUCTIVE = (REAP_FLEET, STOP_STANDALONE, TERMINATE_STANDALONE)
 
 # A Spot request's Type (botocore's ec2 model, SpotInstanceType: one-time | persistent). EC2 stops a Spot
@@ -40,6 +43,12 @@ ONE_TIME, PERSISTENT = "one-time", "persistent"
 # Why terminating one is no loss beyond what the Spot market could do any time: a one-time request's
 # instance is terminated at an interruption (stop and hibernate need a persistent request, same page).
 NO_WORSE = "its data would not survive a Spot interruption either (EC2 terminates it then)"
+# An idle standalone machine EC2 refused to stop, and the reaper may not terminate (on-demand: its policy
+# allows TerminateInstances on Spot Instances only), is left running: EC2 refuses the same stop every run (an
+# instance-store root cannot be stopped: EC2 User Guide, "Stop and start Amazon EC2 instances"), so trying and
+# reporting it every run (every few minutes) is an alert nobody reads. It is tried and reported again this
+# long after the refusal (tag_keys.STOP_REFUSED_AT): a daily reminder of a machine that costs money idle.
+REFUSAL_REMINDER = timedelta(hours=24)
 
 
 @dataclass(frozen=True)
@@ -150,6 +159,10 @@ def decide(instance: Instance, now: datetime, settings: IdleSettings) -> Decisio
     reason = f"{idle_reason}; idle since {marked_at.isoformat()}, grace over"
     if instance.asg_name:
         return decision(REAP_FLEET, reason)
+    refused_raw = instance.tags.get(tag_keys.STOP_REFUSED_AT)
+    refused_at = parse_time(refused_raw) if refused_raw is not None else None
+    if refused_at is not None and now - refused_at < REFUSAL_REMINDER:
+        return decision(LEFT_RUNNING, f"{reason}; {left_running(refused_at)}")
     action, how = standalone_action(instance)
     return decision(action, f"{reason}; {how}")
 
@@ -174,14 +187,23 @@ def standalone_action(instance: Instance) -> tuple[str, str]:
                              f"refuses the stop)")
 
 
-def stop_refused(decision: Decision, instance: Instance, error: str) -> Decision | None:
-    """A stop EC2 refused as unsupported: a Spot Instance's is the one-time request's case (its request
-    could not be read up front), and it is terminated instead, in the same run (the same idle window and
-    grace, the same action under the cap). None for any other machine: its refusal is a failure to report
-    (an on-demand machine is never terminated by the reaper)."""
-    if decision.action != STOP_STANDALONE or instance.lifecycle != "spot":
+def left_running(refused_at: datetime) -> str:
+    return (f"EC2 refused to stop it at {refused_at.isoformat()} and the reaper never terminates an on-demand "
+            f"machine: left running, and reported again from {(refused_at + REFUSAL_REMINDER).isoformat()}; "
+            "terminate it, or keep it with mlfleet:keep-alive")
+
+
+def stop_refused(decision: Decision, instance: Instance, error: str, now: datetime) -> Decision | None:
+    """A stop EC2 refused as unsupported. A Spot Instance's is the one-time request's case (its request
+    could not be read up front): it is terminated instead, in the same run (the same idle window and grace,
+    the same action under the cap). Any other machine (on-demand, an instance-store root) is left running:
+    the reaper never terminates an on-demand machine, and reports it again after REFUSAL_REMINDER. None for
+    a decision that was not a stop (nothing to say instead)."""
+    if decision.action != STOP_STANDALONE:
         return None
     grace_over = decision.reason.rsplit("; ", 1)[0]  # decide's reason less standalone_action's part
+    if instance.lifecycle != "spot":
+        return replace(decision, action=LEFT_RUNNING, reason=f"{grace_over}; {error}; {left_running(now)}")
     return replace(decision, action=TERMINATE_STANDALONE,
                    reason=f"{grace_over}; terminated: EC2 refused to stop this Spot Instance ({error}), as it does "
                           f"for one of a one-time request, and {NO_WORSE}")

@@ -495,7 +495,11 @@ def test_fleet_instances_and_groups_keep_room_for_the_tags_mlfleet_adds_at_run_t
 
     rendering = render_stack("dev", costAllocationTags={f"cost-tag-{i}": "x" for i in range(model.MAX_COST_ALLOCATION_TAGS)})
     # The functions' tags, and the one operators add by hand (docs/reaper.md, `aws ec2 create-tags ... mlfleet:keep-alive`).
-    on_instances = _keys_written_at_run_time(rendering, "ec2:CreateTags") | {tag_keys.KEEP_ALIVE}
+    # The reaper notes a refused stop on standalone machines only (lambdas/reaper/idle.py: a fleet instance is
+    # removed, never stopped; tests/reaper/test_idle_decision.py), so that key takes no room on a fleet instance.
+    written = _keys_written_at_run_time(rendering, "ec2:CreateTags")
+    assert tag_keys.STOP_REFUSED_AT in written
+    on_instances = written - {tag_keys.STOP_REFUSED_AT} | {tag_keys.KEEP_ALIVE}
     on_groups = _keys_written_at_run_time(rendering, "autoscaling:CreateOrUpdateTags")
     assert {tag_keys.EMPTY_SINCE, tag_keys.REMOVING, tag_keys.IDLE_SINCE} <= on_instances and on_groups
     templates = {lt.name.removesuffix("-lt"): lt for lt in rendering.of_type(LT)}

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lambdas.reaper.idle import (
-    BUSY, DESTRUCTIVE, MARK, REAP_FLEET, SPARE, STOP_STANDALONE, TERMINATE_STANDALONE, UNMARK, WAIT_GRACE,
-    IdleSettings, Instance, decide, decide_all, keep_alive_protects, stop_refused, window_periods,
+    BUSY, DESTRUCTIVE, LEFT_RUNNING, MARK, REAP_FLEET, REFUSAL_REMINDER, SPARE, STOP_STANDALONE, TERMINATE_STANDALONE,
+    UNMARK, WAIT_GRACE, IdleSettings, Instance, decide, decide_all, keep_alive_protects, stop_refused, window_periods,
 )
 
 NOW = datetime(2026, 11, 22, 12, 2, 30, tzinfo=timezone.utc)
@@ -174,17 +174,45 @@ def test_a_one_time_spot_machine_waits_the_same_window_and_grace_as_a_stop(minut
     assert decision.action == (MARK if minutes_ago is None else WAIT_GRACE)
 
 
-def test_a_stop_ec2_refuses_terminates_a_spot_machine_and_fails_any_other():
+def test_a_stop_ec2_refuses_terminates_a_spot_machine_and_leaves_any_other_running():
     refusal = "UnsupportedOperation: the instance cannot be stopped"
     unread = instance(asg_name=None, tags=marked(45), lifecycle="spot")
     stop = decide(unread, NOW, SETTINGS)
-    instead = stop_refused(stop, unread, refusal)
+    instead = stop_refused(stop, unread, refusal, NOW)
     assert instead.action == TERMINATE_STANDALONE and instead.idle_since == stop.idle_since
     assert "grace over; terminated: EC2 refused to stop this Spot Instance (UnsupportedOperation" in instead.reason
     assert "stopped (" not in instead.reason
     on_demand = instance(asg_name=None, tags=marked(45), lifecycle="on-demand")
-    assert stop_refused(decide(on_demand, NOW, SETTINGS), on_demand, refusal) is None  # never terminated
-    assert stop_refused(decide(instance(asg_name=None, lifecycle="spot"), NOW, SETTINGS), unread, refusal) is None
+    left = stop_refused(decide(on_demand, NOW, SETTINGS), on_demand, refusal, NOW)
+    assert left.action == LEFT_RUNNING and left.action not in DESTRUCTIVE  # never terminated
+    assert "grace over; UnsupportedOperation: the instance cannot be stopped; EC2 refused to stop it at" in left.reason
+    assert f"reported again from {(NOW + REFUSAL_REMINDER).isoformat()}" in left.reason and "stopped (" not in left.reason
+    assert stop_refused(decide(instance(asg_name=None, lifecycle="spot"), NOW, SETTINGS), unread, refusal, NOW) is None
+
+
+def refused(hours_ago) -> dict:
+    return {**marked(24 * 60 + 45), "mlfleet:stop-refused-at": (NOW - timedelta(hours=hours_ago)).isoformat()}
+
+
+@pytest.mark.parametrize("hours_ago", [0, 1, 23.9])
+def test_a_machine_ec2_refused_to_stop_is_left_running_without_trying_again_for_a_day(hours_ago):
+    decision = decide(instance(asg_name=None, tags=refused(hours_ago), lifecycle="on-demand"), NOW, SETTINGS)
+    assert decision.action == LEFT_RUNNING and decision.action not in DESTRUCTIVE
+    refused_at = NOW - timedelta(hours=hours_ago)
+    assert f"EC2 refused to stop it at {refused_at.isoformat()}" in decision.reason
+    assert f"reported again from {(refused_at + REFUSAL_REMINDER).isoformat()}" in decision.reason
+
+
+@pytest.mark.parametrize("tags", [refused(24), refused(30), {**refused(1), "mlfleet:stop-refused-at": "not a time"}],
+                         ids=["a-day-on", "later", "unreadable"])
+def test_a_day_after_the_refusal_or_without_a_readable_one_the_stop_is_tried_and_reported_again(tags):
+    assert decide(instance(asg_name=None, tags=tags, lifecycle="on-demand"), NOW, SETTINGS).action == STOP_STANDALONE
+
+
+def test_a_machine_left_running_that_is_busy_again_is_unmarked_and_a_fleet_machine_never_left_running():
+    busy = instance(asg_name=None, tags=refused(1), lifecycle="on-demand", running_tasks=1)
+    assert decide(busy, NOW, SETTINGS).action == UNMARK
+    assert decide(instance(tags=refused(1)), NOW, SETTINGS).action == REAP_FLEET
 
 
 @settings(max_examples=300, deadline=None)

@@ -19,9 +19,12 @@ import boto3
 import pytest
 from alert_delivery import published
 from botocore.exceptions import ClientError
+from iam_conditions import allows
 from removal.world import decisions, inject, throttle
 from reaper.test_reaper_moto import REGION, SETTINGS, build_world, put_utilisation, summaries
 
+from lambdas.common.permissions import statements
+from lambdas.reaper import actions
 from lambdas.reaper.handler import Settings, run
 
 SPEC = {"ImageId": "ami-12c6146b", "InstanceType": "g5.xlarge"}
@@ -115,15 +118,71 @@ def test_a_one_time_spot_machine_whose_request_cannot_be_read_is_terminated_when
     assert any(d.get("step") == "read-spot-requests" for d in decisions(caplog))
 
 
+def tags_of(instance_id: str) -> dict[str, str]:
+    described = boto3.client("ec2", REGION).describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
+    return {t["Key"]: t["Value"] for t in described.get("Tags", [])}
+
+
 def test_an_on_demand_machine_ec2_cannot_stop_is_reported_never_terminated(machines):
     m = machines
     run(m["settings"], m["now"])
     refuse_like_aws({m["on_demand"]}, on_demand=True)
     result = run(m["settings"], m["later"])
     assert state_of(m["on_demand"]) == "running"
-    assert "UnsupportedOperation" in result["failed"][m["on_demand"]]
+    assert result["decisions"]["left-running"] == [m["on_demand"]] and m["on_demand"] not in result["failed"]
     assert m["on_demand"] not in result["decisions"].get("terminate-standalone", [])
-    assert any("Failed (retried next run)" in summary for summary in summaries(m))
+    assert tags_of(m["on_demand"])["mlfleet:stop-refused-at"] == m["later"].isoformat()
+    (summary,) = [s for s in summaries(m) if "Left running idle" in s]
+    assert m["on_demand"] in summary and "UnsupportedOperation" in summary and "reported again" in summary
+
+
+def test_an_on_demand_machine_ec2_cannot_stop_is_reported_once_a_day_not_every_run(machines):
+    """Before, its refusal was a failure "retried next run": a stop refused and a summary mailed every run."""
+    m = machines
+    run(m["settings"], m["now"])
+    refused_calls = refuse_like_aws({m["on_demand"]}, on_demand=True)
+    run(m["settings"], m["later"])
+    tried = len(refused_calls)  # the batch's stop, and the machine's own (one by one, after a batch fails)
+    assert tried and len(summaries(m)) == 2  # the mark's, and the refusal's
+    for at in (m["later"] + timedelta(minutes=15), m["later"] + timedelta(hours=23)):
+        put_utilisation(m["on_demand"], at, cpu=1, gpu=1, asg=None)
+        put_utilisation(m["fleet"][0], at, cpu=55, gpu=0)
+        result = run(m["settings"], at)
+        assert result["decisions"]["left-running"] == [m["on_demand"]] and result["failed"] == {}
+    assert len(refused_calls) == tried, "no stop tried again within the day"
+    assert [s for s in summaries(m) if m["on_demand"] in s] == [], "nothing mailed about it within the day"
+    a_day_on = m["later"] + timedelta(hours=24, minutes=5)
+    put_utilisation(m["on_demand"], a_day_on, cpu=1, gpu=1, asg=None)
+    put_utilisation(m["fleet"][0], a_day_on, cpu=55, gpu=0)
+    result = run(m["settings"], a_day_on)
+    assert len(refused_calls) > tried and result["decisions"]["left-running"] == [m["on_demand"]]
+    assert tags_of(m["on_demand"])["mlfleet:stop-refused-at"] == a_day_on.isoformat()
+    assert any(m["on_demand"] in s and "Left running idle" in s for s in summaries(m)), "reported again a day on"
+
+
+def test_a_machine_left_running_that_is_busy_again_loses_its_mark_and_its_refusal(machines):
+    m = machines
+    run(m["settings"], m["now"])
+    refuse_like_aws({m["on_demand"]}, on_demand=True)
+    run(m["settings"], m["later"])
+    busy = m["later"] + timedelta(minutes=15)
+    put_utilisation(m["on_demand"], busy, cpu=80, gpu=1, asg=None)
+    put_utilisation(m["fleet"][0], busy, cpu=55, gpu=0)
+    result = run(m["settings"], busy)
+    assert m["on_demand"] in result["decisions"]["unmark"]
+    assert not {"mlfleet:idle-since", "mlfleet:stop-refused-at"} & set(tags_of(m["on_demand"]))
+
+
+def test_a_refusal_that_cannot_be_noted_is_a_failure_tried_and_reported_again_next_run(machines):
+    m = machines
+    run(m["settings"], m["now"])
+    refuse_like_aws({m["on_demand"]}, on_demand=True)
+    inject("ec2", "CreateTags", throttle, region=REGION, times=10,
+           when=lambda params: params.get("Tags", [{}])[0].get("Key") == "mlfleet:stop-refused-at")
+    result = run(m["settings"], m["later"])
+    assert "the refusal could not be noted" in result["failed"][m["on_demand"]]
+    assert "mlfleet:stop-refused-at" not in tags_of(m["on_demand"]) and state_of(m["on_demand"]) == "running"
+    assert any("Failed (retried next run)" in s and m["on_demand"] in s for s in summaries(m))
 
 
 def test_a_dry_run_names_the_machine_it_would_terminate_and_changes_nothing(machines):
@@ -144,3 +203,19 @@ def test_the_action_cap_counts_the_termination(machines):
     result = run(capped, m["later"])
     acted = result["decisions"].get("terminate-standalone", []) + result["decisions"].get("stop-standalone", [])
     assert len(acted) == 1 and len(result["decisions"]["spare"]) == 2
+
+
+@pytest.mark.parametrize(("key", "value", "allowed"), [
+    ("mlfleet:idle-since", "2026-11-22T12:00:00+00:00", True),
+    ("mlfleet:stop-refused-at", "2026-11-22T12:00:00+00:00", True),
+    ("mlfleet:stop-refused-at", "never", False),
+    ("mlfleet:keep-alive", "2026-11-22T12:00:00+00:00", False),
+], ids=["the-idle-mark", "the-refusal", "not-a-time", "another-key"])
+def test_each_tag_the_reaper_writes_alone_is_one_its_policy_allows(key, value, allowed):
+    """The reaper's CreateTags names two keys and bounds their values; each write carries one of them. Evaluated
+    as IAM does (tests/iam_conditions.py): a StringLike on a key the request does not carry is false, so both
+    bounds as StringLike would refuse every idle mark."""
+    policy = statements(actions.PERMISSIONS, account="123456789012", region=REGION, environment="dev")
+    context = {"aws:TagKeys": [key], f"aws:RequestTag/{key}": value, "aws:ResourceTag/mlfleet:environment": "dev"}
+    instance = f"arn:aws:ec2:{REGION}:123456789012:instance/i-0abc"
+    assert allows(policy, "ec2:CreateTags", instance, context) is allowed
