@@ -243,7 +243,7 @@ def run(settings: Settings, remaining_ms: Callable[[], int], now: datetime | Non
     with per_item("quarantine-alert-failed", summary["errors"]):
         alert_new(ledger, lambda subject, message: alerts.publish_alert(
             client("sns", settings.alert_topic_arn.split(":")[3]), settings.alert_topic_arn, subject, message),
-            settings.environment, summary["errors"])
+            settings.environment, summary["errors"], now=stamp, quarantined_now=any(quarantine.done.values()))
     with per_item("delete-messages-failed", summary["errors"], messages=len(to_delete)):
         queue.delete_messages(sqs, settings.jobs_queue_url, to_delete)
     summary["pending"] = len(pending)

@@ -25,6 +25,7 @@ from lambdas.common.catalog import load_catalog
 from lambdas.job_events import handler as job_events
 from lambdas.jobs import cli
 from lambdas.jobs import ledger as L
+from lambdas.jobs.quarantine import ALERT_STATE_KEY, AlertState, Quarantine
 from lambdas.jobs.spec import OVERRIDES_LIMIT, Job, SpecError, assign_ids, parse_spec
 from lambdas.scheduler import handler as scheduler
 from lambdas.scheduler import requests as scheduler_requests
@@ -104,6 +105,87 @@ def test_an_undecodable_record_is_quarantined_once_and_blocks_nobody(world, capl
     assert aws_client("sqs", HOME).get_queue_attributes(QueueUrl=home["queue"], AttributeNames=[
         "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"])["Attributes"] == {
         "ApproximateNumberOfMessages": "0", "ApproximateNumberOfMessagesNotVisible": "0"}
+
+
+def quarantined_reads(faults) -> int:
+    """Queries of every quarantined record (the by-state index's QUARANTINED partition) that took effect."""
+    return len([p for p in faults.carried_out("dynamodb", "Query")
+                if p.get("ExpressionAttributeValues", {}).get(":state") == {"S": L.QUARANTINED}])
+
+
+def quarantine_alerts(faults) -> list[dict]:
+    return [p for p in faults.carried_out("sns", "Publish") if "quarantined" in p["Subject"]]
+
+
+def test_quarantined_records_are_read_only_when_one_may_be_untold(world, caplog):
+    """Finding the untold quarantined jobs reads every quarantined record, which stay until someone deletes
+    them: a run reads them only after a quarantine, or an hour after the last look (quarantine.AlertState)."""
+    home, faults, _ = world
+    put_raw(f"{SUB}-00099")
+    run(home)  # quarantines it: looks and tells
+    assert quarantined_reads(faults) == 1 and len(quarantine_alerts(faults)) == 1
+    for minute in (1, 2, 59):
+        assert run(home, minute)["errors"] == []
+    assert quarantined_reads(faults) == 1, "nothing untold: one small item a run, no quarantined record read"
+    caplog.clear()
+    run(home, 61)
+    assert quarantined_reads(faults) == 2 and '"why": "the hourly look' in caplog.text
+    assert len(quarantine_alerts(faults)) == 1, "nobody told twice"
+
+
+def test_a_quarantine_by_job_events_is_told_by_the_scheduler_s_next_run(world):
+    home, faults, _ = world
+    run(home)  # the first look: nothing quarantined
+    broken = f"{SUB}-00077"
+    put_raw(broken)
+    led = ledger()
+    led.by_state(L.QUEUED)
+    assert Quarantine(led, aws_client("sqs", HOME), home["dlq"], by="job-events").item(led.undecodable[0],
+                                                                                        (NOW + timedelta(minutes=1)).timestamp())
+    run(home, 2)
+    (alert,) = quarantine_alerts(faults)
+    assert broken in alert["Message"] and quarantined_reads(faults) == 2
+    run(home, 3)
+    assert quarantined_reads(faults) == 2 and len(quarantine_alerts(faults)) == 1
+
+
+def test_a_job_quarantined_without_its_note_is_told_at_the_hourly_look(world):
+    """The writer died between the quarantine and its note (or the note failed): told within the hour."""
+    home, faults, _ = world
+    run(home)
+    broken = f"{SUB}-00066"
+    put_raw(broken)
+    led = ledger()
+    led.by_state(L.QUEUED)
+    assert led.quarantine(led.undecodable[0].item, "field 'spec' is missing", (NOW + timedelta(minutes=1)).timestamp(),
+                          "job-events")  # no note
+    run(home, 30)
+    assert quarantine_alerts(faults) == []
+    run(home, 60)
+    (alert,) = quarantine_alerts(faults)
+    assert broken in alert["Message"]
+
+
+def test_a_quarantine_noted_during_a_look_is_looked_at_again_next_run(world):
+    home, _, _ = world
+    led = ledger()
+    run(home)
+    state = AlertState.read(led)
+    assert state.checked_at == NOW.timestamp() and state.noted_at is None
+    AlertState.note(led, NOW.timestamp() + 30)  # job-events, during the scheduler's look
+    state.looked(led, NOW.timestamp() + 31)  # the look that read before the note: refused, the note kept
+    assert AlertState.read(led).why_look(NOW.timestamp() + 60, quarantined_now=False) == (
+        "a quarantine was noted since the last look")
+
+
+def test_an_unreadable_alert_state_means_every_quarantined_record_is_read(world):
+    home, faults, _ = world
+    run(home)
+    faults.stubs[("dynamodb", "GetItem")] = lambda params: (
+        error_response("dynamodb", "ProvisionedThroughputExceededException", "slow down")
+        if params.get("Key", {}).get("job_id") == {"S": ALERT_STATE_KEY} else None)
+    run(home, 1)
+    assert quarantined_reads(faults) == 2
 
 
 def test_a_record_mended_meanwhile_is_not_quarantined(world):
