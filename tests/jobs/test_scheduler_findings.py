@@ -20,8 +20,12 @@ from conftest import (
     publish_job_service, run_mlfleet, scheduler_settings,
 )
 from faults import KINDS, error_response
+from iam_conditions import allows
+
+from components.functions.python_function import declared_permissions
 
 from lambdas.common.catalog import load_catalog
+from lambdas.common.permissions import statements
 from lambdas.job_events import handler as job_events
 from lambdas.jobs import cli
 from lambdas.jobs import ledger as L
@@ -186,6 +190,16 @@ def test_an_unreadable_alert_state_means_every_quarantined_record_is_read(world)
         if params.get("Key", {}).get("job_id") == {"S": ALERT_STATE_KEY} else None)
     run(home, 1)
     assert quarantined_reads(faults) == 2
+
+
+@pytest.mark.parametrize("function", ["scheduler", "job_events"])
+def test_both_quarantining_functions_may_read_and_write_the_alert_state_item(function):
+    """AlertState uses the GetItem and UpdateItem on the table each function declares already; should either be
+    narrowed to job keys (dynamodb:LeadingKeys), this fails before a deployment leaves notes unwritten."""
+    policy = statements(declared_permissions(function), account="123456789012", region=HOME, environment=ENV)
+    table = f"arn:aws:dynamodb:{HOME}:123456789012:table/mlfleet-{ENV}-jobs"
+    for action in ("dynamodb:GetItem", "dynamodb:UpdateItem"):
+        assert allows(policy, action, table, {"dynamodb:LeadingKeys": [ALERT_STATE_KEY]}), (function, action)
 
 
 def test_a_record_mended_meanwhile_is_not_quarantined(world):
