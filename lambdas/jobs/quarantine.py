@@ -11,7 +11,8 @@ told about once, and never blocks or slows the jobs around it.
   on `alerted`: a filter does not lower what a query reads), which grow until someone deletes them. So the
   scheduler reads them only when something may be untold (AlertState): a run that quarantined a job, a
   quarantine by the job-events function noted since the last look, or an hour since the last look (what a
-  lost note or a failed alert leaves is caught then); otherwise one small item a run.
+  lost note or a failed alert leaves is caught then), and once more the run after a quarantine (the index
+  may not show the job yet); otherwise one small item a run.
 - People look with `mlfleet -e <env> quarantine` and resubmit (docs/runbook.md, "Quarantined jobs").
 """
 
@@ -39,6 +40,10 @@ ALERT_STATE_KEY = "#alerts/quarantine"
 # The longest a quarantined job waits untold when its note was lost (the writer died after the quarantine)
 # or its alert failed: the scheduler looks at every quarantined record at least this often.
 CATCH_UP_SECONDS = 3600
+# The by-state index is read eventually consistent only, and a quarantine reaches it shortly after its write
+# (DynamoDB Developer Guide, "Global secondary indexes": "read consistency"): a look within this long of the
+# last note may miss that job, so it leaves the note for the next run's look.
+INDEX_LAG_SECONDS = 60
 
 
 def _attempts(item: dict) -> int:
@@ -87,7 +92,7 @@ class Quarantine:
 @dataclass(frozen=True)
 class AlertState:
     """The ledger's ALERT_STATE_KEY item: when the scheduler last looked at every quarantined record
-    (`checked_at`), and when a quarantine was first noted since (`noted_at`); `version` orders the writes."""
+    (`checked_at`), and when a quarantine was last noted since (`noted_at`); `version` orders the writes."""
     checked_at: float | None = None
     noted_at: float | None = None
     version: int | None = None  # None: no item yet
@@ -99,7 +104,7 @@ class AlertState:
         try:
             ledger.dynamodb.update_item(
                 TableName=ledger.table, Key={"job_id": {"S": ALERT_STATE_KEY}},
-                UpdateExpression="SET noted_at = if_not_exists(noted_at, :now), #version = if_not_exists(#version, :zero) + :one",
+                UpdateExpression="SET noted_at = :now, #version = if_not_exists(#version, :zero) + :one",
                 ExpressionAttributeNames={"#version": "version"},
                 ExpressionAttributeValues={":now": _number(now), ":zero": {"N": "0"}, ":one": {"N": "1"}})
         except (BotoCoreError, ClientError) as error:
@@ -136,7 +141,12 @@ class AlertState:
 
     def looked(self, ledger: L.Ledger, now: float) -> None:
         """Record a look that told about every quarantined job it found: the notes before it are done. Conditional
-        on the version read, so a quarantine noted during the look is kept for the next run."""
+        on the version read, so a quarantine noted during the look is kept for the next run; a note younger
+        than INDEX_LAG_SECONDS is kept too (the index may not show its job yet)."""
+        if self.noted_at is not None and now - self.noted_at < INDEX_LAG_SECONDS:
+            log_decision("quarantine-note-kept", noted_at=self.noted_at,
+                         action="the index may not show that job yet: looked at again next run")
+            return
         values: dict[str, Any] = {":now": _number(now), ":one": {"N": "1"}}
         if self.version is None:
             condition = "attribute_not_exists(#version) OR NOT attribute_type(#version, :number)"
@@ -179,7 +189,7 @@ def alert_new(ledger: L.Ledger, publish: Callable[[str, str], None], environment
     fresh = ledger.quarantined(not_alerted=True)
     log_decision("quarantine-look", why=why, untold=len(fresh))
     if not fresh:
-        if state is not None:
+        if state is not None and not quarantined_now:  # this run's own quarantine may not be in the index yet
             state.looked(ledger, now)
         return []
     lines = [f"  {q.job_id}: {q.error}" for q in fresh[:ALERT_LISTS]]
@@ -196,6 +206,7 @@ def alert_new(ledger: L.Ledger, publish: Callable[[str, str], None], environment
             if ledger.mark_alerted(item.job_id):
                 told.append(item.job_id)
     log_decision("quarantine-alert", jobs=[q.job_id for q in fresh], marked=len(told))
-    if state is not None and len(told) == len(fresh):  # a mark that failed: read again (and told again) next run
+    # A mark that failed: read again (and told again) next run; this run's quarantine: the index may lag.
+    if state is not None and len(told) == len(fresh) and not quarantined_now:
         state.looked(ledger, now)
     return told
