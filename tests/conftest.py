@@ -75,7 +75,7 @@ def parsed_models_once():
 @pytest.fixture(autouse=True, scope="session")
 def dynamodb_values_written_directly():
     """moto writes DynamoDB's item values without looking each member up under several names
-    (tests/moto_shortcuts.py): about a fifth of a scheduler run's time in moto."""
+    (tests/moto_shortcuts.py): a fifth of the scheduler's fault-injection case."""
     from moto.core.serialize import BaseJSONSerializer
     from moto_shortcuts import serialize_structure
 
