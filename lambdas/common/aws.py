@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Sequence
+from decimal import Decimal
 
 import boto3
 from botocore.config import Config
@@ -80,6 +81,12 @@ def describe_groups(autoscaling, names) -> list[dict]:
     return [group for batch in chunks(list(dict.fromkeys(names)), GROUP_NAMES_PER_CALL)
             for group in paginate(autoscaling, "describe_auto_scaling_groups", "AutoScalingGroups",
                                   AutoScalingGroupNames=batch)]
+
+
+def dynamodb_number(value: float) -> dict:
+    """A number as a DynamoDB attribute value: its shortest exact decimal (repr), never a binary float's
+    expansion, so what is written reads back as the same float."""
+    return {"N": str(Decimal(repr(value)))}
 
 
 def chunks(items, size: int):

@@ -34,11 +34,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from .aws import dynamodb_number
 from .logs import log_decision
 from .permissions import needs
 
@@ -74,7 +74,7 @@ class Acquired:
 
 
 def _number(value: float) -> dict:
-    return {"N": str(Decimal(repr(float(value))))}
+    return dynamodb_number(float(value))
 
 
 def _lease(item: dict[str, Any] | None) -> Lease | None:

@@ -28,12 +28,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import BotoCoreError, ClientError
 
+from ..common.aws import dynamodb_number
 from ..common.errors import describe, per_item
 from ..common.logs import log_decision
 from ..common.permissions import needs
@@ -82,7 +82,7 @@ class DeadLetters:
             TableName=self.table, Key={"job_id": {"S": OUTBOX_KEY}}, UpdateExpression="SET #debt = :debt",
             ExpressionAttributeNames={"#debt": debt.name},
             ExpressionAttributeValues={":debt": {"M": {"state": {"S": state}, "attempts": {"N": str(attempts)},
-                                                       "at": {"N": str(Decimal(repr(now)))}}}})
+                                                       "at": dynamodb_number(now)}}})
         return debt
 
     def settle(self, debt: Debt, applied: bool, reason: str) -> bool:

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from ..common.aws import dynamodb_number
 from ..common.errors import describe, per_item
 from ..common.logs import log_decision
 from . import ledger as L
@@ -106,7 +106,7 @@ class AlertState:
                 TableName=ledger.table, Key={"job_id": {"S": ALERT_STATE_KEY}},
                 UpdateExpression="SET noted_at = :now, #version = if_not_exists(#version, :zero) + :one",
                 ExpressionAttributeNames={"#version": "version"},
-                ExpressionAttributeValues={":now": _number(now), ":zero": {"N": "0"}, ":one": {"N": "1"}})
+                ExpressionAttributeValues={":now": dynamodb_number(now), ":zero": {"N": "0"}, ":one": {"N": "1"}})
         except (BotoCoreError, ClientError) as error:
             log_decision("quarantine-note-failed", error=describe(error),
                          action=f"told at the scheduler's hourly look ({CATCH_UP_SECONDS // 60} minutes at most)")
@@ -147,7 +147,7 @@ class AlertState:
             log_decision("quarantine-note-kept", noted_at=self.noted_at,
                          action="the index may not show that job yet: looked at again next run")
             return
-        values: dict[str, Any] = {":now": _number(now), ":one": {"N": "1"}}
+        values: dict[str, Any] = {":now": dynamodb_number(now), ":one": {"N": "1"}}
         if self.version is None:
             condition = "attribute_not_exists(#version) OR NOT attribute_type(#version, :number)"
             values[":number"] = {"S": "N"}
@@ -165,10 +165,6 @@ class AlertState:
             log_decision("quarantine-state-moved", action="a quarantine was noted during the look: read again next run")
         except (BotoCoreError, ClientError) as error:
             log_decision("quarantine-state-write-failed", error=describe(error), action="read again next run")
-
-
-def _number(value: float) -> dict:
-    return {"N": str(Decimal(repr(value)))}
 
 
 def _number_of(value: Any) -> float | None:

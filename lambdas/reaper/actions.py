@@ -48,9 +48,13 @@ PERMISSIONS = (
 )
 
 
+def _tag_time(ec2, instance_ids: Sequence[str], key: str, now: datetime) -> dict[str, str]:
+    return per_item(lambda ids: ec2.create_tags(Resources=ids, Tags=[{"Key": key, "Value": now.isoformat()}]),
+                    instance_ids, TAG_BATCH)
+
+
 def mark(ec2, instance_ids: Sequence[str], now: datetime) -> dict[str, str]:
-    return per_item(lambda ids: ec2.create_tags(
-        Resources=ids, Tags=[{"Key": tag_keys.IDLE_SINCE, "Value": now.isoformat()}]), instance_ids, TAG_BATCH)
+    return _tag_time(ec2, instance_ids, tag_keys.IDLE_SINCE, now)
 
 
 def unmark(ec2, instance_ids: Sequence[str]) -> dict[str, str]:
@@ -62,8 +66,7 @@ def unmark(ec2, instance_ids: Sequence[str]) -> dict[str, str]:
 
 
 def note_stop_refused(ec2, instance_ids: Sequence[str], now: datetime) -> dict[str, str]:
-    return per_item(lambda ids: ec2.create_tags(
-        Resources=ids, Tags=[{"Key": tag_keys.STOP_REFUSED_AT, "Value": now.isoformat()}]), instance_ids, TAG_BATCH)
+    return _tag_time(ec2, instance_ids, tag_keys.STOP_REFUSED_AT, now)
 
 
 # StopInstances' error for an instance EC2 cannot stop: a Spot Instance of a one-time request (EC2 User

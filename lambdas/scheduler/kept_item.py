@@ -7,10 +7,10 @@ placement lease), and each write is conditional on a newer time, so a late write
 from __future__ import annotations
 
 from collections.abc import Mapping
-from decimal import Decimal
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from ..common.aws import dynamodb_number
 from ..common.logs import log_decision
 from ..common.permissions import needs
 from ..jobs.ledger import TABLE_ARNS
@@ -22,8 +22,7 @@ def permission(key: str, why: str):
                  condition={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [key]}}, why=why)
 
 
-def number(value: float) -> dict:
-    return {"N": str(Decimal(repr(value)))}
+number = dynamodb_number  # the name its modules use
 
 
 def put_if_newer(dynamodb, table: str, key: str, at: float, attributes: Mapping[str, dict], what: str) -> bool:
