@@ -73,14 +73,28 @@ def parsed_models_once():
 
 
 @pytest.fixture(autouse=True, scope="session")
-def dynamodb_values_written_directly():
-    """moto writes DynamoDB's item values without looking each member up under several names
-    (tests/moto_shortcuts.py): a fifth of the scheduler's fault-injection case."""
-    from moto.core.serialize import BaseJSONSerializer
-    from moto_shortcuts import serialize_structure
+def moto_shortcuts():
+    """moto writes DynamoDB's item values as they are, works out the names it looks a member up under once,
+    and finds an action's method without listing its class (tests/moto_shortcuts.py, which says what each
+    saves)."""
+    import moto.core.responses
+    from moto.core.serialize import AttributePicker, BaseJSONSerializer
+    from moto_shortcuts import FunctionNames, pick, serialize_structure
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(BaseJSONSerializer, "_serialize_type_structure", serialize_structure)
+        patch.setattr(AttributePicker, "__call__", pick)
+        patch.setattr(moto.core.responses, "method_names_from_class", FunctionNames)
+        yield
+
+
+@pytest.fixture(autouse=True, scope="session")
+def pulumi_without_stack_traces():
+    """Resources are declared without the stack trace the Pulumi SDK sends the engine, which the mocks never read
+    (tests/pulumi_harness.py, without_stack_traces, says what it saves)."""
+    from pulumi_harness import without_stack_traces
+
+    with without_stack_traces():
         yield
 
 

@@ -1,5 +1,11 @@
 """Shortcuts through moto's answer serialization, for the suite's time (tests/conftest.py installs them).
 
+Three shortcuts, each compared with what moto does by tests/ci/test_moto_shortcuts.py:
+- DynamoDB item values, written as moto's backend holds them (below);
+- the names moto looks a member up under, worked out once per kind of member (`pick`);
+- whether a response class answers an action, asked of the class, not of a list of its members
+  (`FunctionNames`, at the end).
+
 moto writes each answer through the service model, member by member: every structure member is looked up
 under several names (moto/core/serialize.py, XFormedAttributePicker). A DynamoDB AttributeValue has ten
 members, and the ledger's items are maps of maps, so writing DynamoDB's answers was about a quarter of a
@@ -13,9 +19,11 @@ malformed value) goes through moto's serializer as before.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
-from moto.core.serialize import BaseJSONSerializer
+from moto.core.serialize import AttributePicker, BaseJSONSerializer
+from moto.core.utils import MISSING, get_value
 
 # Members written as they are, with the type their value must have (botocore's DynamoDB model,
 # AttributeValue: S and N are strings, NULL and BOOL booleans, SS and NS lists of strings).
@@ -49,3 +57,66 @@ def serialize_structure(self, serialized, value, shape, key) -> None:
         serialized[self.get_serialized_name(shape, key)] = written
         return
     ORIGINAL_STRUCTURE(self, serialized, value, shape, key)
+
+
+# moto's XFormedAttributePicker works out, for every member of every structure it writes, the names to look
+# the member up under: six alias providers (moto/core/serialize.py, DEFAULT_ALIAS_PROVIDERS), each built
+# anew and asked about the object, the member's shape and the shape's parent structure, each name then
+# also in snake_case. Most members of an EC2 or ECS answer are absent, so all of them are tried. What the
+# providers answer depends only on what `alias_signature` holds: the object's class (its name, its
+# `Meta.serialization_aliases`), the member's name, its shape's name, type and serialized name, and the
+# parent structure, whose members its name gives within one service model. So the names are worked out once
+# per signature. A context without a service model is left to moto: shape names are only unique within one.
+ORIGINAL_PICK = AttributePicker.__call__
+POSSIBLE_KEYS: dict[tuple, tuple[str, ...]] = {}
+
+
+def alias_signature(picker: AttributePicker, context) -> tuple | None:
+    """What the names `picker` tries for `context` depend on, or None where that is not known."""
+    if context.service_model is None:
+        return None
+    shape = context.shape
+    parent = getattr(shape, "parent", None)
+    return (type(picker), tuple(picker.alias_providers), type(context.obj), context.key,
+            context.service_model.service_name, context.service_model.api_version,
+            None if shape is None else (shape.name, shape.type_name, shape.serialization.get("name")),
+            None if parent is None else (parent.name, parent.type_name))
+
+
+def pick(self: AttributePicker, context) -> Any:
+    """AttributePicker.__call__, with the names to try worked out once per `alias_signature`."""
+    signature = alias_signature(self, context)
+    if signature is None:
+        return ORIGINAL_PICK(self, context)
+    keys = POSSIBLE_KEYS.get(signature)
+    if keys is None:
+        keys = POSSIBLE_KEYS[signature] = tuple(self.get_possible_keys(context))
+    obj = context.obj
+    for key in keys:
+        value = get_value(obj, key, MISSING)
+        if value is not MISSING:
+            break
+    else:
+        value = None
+    if self.response_transformers:
+        key_path = f"{context.key_path}.{context.key}"
+        for transform_path, transform in self.response_transformers.items():
+            if key_path.endswith(transform_path):
+                return transform(value)
+    return value
+
+
+class FunctionNames:
+    """`name in FunctionNames(cls)` is `name in moto.core.utils.method_names_from_class(cls)`: whether the
+    class has a plain function of that name. moto asks it of each request's response class to find the
+    action's method (moto/core/responses.py, call_action, its only caller), and listed every member of the
+    class with `inspect.getmembers` to answer: a twentieth of the removal protocol's moto tests' time
+    (py-spy). `getmembers` takes each name of `dir(cls)` through `getattr`; asking `getattr` for the one
+    name gives the same answer, as a class has no attribute outside its `dir` but its metaclass's, none of
+    which is a plain function."""
+
+    def __init__(self, clazz: type) -> None:
+        self.clazz = clazz
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and inspect.isfunction(getattr(self.clazz, name, None))

@@ -11,6 +11,7 @@ values checked against the pulumi_aws API docs (see tests/test_provider_schema.p
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import json
 import logging
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 STACKS = ("dev", "staging", "prod")
@@ -297,6 +299,30 @@ class _WarningCollector(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.messages.append(record.getMessage())
+
+
+# What the SDK's _get_stack_trace is, once without_stack_traces has replaced it (for the test that compares the two).
+SDK_STACK_TRACE = None
+
+
+@contextlib.contextmanager
+def without_stack_traces():
+    """Resources declared meanwhile send the engine an empty stack trace.
+
+    The Pulumi SDK sends the engine the Python stack of each resource's declaration, for its source position
+    (pulumi/runtime/resource.py, _get_stack_trace: traceback.extract_stack, which reads every frame's source
+    line). Under a test's stack of pytest, xdist and hypothesis frames, that was a quarter of a rendering's
+    time (py-spy over the suite; test_ami_from_manifest.py took 21 s instead of 24). The mocks' monitor never
+    reads it (pulumi/runtime/mocks.py, MockMonitor.RegisterResource reads the type, name, parent, provider,
+    inputs, import id and transforms). tests/ci/test_pulumi_stack_traces.py renders a stack both ways."""
+    global SDK_STACK_TRACE
+    from pulumi.runtime import resource
+    from pulumi.runtime.proto import source_pb2
+
+    SDK_STACK_TRACE = SDK_STACK_TRACE or resource._get_stack_trace
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(resource, "_get_stack_trace", source_pb2.StackTrace)
+        yield
 
 
 def render_program(program, stack: str = "test", config: dict[str, Any] | None = None,

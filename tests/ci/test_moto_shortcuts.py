@@ -1,6 +1,10 @@
-"""The suite's shortcut through moto's DynamoDB answers (tests/moto_shortcuts.py) writes what moto's own
-serializer writes: compared on every kind of value the shortcut takes, on a ledger record as the functions
-write it, and through moto's backend."""
+"""The suite's shortcuts through moto (tests/moto_shortcuts.py) do what moto does without them:
+- DynamoDB answers: compared on every kind of value the shortcut takes, on a ledger record as the functions
+  write it, and through moto's backend;
+- the names a member is looked up under: every answer of a scenario over the services the functions call,
+  written both ways;
+- an action's method: every response class moto has, asked about every name it has and every action of its
+  service's model."""
 
 from __future__ import annotations
 
@@ -10,8 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from moto import mock_aws
 from moto.core.utils import get_service_model
-from moto.core.serialize import BaseJSONSerializer, XFormedAttributePicker, get_serializer_class
-from moto_shortcuts import ORIGINAL_STRUCTURE, dynamodb_json, serialize_structure
+from moto.core.serialize import AttributePicker, AttributePickerContext, BaseJSONSerializer, XFormedAttributePicker, get_serializer_class
+from moto_shortcuts import (ORIGINAL_PICK, ORIGINAL_STRUCTURE, POSSIBLE_KEYS, FunctionNames, alias_signature, dynamodb_json, pick,
+                            serialize_structure)
 
 from lambdas.common.catalog import load_catalog
 from lambdas.jobs import ledger as L
@@ -78,3 +83,133 @@ def test_a_ledger_record_takes_the_shortcut_and_reads_back_the_same_through_moto
                                           ExpressionAttributeValues={":j": item["job_id"]})["Items"])
     assert answers[0] == answers[1] == [item]
     assert L.decode(answers[0][0]) == ledger_record()
+
+
+def a_scenario_over_the_services_the_functions_call() -> None:
+    """Calls whose answers hold the structures the suite's moto tests read: instances, spot requests, groups,
+    clusters, container instances, tasks, alarms, queues, topics, parameters, roles and rules."""
+    import json
+    ec2 = boto3.client("ec2", "us-east-1")
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    template = ec2.create_launch_template(LaunchTemplateName="gpu1-lt", LaunchTemplateData={
+        "ImageId": image, "InstanceType": "g5.xlarge", "MetadataOptions": {"HttpTokens": "required"}})
+    ec2.run_instances(ImageId=image, InstanceType="g5.xlarge", MinCount=2, MaxCount=2,
+                      TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": "mlfleet:fleet", "Value": "gpu1"}]}])
+    ec2.request_spot_instances(InstanceCount=1, LaunchSpecification={"ImageId": image, "InstanceType": "g4dn.xlarge"})
+    ec2.describe_instances()
+    ec2.describe_spot_instance_requests()
+    ec2.describe_launch_template_versions(LaunchTemplateId=template["LaunchTemplate"]["LaunchTemplateId"])
+    ec2.describe_tags()
+    subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
+    autoscaling = boto3.client("autoscaling", "us-east-1")
+    autoscaling.create_auto_scaling_group(
+        AutoScalingGroupName="g", MinSize=0, MaxSize=3, DesiredCapacity=1, VPCZoneIdentifier=subnet,
+        MixedInstancesPolicy={"LaunchTemplate": {"LaunchTemplateSpecification": {"LaunchTemplateName": "gpu1-lt", "Version": "$Latest"},
+                                                 "Overrides": [{"InstanceType": "g5.xlarge"}, {"InstanceType": "g4dn.xlarge"}]},
+                              "InstancesDistribution": {"OnDemandPercentageAboveBaseCapacity": 0}},
+        Tags=[{"Key": "mlfleet:fleet", "Value": "gpu1", "PropagateAtLaunch": True}])
+    autoscaling.describe_auto_scaling_groups()
+    autoscaling.describe_auto_scaling_instances()
+    ecs = boto3.client("ecs", "us-east-1")
+    ecs.create_cluster(clusterName="c")
+    ecs.register_task_definition(family="job", containerDefinitions=[{"name": "job", "image": "i", "memory": 512,
+                                                                      "resourceRequirements": [{"type": "GPU", "value": "1"}]}])
+    instance = ec2.describe_instances()["Reservations"][0]["Instances"][0]
+    document = {"instanceId": instance["InstanceId"], "region": "us-east-1", "availabilityZone": "us-east-1a"}
+    ecs.register_container_instance(cluster="c", instanceIdentityDocument=json.dumps(document),
+                                    totalResources=[{"name": "CPU", "type": "INTEGER", "integerValue": 4096},
+                                                    {"name": "MEMORY", "type": "INTEGER", "integerValue": 16000}])
+    arns = ecs.list_container_instances(cluster="c")["containerInstanceArns"]
+    ecs.describe_container_instances(cluster="c", containerInstances=arns)
+    ecs.start_task(cluster="c", taskDefinition="job", containerInstances=arns)
+    ecs.describe_tasks(cluster="c", tasks=ecs.list_tasks(cluster="c")["taskArns"])
+    ecs.describe_clusters(clusters=["c"], include=["STATISTICS", "TAGS"])
+    cloudwatch = boto3.client("cloudwatch", "us-east-1")
+    cloudwatch.put_metric_alarm(AlarmName="a", MetricName="GPUUtilization", Namespace="mlfleet", Statistic="Maximum",
+                                Period=300, EvaluationPeriods=3, Threshold=5, ComparisonOperator="LessThanThreshold",
+                                Dimensions=[{"Name": "InstanceId", "Value": instance["InstanceId"]}])
+    cloudwatch.describe_alarms()
+    sqs = boto3.client("sqs", "us-east-1")
+    queue = sqs.create_queue(QueueName="q")["QueueUrl"]
+    sqs.send_message(QueueUrl=queue, MessageBody="{}")
+    sqs.receive_message(QueueUrl=queue, AttributeNames=["All"], MessageAttributeNames=["All"])
+    sns = boto3.client("sns", "us-east-1")
+    sns.create_topic(Name="t")
+    sns.list_topics()
+    ssm = boto3.client("ssm", "us-east-1")
+    ssm.put_parameter(Name="/p", Value="v", Type="String")
+    ssm.get_parameters(Names=["/p"])
+    iam = boto3.client("iam", "us-east-1")
+    iam.create_role(RoleName="r", AssumeRolePolicyDocument="{}")
+    iam.list_roles()
+    events = boto3.client("events", "us-east-1")
+    events.put_rule(Name="r", ScheduleExpression="rate(1 minute)")
+    events.list_rules()
+
+
+def test_every_member_of_every_answer_is_looked_up_under_the_names_moto_would_try():
+    kinds, lookups = set(), 0
+
+    def both(self, context):
+        nonlocal lookups
+        value = ORIGINAL_PICK(self, context)
+        # Equal, or of one class: some of moto's models build a new object at each read (Instance.block_device_mappings).
+        assert (shortcut := pick(self, context)) == value or type(shortcut) is type(value), context.key
+        signature = alias_signature(self, context)
+        assert POSSIBLE_KEYS[signature] == tuple(self.get_possible_keys(context)), signature
+        kinds.add(signature)
+        lookups += 1
+        return value
+
+    with mock_aws(), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(AttributePicker, "__call__", both)
+        a_scenario_over_the_services_the_functions_call()
+    assert len(kinds) > 500 and lookups > 2 * len(kinds), "most kinds of member are looked up more than once"
+
+
+class Db:
+    """A model whose attribute drops its class's name from the member's (moto's ClassPrefixAlias)."""
+    identifier = "db-1"
+
+
+class Aliased:
+    """A model that names its attribute for a member itself (moto's ExplicitAlias)."""
+    class Meta:
+        serialization_aliases = {"DbIdentifier": "name"}
+    name = "db-2"
+
+
+def test_the_names_depend_on_the_object_s_class():
+    picker = XFormedAttributePicker()
+    looked_up = [pick(picker, AttributePickerContext(obj=obj, key="DbIdentifier", shape=None,
+                                                     service_model=get_service_model("rds")))
+                 for obj in ({"DbIdentifier": "db-0"}, Db(), Aliased(), {"DbIdentifier": "db-3"})]
+    assert looked_up == ["db-0", "db-1", "db-2", "db-3"]
+
+
+def response_classes() -> set[type]:
+    """Every response class of the services the suite's moto tests call, and of their bases."""
+    import importlib
+
+    from moto.core.responses import BaseResponse
+    for service in ("ec2", "ecs", "autoscaling", "cloudwatch", "sqs", "dynamodb", "sns", "events", "ssm", "iam",
+                    "awslambda", "budgets", "sts", "s3", "ce"):
+        importlib.import_module(f"moto.{service}.responses")
+    found, todo = set(), [BaseResponse]
+    while todo:
+        cls = todo.pop()
+        found.add(cls)
+        todo.extend(set(cls.__subclasses__()) - found)
+    return found
+
+
+def test_an_action_s_method_is_found_as_moto_finds_it():
+    from moto.core.utils import camelcase_to_underscores, method_names_from_class
+    classes = response_classes()
+    assert len(classes) > 20
+    for cls in classes:
+        names = method_names_from_class(cls)
+        actions = {camelcase_to_underscores(name) for service in ("ec2", "ecs", "sqs", "dynamodb")
+                   for name in get_service_model(service).operation_names}
+        for name in set(dir(cls)) | actions | {"", "no_such_action", "mro", "__init_subclass__", "Meta"}:
+            assert (name in FunctionNames(cls)) == (name in names), (cls, name)
