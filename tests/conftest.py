@@ -50,7 +50,7 @@ def parsed_models_once():
     `load_data_with_path` is the one cached for data files: `load_data` reads through it, and each new
     session's endpoint resolver calls it directly for endpoints.json (botocore/session.py,
     create_default_resolver), which was parsed again for every session, a third of the mlfleet command's
-    tests' time."""
+    tests' time. tests/moto_shortcuts.py keeps each service's client class the same way."""
     cache: dict = {}
     original_model = botocore.loaders.Loader.load_service_model
     original_data = botocore.loaders.Loader.load_data_with_path
@@ -75,13 +75,15 @@ def parsed_models_once():
 @pytest.fixture(autouse=True, scope="session")
 def moto_shortcuts():
     """moto writes DynamoDB's item values as they are, works out the names it looks a member up under once,
-    and finds an action's method without listing its class (tests/moto_shortcuts.py, which says what each
-    saves)."""
+    and finds an action's method without listing its class; botocore makes each service's client class once
+    (tests/moto_shortcuts.py, which says what each saves)."""
+    import botocore.client
     import moto.core.responses
     from moto.core.serialize import AttributePicker, BaseJSONSerializer
-    from moto_shortcuts import FunctionNames, pick, serialize_structure
+    from moto_shortcuts import FunctionNames, create_client_class, pick, serialize_structure
 
     with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(botocore.client.ClientCreator, "_create_client_class", create_client_class)
         patch.setattr(BaseJSONSerializer, "_serialize_type_structure", serialize_structure)
         patch.setattr(AttributePicker, "__call__", pick)
         patch.setattr(moto.core.responses, "method_names_from_class", FunctionNames)

@@ -1,10 +1,11 @@
-"""Shortcuts through moto's answer serialization, for the suite's time (tests/conftest.py installs them).
+"""Shortcuts through moto and botocore, for the suite's time (tests/conftest.py installs them).
 
-Three shortcuts, each compared with what moto does by tests/ci/test_moto_shortcuts.py:
+Four shortcuts, each compared with what moto or botocore does by tests/ci/test_moto_shortcuts.py:
 - DynamoDB item values, written as moto's backend holds them (below);
 - the names moto looks a member up under, worked out once per kind of member (`pick`);
 - whether a response class answers an action, asked of the class, not of a list of its members
-  (`FunctionNames`, at the end).
+  (`FunctionNames`);
+- a service's client class, made once (`create_client_class`, at the end).
 
 moto writes each answer through the service model, member by member: every structure member is looked up
 under several names (moto/core/serialize.py, XFormedAttributePicker). A DynamoDB AttributeValue has ten
@@ -22,6 +23,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from botocore.client import ClientCreator
 from moto.core.serialize import AttributePicker, BaseJSONSerializer
 from moto.core.utils import MISSING, get_value
 
@@ -120,3 +122,21 @@ class FunctionNames:
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and inspect.isfunction(getattr(self.clazz, name, None))
+
+
+# botocore makes a class for every client it makes, a method per operation (ClientCreator._create_client_class;
+# EC2 has hundreds): 3% of the suite's time (py-spy), as the functions and tests make their clients from a
+# new session in each moto context. The class holds the operations' methods and what the
+# `creating-client-class` handlers add to it; those handlers are botocore's and boto3's defaults in every
+# session (neither the functions nor the tests register one), and a client's own state is on the instance.
+# So one class per service and API version serves every session.
+ORIGINAL_CLIENT_CLASS = ClientCreator._create_client_class
+CLIENT_CLASSES: dict[tuple[str, str], type] = {}
+
+
+def create_client_class(self: ClientCreator, service_name: str, service_model) -> type:
+    """ClientCreator._create_client_class, made once per service and API version."""
+    key = (service_name, service_model.api_version)
+    if key not in CLIENT_CLASSES:
+        CLIENT_CLASSES[key] = ORIGINAL_CLIENT_CLASS(self, service_name, service_model)
+    return CLIENT_CLASSES[key]

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from moto import mock_aws
 from moto.core.utils import get_service_model
 from moto.core.serialize import AttributePicker, AttributePickerContext, BaseJSONSerializer, XFormedAttributePicker, get_serializer_class
-from moto_shortcuts import (ORIGINAL_PICK, ORIGINAL_STRUCTURE, POSSIBLE_KEYS, FunctionNames, alias_signature, dynamodb_json, pick,
+from moto_shortcuts import (ORIGINAL_CLIENT_CLASS, ORIGINAL_PICK, ORIGINAL_STRUCTURE, POSSIBLE_KEYS, FunctionNames, alias_signature, dynamodb_json, pick,
                             serialize_structure)
 
 from lambdas.common.catalog import load_catalog
@@ -213,3 +213,17 @@ def test_an_action_s_method_is_found_as_moto_finds_it():
                    for name in get_service_model(service).operation_names}
         for name in set(dir(cls)) | actions | {"", "no_such_action", "mro", "__init_subclass__", "Meta"}:
             assert (name in FunctionNames(cls)) == (name in names), (cls, name)
+
+
+@pytest.mark.parametrize("service", ["ec2", "ecs", "dynamodb", "s3"])
+def test_a_service_s_client_class_is_made_once_and_is_what_botocore_makes(service):
+    import boto3.session
+    from botocore.client import ClientCreator
+
+    first, second = (boto3.session.Session().client(service, "us-east-1") for _ in range(2))
+    assert type(first) is type(second), "each session's client of a service has the kept class"
+    events = boto3.session.Session()._session.get_component("event_emitter")  # a new session's handlers
+    fresh = ORIGINAL_CLIENT_CLASS(ClientCreator(None, None, None, events, None, None), service, first.meta.service_model)
+    assert fresh is not type(first)
+    assert (fresh.__name__, fresh.__bases__) == (type(first).__name__, type(first).__bases__)
+    assert set(vars(fresh)) == set(vars(type(first))), "the same methods, the handlers' additions among them"
