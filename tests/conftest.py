@@ -11,8 +11,10 @@ from hypothesis import settings
 # CI (.ci/run) draws the property tests' examples from a fixed seed, so that its verdict on a commit is the
 # same every run. A local run draws fresh ones, as CI did when it found the rounding of the configuration
 # bound (tests/benchmarks/test_benchmark_gpu_sharing.py); a failure prints its example, to be pinned with
-# @example.
-settings.register_profile("ci", derandomize=True, print_blob=True)
+# @example. Without the example database: examples a local run saved in .hypothesis/ would otherwise be
+# replayed first (hypothesis/core.py, run_engine keys the database by the test even when derandomized), so
+# the verdict would depend on the tree's history.
+settings.register_profile("ci", derandomize=True, print_blob=True, database=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
