@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
@@ -30,9 +31,15 @@ def config(budget: int | None, home: str = "us-east-1", **extra) -> dict:
     return values
 
 
+@functools.cache
+def rendered(budget: int):
+    """The dev stack of config(budget), rendered once per test process for the tests that only read it."""
+    return render_config(config(budget), "dev")
+
+
 @pytest.fixture(scope="module", params=[10_000, 3_000])
 def billing(request):
-    return request.param, render_config(config(request.param), "dev")
+    return request.param, rendered(request.param)
 
 
 def test_budget_is_monthly_cost_filtered_to_the_environment(billing):
@@ -95,7 +102,7 @@ def test_billing_alarms_stay_in_us_east_1_when_home_is_elsewhere():
 
 
 def test_every_topic_is_kms_encrypted_and_only_aws_services_of_this_account_publish():
-    rendering = render_config(config(10_000), "dev")
+    rendering = rendered(10_000)
     topics = rendering.of_type("aws:sns/topic:Topic")
     assert {t.inputs["name"] for t in topics} == {"mlfleet-dev-alerts", "mlfleet-dev-budget-exceeded",
                                                   "mlfleet-dev-job-notifications"}
@@ -126,7 +133,7 @@ def test_every_topic_is_kms_encrypted_and_only_aws_services_of_this_account_publ
 
 
 def test_admission_flag_starts_open_and_pulumi_never_resets_it():
-    rendering = render_config(config(10_000), "dev")
+    rendering = rendered(10_000)
     (parameter,) = [p for p in rendering.of_type("aws:ssm/parameter:Parameter")
                     if p.inputs["name"] == "/mlfleet/dev/admission"]
     assert json.loads(parameter.inputs["insecureValue"])["state"] == "open"
@@ -214,7 +221,7 @@ def test_a_notification_the_guard_could_not_act_on_reaches_the_team():
     set (https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-retain-records.html). Without one,
     the only notification that closes admission vanished with nobody told: admission stayed open past the
     budget. The failed invocation record goes to the alert topic, which the guard's role may publish to."""
-    rendering = render_config(config(10_000), "dev")
+    rendering = rendered(10_000)
     (function,) = [f for f in rendering.of_type("aws:lambda/function:Function")
                    if f.inputs["name"].endswith("-budget_guard")]
     configs = [c for c in rendering.of_type("aws:lambda/functionEventInvokeConfig:FunctionEventInvokeConfig")
