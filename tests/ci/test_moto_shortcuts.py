@@ -1,12 +1,15 @@
-"""The suite's shortcuts through moto (tests/moto_shortcuts.py) do what moto does without them:
+"""The suite's shortcuts through moto and botocore (tests/moto_shortcuts.py) do what they do without them:
 - DynamoDB answers: compared on every kind of value the shortcut takes, on a ledger record as the functions
   write it, and through moto's backend;
 - the names a member is looked up under: every answer of a scenario over the services the functions call,
   written both ways;
 - an action's method: every response class moto has, asked about every name it has and every action of its
-  service's model."""
+  service's model;
+- a service's client class: the kept one against one botocore makes afresh."""
 
 from __future__ import annotations
+
+import json
 
 import boto3
 import pytest
@@ -88,7 +91,6 @@ def test_a_ledger_record_takes_the_shortcut_and_reads_back_the_same_through_moto
 def a_scenario_over_the_services_the_functions_call() -> None:
     """Calls whose answers hold the structures the suite's moto tests read: instances, spot requests, groups,
     clusters, container instances, tasks, alarms, queues, topics, parameters, roles and rules."""
-    import json
     ec2 = boto3.client("ec2", "us-east-1")
     image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
     template = ec2.create_launch_template(LaunchTemplateName="gpu1-lt", LaunchTemplateData={
