@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from benchmarks.configuration_bound import configuration_bound
+import benchmarks.configuration_bound as configuration_bound_module
+from benchmarks.configuration_bound import _dominated, configuration_bound
 from lambdas.scheduler.planning import resource_prices
 
 
@@ -39,3 +40,48 @@ def test_never_below_the_aggregate_lp(jobs):
     aggregate = sum(p * d for p, d in zip(resource_prices(boxes, demand), demand))
     bound = configuration_bound([(g, float(v), m) for g, v, m in jobs], boxes)
     assert bound.converged and bound.cost >= aggregate - 1e-6
+
+
+def test_a_dominated_box_is_not_priced_but_one_a_kind_needs_is():
+    # b0 is b1 with less of everything at a higher price: every pattern of b0 is b1's for less.
+    boxes = [((1, 8.0, 32), 2.0), ((2, 16.0, 64), 1.5), ((1, 8.0, 32), 2.0), ((4, 48.0, 192), 0.5)]
+    kinds = [(1, 4.0, 16)]
+    everywhere = lambda kind, b: True  # noqa: E731
+    assert _dominated(0, boxes, kinds, everywhere, lambda b: 0)
+    assert _dominated(2, boxes, kinds, everywhere, lambda b: 0)
+    assert not _dominated(3, boxes, kinds, everywhere, lambda b: 0)  # the cheapest and the biggest
+    # Equal boxes dominate each other only as one: the first is priced.
+    equal = [((1, 8.0, 32), 1.0), ((1, 8.0, 32), 1.0)]
+    assert not _dominated(0, equal, kinds, everywhere, lambda b: 0) and _dominated(1, equal, kinds, everywhere, lambda b: 0)
+    # A kind tied to b0 (a GPU model only it has) keeps it priced.
+    assert not _dominated(0, boxes, kinds, lambda kind, b: b == 0, lambda b: 0)
+    # So does more memory on each GPU, for jobs that share GPUs.
+    assert not _dominated(0, boxes, kinds, everywhere, lambda b: 24_000 if b == 0 else 16_000)
+    assert _dominated(0, boxes, kinds, everywhere, lambda b: 16_000 if b == 0 else 24_000)
+
+
+boxes_strategy = st.lists(st.tuples(st.sampled_from([(1, 8.0, 32), (1, 16.0, 64), (2, 16.0, 64), (4, 48.0, 192)]),
+                                    st.sampled_from([0.5, 1.0, 1.3, 2.0, 3.0]), st.sampled_from([0, 16_000, 24_000])),
+                          min_size=1, max_size=5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(boxes_strategy, st.lists(st.tuples(st.integers(0, 2), st.integers(1, 16), st.integers(1, 64),
+                                          st.sampled_from([0, 0, 6_000, 12_000, 20_000]), st.integers(0, 4)),
+                                min_size=1, max_size=8))
+# Two jobs of 12,000 MiB fit one GPU of 24,000, not one of 16,000: the first box is not the second's to drop.
+@example([((1, 8.0, 32), 1.0, 24_000), ((1, 8.0, 32), 1.0, 16_000)], [(0, 1, 1, 12_000, 0)] * 2)
+def test_leaving_dominated_boxes_out_changes_no_bound(boxes, jobs):
+    """Whole-GPU and GPU-sharing kinds, some tied to one box (`tied`: the box's number, from 1): the bound is
+    the same with every box priced."""
+    kinds = [((0 if memory else gpus, float(vcpus), mib), memory, tied) for gpus, vcpus, mib, memory, tied in jobs]
+    arguments = dict(shape_of=lambda kind: kind[0], gpu_memory_of=lambda kind: kind[1],
+                     eligible={kind: {b for b in range(len(boxes)) if kind[2] in (0, b + 1)} for kind in kinds},
+                     box_gpu_memory=[memory for _, _, memory in boxes])
+    priced_boxes = [(capacity, price) for capacity, price, _ in boxes]
+    pruned = configuration_bound(kinds, priced_boxes, **arguments)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(configuration_bound_module, "_dominated", lambda *args: False)
+        every = configuration_bound(kinds, priced_boxes, **arguments)
+    assert pruned.converged and every.converged
+    assert pruned.cost == pytest.approx(every.cost, rel=1e-9, abs=1e-9)
