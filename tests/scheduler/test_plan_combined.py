@@ -80,6 +80,23 @@ def machine_st(draw, n, fleets):
         gpu_memory_mib=gpu_memory, shared_gpus=tuple(shared))
 
 
+# job_st's strategies, made once: hypothesis works out each new strategy's properties the first time it draws
+# from it, which, with a dozen strategies made per job, was most of drawing a world (py-spy: 75 ms a world).
+# Made once, they draw the same choices, so the examples are the same.
+JOB_SUBMISSIONS = st.sampled_from(["s1", "s2", "s3"])
+JOB_GPUS = st.sampled_from([1, 1, 2, 4])
+JOB_VCPUS = st.sampled_from([1, 2, 3.5, 8, 24])
+JOB_MEMORY = st.sampled_from([256, 4096, 12_000, 40_000, 120_000])
+JOB_PATTERNS = st.sampled_from([None, None, None, *PATTERNS])
+JOB_REGIONS = st.sampled_from([(), (), (), ("us-east-1",), ("us-west-2",), REGIONS])
+JOB_LIFECYCLES = st.sampled_from([None, None, None, "spot", "on-demand"])
+JOB_CHECKPOINT_REGIONS = st.sampled_from([None, None, None, *REGIONS])
+JOB_RUNTIMES = st.none() | st.builds(RuntimeEstimate, st.sampled_from([600.0, 3 * 3600.0, 30 * 3600.0, 100 * 3600.0]),
+                                     st.just(0.5))
+JOB_CHECKPOINT_INTERVALS = st.none() | st.sampled_from([600.0, 3600.0])
+JOB_TEAMS = st.sampled_from([None, *TEAMS, "gone"])
+
+
 @st.composite
 def job_st(draw, n, fleets):
     sharing = draw(st.integers(0, 2)) == 0
@@ -87,18 +104,14 @@ def job_st(draw, n, fleets):
     if draw(st.integers(0, 4)) == 0:  # valid (a fleet of the world) or stale (a fleet there is not)
         home = draw(st.sampled_from(fleets)) if fleets and draw(st.booleans()) else None
         reserved = Reservation(*((home.region, home.fleet) if home else ("us-east-1", "gone")), f"box-{n % 2}")
-    runtime = draw(st.none() | st.builds(RuntimeEstimate, st.sampled_from([600.0, 3 * 3600.0, 30 * 3600.0,
-                                                                            100 * 3600.0]), st.just(0.5)))
+    runtime = draw(JOB_RUNTIMES)
     return JobRequest(
-        f"j{n:02d}", draw(st.sampled_from(["s1", "s2", "s3"])), 0 if sharing else draw(st.sampled_from([1, 1, 2, 4])),
-        draw(st.sampled_from([1, 2, 3.5, 8, 24])), draw(st.sampled_from([256, 4096, 12_000, 40_000, 120_000])),
-        instance_type_pattern=draw(st.sampled_from([None, None, None, *PATTERNS])),
-        regions=draw(st.sampled_from([(), (), (), ("us-east-1",), ("us-west-2",), REGIONS])),
-        lifecycle=draw(st.sampled_from([None, None, None, "spot", "on-demand"])), submitted_at=draw(st.floats(0, NOW)),
-        reserved=reserved, checkpoint_region=draw(st.sampled_from([None, None, None, *REGIONS])), runtime=runtime,
-        checkpoint_interval_s=draw(st.none() | st.sampled_from([600.0, 3600.0])),
-        attempts_left=draw(st.integers(1, 3)), team=draw(st.sampled_from([None, *TEAMS, "gone"])),
-        priority=draw(st.integers(0, 9)), gpu_memory_mib=draw(st.integers(1, 30_000)) if sharing else 0)
+        f"j{n:02d}", draw(JOB_SUBMISSIONS), 0 if sharing else draw(JOB_GPUS), draw(JOB_VCPUS), draw(JOB_MEMORY),
+        instance_type_pattern=draw(JOB_PATTERNS), regions=draw(JOB_REGIONS), lifecycle=draw(JOB_LIFECYCLES),
+        submitted_at=draw(st.floats(0, NOW)), reserved=reserved, checkpoint_region=draw(JOB_CHECKPOINT_REGIONS),
+        runtime=runtime, checkpoint_interval_s=draw(JOB_CHECKPOINT_INTERVALS), attempts_left=draw(st.integers(1, 3)),
+        team=draw(JOB_TEAMS), priority=draw(st.integers(0, 9)),
+        gpu_memory_mib=draw(st.integers(1, 30_000)) if sharing else 0)
 
 
 @st.composite
