@@ -1,10 +1,10 @@
 """The suite's shortcuts through moto and botocore (tests/moto_shortcuts.py) do what they do without them:
 - DynamoDB answers: compared on every kind of value the shortcut takes, on a ledger record as the functions
   write it, and through moto's backend;
-- the names a member is looked up under: every answer of a scenario over the services the functions call,
-  written both ways;
-- an action's method: every response class moto has, asked about every name it has and every action of its
-  service's model;
+- the names a member is looked up under: the kept names against moto's own, at every lookup of a scenario
+  over the services the functions call, and for models whose class changes them;
+- an action's method: every response class of the services the suite calls (and their bases), asked about
+  every name it has, every action of four services' models and names it must refuse;
 - a service's client class: the kept one against one botocore makes afresh."""
 
 from __future__ import annotations
