@@ -32,10 +32,7 @@ scenario answers such a stop with AWS's refusal (a stub kept for the next run to
 
 from __future__ import annotations
 
-import copy
-import copyreg
 import json
-import threading
 import time
 from collections import Counter
 from datetime import datetime, timedelta, timezone
@@ -46,6 +43,7 @@ from conftest import (
     ASG, CLUSTER, ENV, FAMILY, HOME, attach_spot_instance, aws_client, build_fleet, create_queues, create_table,
     open_admission, scheduler_settings, set_teams, teams_json, two_fleets_json,
 )
+import moto_state
 from faults import KINDS, Faults, error_response
 from moto import mock_aws
 from reaper.test_reaper_moto import put_utilisation
@@ -54,7 +52,7 @@ from components.functions.python_function import declared_permissions
 
 from lambdas.budget_guard import handler as guard
 from lambdas.common import tags as tag_keys
-from lambdas.common.aws import forget_stopped_tasks, reset_clients
+from lambdas.common.aws import reset_clients
 from lambdas.common.catalog import load_catalog
 from lambdas.job_events import handler as job_events
 from lambdas.jobs import checkpoints
@@ -638,72 +636,23 @@ def fresh_home() -> dict:
     return {"table": f"mlfleet-{ENV}-jobs", "queue": queue, "dlq": dlq}
 
 
-# --- each scenario's world built once, restored for each case ------------------------------------------
-# Building a world (a table, queues, a fleet registered with ECS, jobs and tasks) takes as long as the runs
-# and checks of a case together, and every case starts from the same world. So each world is built once
-# per process in a fresh moto, exactly as before, and kept as a deep copy of moto's state (every service's
-# backends) and of the scenario's own objects (the world, the reaper's RACE and ONE_TIME_SPOT); each case
-# then starts from a copy of that copy, in a fresh moto: the same world as a new build, with no state of
-# an earlier case. A copy takes milliseconds where a build took about half a second.
+# --- each scenario's world built once, put back for each case (tests/moto_state.py) --------------------
+# Every case starts from the same world: it is built once per process and kept with the scenario's own
+# objects (the world, the reaper's RACE and ONE_TIME_SPOT).
 WORLDS: dict = {}
 
 
-def _moto_backends() -> list:
-    from moto.core.base_backend import BackendDict
-
-    return list(BackendDict._instances)
-
-
-def _copy(value, backends: list):
-    """A deep copy of moto state or of a snapshot. moto's registries of services (BackendDict) stay shared,
-    as moto keeps one of each; a lock or condition (SQS's per queue) becomes a new one, as no thread holds it
-    in a world at rest; SSM's parameter store (a defaultdict whose constructor takes its account and region)
-    is copied item by item."""
-    from moto.ssm.models import ParameterDict
-
-    reducers = {
-        type(threading.Lock()): lambda lock: (threading.Lock, ()),
-        type(threading.RLock()): lambda lock: (threading.RLock, ()),
-        threading.Condition: lambda condition: (threading.Condition, ()),
-        ParameterDict: lambda store: (ParameterDict, (store.account_id, store.region_name), dict(vars(store)), None,
-                                      iter(store.items())),
-    }
-    added = {kind: reducer for kind, reducer in reducers.items() if kind not in copyreg.dispatch_table}
-    copyreg.dispatch_table.update(added)
-    try:
-        return copy.deepcopy(value, {id(backend): backend for backend in backends})
-    finally:
-        for kind in added:
-            del copyreg.dispatch_table[kind]
-
-
-def snapshot(world: dict) -> dict:
-    backends = _moto_backends()
-    return _copy({"backends": [(backend, dict(backend)) for backend in backends], "world": world,
-                  "race": dict(RACE), "one_time_spot": set(ONE_TIME_SPOT)}, backends)
-
-
-def restore(kept: dict) -> dict:
-    """The kept world in the active (fresh) moto; returns the scenario's world."""
-    state = _copy(kept, [backend for backend, _ in kept["backends"]])
-    for backend, accounts in state["backends"]:
-        backend.clear()
-        backend.update(accounts)
-        if backend not in type(backend)._instances:  # so that moto resets it when the mock stops
-            type(backend)._instances.append(backend)
+def world_for(world_of) -> dict:
+    """The scenario's world in the active fresh moto: built the first time, put back from then on."""
+    if world_of not in WORLDS:
+        WORLDS[world_of] = moto_state.keep({"world": world_of(fresh_home()), "race": dict(RACE),
+                                            "one_time_spot": set(ONE_TIME_SPOT)})
+    state = moto_state.put_back(WORLDS[world_of])
     RACE.clear()
     RACE.update(state["race"])
     ONE_TIME_SPOT.clear()
     ONE_TIME_SPOT.update(state["one_time_spot"])
-    forget_stopped_tasks()  # the copy repeats the kept world's task ARNs: a warm function's memory of them goes
     return state["world"]
-
-
-def world_for(world_of) -> dict:
-    """The scenario's world in the active fresh moto: built the first time, restored from then on."""
-    if world_of not in WORLDS:
-        WORLDS[world_of] = snapshot(world_of(fresh_home()))
-    return restore(WORLDS[world_of])
 
 
 @pytest.fixture(scope="module")

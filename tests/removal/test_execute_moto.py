@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+import moto_state
 import pytest
 from ecs_agent import held_task_statuses, stopped, stopping
 from removal.world import (ASG, CLUSTER, FAULTS, FLEET_REGION, HOME, aws, build, decisions, group_state, inject,
@@ -458,16 +459,30 @@ CASES = [(service, operation, skip, fault, applied) for service, operation, skip
          for applied in ((False, True) if operation in WRITES and fault == "timeout" else (False,))]
 
 
+MATRIX_WORLD: list = []
+
+
+def matrix_world():
+    """Every case's world, built in the first case and put back in the others (tests/moto_state.py): four
+    Spot Instances in the group (as the fleets are: a re-activation reads the Spot requests); the first ran a
+    job that has ended (its stopped task is listed and described, not stopping), the second runs a task, and
+    a job is claimed on the third in the ledger."""
+    if not MATRIX_WORLD:
+        world = build(size=4, spot=True)
+        idle, busy, claimed = world.ids[:3]
+        aws("ecs").stop_task(cluster=CLUSTER, task=start_task_on(world, idle), reason="the job ended")
+        start_task_on(world, busy)
+        place_job_in_ledger("sub-20261122120000-abcdef-00001", claimed)
+        MATRIX_WORLD.append(moto_state.keep(world))
+    return moto_state.put_back(MATRIX_WORLD[0])
+
+
 @pytest.mark.parametrize("service, operation, skip, fault, applied", CASES,
                          ids=[f"{o}#{s}-{f}{'-applied' if a else ''}" for _, o, s, f, a in CASES])
 def test_fault_on_each_call_never_kills_work_and_the_next_run_settles_everything(fleet_aws, service, operation, skip,
                                                                                     fault, applied):
-    world = build(size=4, spot=True)  # as the fleets are: a re-activation reads the Spot requests
+    world = matrix_world()
     idle, busy, claimed = world.ids[:3]
-    # The idle machine ran a job that has ended: its stopped task is listed and described (not stopping).
-    aws("ecs").stop_task(cluster=CLUSTER, task=start_task_on(world, idle), reason="the job ended")
-    start_task_on(world, busy)
-    place_job_in_ledger("sub-20261122120000-abcdef-00001", claimed)
     # The busy machines look idle to the method (it read them before they got work): all three proposed.
     proposed = (idle, busy, claimed)
     fired = inject(service, operation, FAULTS[fault], region=HOME if service == "dynamodb" else FLEET_REGION,
