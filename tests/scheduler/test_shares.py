@@ -4,6 +4,8 @@ get nothing)."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -248,25 +250,35 @@ def test_decayed_usage_halves_each_half_life_and_counts_only_what_is_held_withou
 # --- properties ---------------------------------------------------------------------------------------
 
 TEAMS = ("a", "b", "c")
+# The worlds' strategies, made once (the teams' one, once per list of teams): hypothesis works out a new
+# strategy's properties on its first draw. The same distribution; this file took 3.5 s of user CPU before, 2.9 s after.
+TEAM_WEIGHTS = st.sampled_from([0.5, 1.0, 3.0])
+QUOTAS = st.none() | st.integers(1, 16)
+JOB_GPUS = st.sampled_from([1, 1, 2, 4])
+DOLLAR_CAPS = st.sampled_from([5.0, 50.0, 1000.0])
+
+
+@functools.cache
+def job_teams(names: tuple[str, ...]):
+    return st.sampled_from(names)
 
 
 @st.composite
 def worlds(draw, teams=TEAMS):
     names = teams[:draw(st.integers(1, len(teams)))]
-    policies = {name: Team(draw(st.sampled_from([0.5, 1.0, 3.0])), draw(st.none() | st.integers(1, 16)))
-                for name in names}
+    policies = {name: Team(draw(TEAM_WEIGHTS), draw(QUOTAS)) for name in names}
     held = {name: draw(st.integers(0, 8)) for name in names}
     jobs = []
     for n in range(draw(st.integers(0, 30))):
-        gpus = draw(st.sampled_from([1, 1, 2, 4]))
+        gpus = draw(JOB_GPUS)
         reserved = Reservation("us-east-1", "gpu4", f"box-{n % 3}") if draw(st.integers(0, 9)) == 0 else None
-        jobs.append(job(f"j{n:02d}", draw(st.sampled_from(names)), gpus, priority=draw(st.integers(0, 9)),
+        jobs.append(job(f"j{n:02d}", draw(job_teams(names)), gpus, priority=draw(st.integers(0, 9)),
                         at=draw(st.integers(0, 20_000)), reserved=reserved))
     machines = [machine(f"m{n}", free_gpus=draw(st.integers(0, 4)),
                         rebalance_recommended=draw(st.booleans()) and n % 4 == 0)
                 for n in range(draw(st.integers(0, 6)))]
     fleets = [fleet(len(machines), draw(st.integers(0, 2)), len(machines) + draw(st.integers(0, 3)))]
-    limits = Limits(max_hourly_usd=draw(st.sampled_from([5.0, 50.0, 1000.0])), current_hourly_usd=0.0)
+    limits = Limits(max_hourly_usd=draw(DOLLAR_CAPS), current_hourly_usd=0.0)
     configured = Shares(policies, held_gpus=held, usage={name: draw(st.floats(0, 20)) for name in names},
                         now=20_000.0)
     return jobs, machines, fleets, limits, configured
