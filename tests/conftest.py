@@ -48,25 +48,33 @@ def parsed_models_once():
     new session parses the service models again (the EC2 model alone is megabytes of JSON): most of a moto
     test's time. Test-wide since the reaper's, the removal protocol's and the budget guard's moto tests make
     clients the same way (it began in tests/jobs). A loader already shares each parsed model among its
-    clients (botocore's instance_cache), so sharing it among loaders changes nothing a client sees.
+    clients (botocore's instance_cache), so sharing it among loaders of one kind changes nothing a client sees.
     `load_data_with_path` is the one cached for data files: `load_data` reads through it, and each new
     session's endpoint resolver calls it directly for endpoints.json (botocore/session.py,
     create_default_resolver), which was parsed again for every session, a third of the mlfleet command's
-    tests' time. tests/moto_shortcuts.py keeps each service's client class the same way."""
+    tests' time. tests/moto_shortcuts.py keeps each service's client class and model the same way.
+    Shared only among loaders of one kind (class, search paths, extras): a loader merges its extras into the
+    model it loaded, in place (botocore/loaders.py, load_service_model), and moto's loader merges moto's
+    (moto/core/loaders.py: S3's PostObject and CORS preflight operations, among others), which must not reach
+    the clients botocore makes."""
     cache: dict = {}
     original_model = botocore.loaders.Loader.load_service_model
     original_data = botocore.loaders.Loader.load_data_with_path
 
+    def kind(loader) -> tuple:
+        return type(loader), tuple(loader.search_paths), tuple(loader.extras_types)
+
     def load_service_model(self, *args, **kwargs):
-        key = ("model", args, tuple(sorted(kwargs.items())))
+        key = ("model", kind(self), args, tuple(sorted(kwargs.items())))
         if key not in cache:
             cache[key] = original_model(self, *args, **kwargs)
         return cache[key]
 
     def load_data_with_path(self, name):
-        if ("data", name) not in cache:
-            cache[("data", name)] = original_data(self, name)
-        return cache[("data", name)]
+        key = ("data", kind(self), name)
+        if key not in cache:
+            cache[key] = original_data(self, name)
+        return cache[key]
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(botocore.loaders.Loader, "load_service_model", load_service_model)
@@ -82,10 +90,11 @@ def moto_shortcuts():
     import botocore.client
     import moto.core.responses
     from moto.core.serialize import AttributePicker, BaseJSONSerializer
-    from moto_shortcuts import FunctionNames, create_client_class, pick, serialize_structure
+    from moto_shortcuts import FunctionNames, create_client_class, load_service_model, pick, serialize_structure
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(botocore.client.ClientCreator, "_create_client_class", create_client_class)
+        patch.setattr(botocore.client.ClientCreator, "_load_service_model", load_service_model)
         patch.setattr(BaseJSONSerializer, "_serialize_type_structure", serialize_structure)
         patch.setattr(AttributePicker, "__call__", pick)
         patch.setattr(moto.core.responses, "method_names_from_class", FunctionNames)

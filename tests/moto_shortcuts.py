@@ -143,3 +143,22 @@ def create_client_class(self: ClientCreator, service_name: str, service_model) -
     if key not in CLIENT_CLASSES:
         CLIENT_CLASSES[key] = ORIGINAL_CLIENT_CLASS(self, service_name, service_model)
     return CLIENT_CLASSES[key]
+
+
+# botocore also builds a new ServiceModel for every client (ClientCreator._load_service_model), and with it
+# every OperationModel and shape the client then uses: making a client works out which of the service's
+# operations discovers endpoints (ServiceModel.endpoint_discovery_operation builds the OperationModel of each
+# of EC2's hundreds), and a client's first call of an operation resolves its input and output shapes again.
+# A ServiceModel is made from the parsed model alone (which tests/conftest.py already shares), and neither
+# botocore's handlers nor boto3's change it, so one per service and API version serves every client.
+ORIGINAL_SERVICE_MODEL = ClientCreator._load_service_model
+SERVICE_MODELS: dict[tuple[str, str | None], object] = {}
+
+
+def load_service_model(self: ClientCreator, service_name: str, api_version: str | None = None):
+    """ClientCreator._load_service_model, made once per service and API version."""
+    key = (service_name, api_version)
+    if key not in SERVICE_MODELS:
+        SERVICE_MODELS[key] = ORIGINAL_SERVICE_MODEL(self, service_name, api_version)
+    return SERVICE_MODELS[key]
+

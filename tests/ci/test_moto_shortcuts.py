@@ -5,11 +5,13 @@
   over the services the functions call, and for models whose class changes them;
 - an action's method: every response class of the services the suite calls (and their bases), asked about
   every name it has, every action of four services' models and names it must refuse;
-- a service's client class: the kept one against one botocore makes afresh."""
+- a service's client class and model: the kept ones against ones botocore makes afresh, the model after
+  clients have called the service."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import boto3
 import pytest
@@ -229,3 +231,58 @@ def test_a_service_s_client_class_is_made_once_and_is_what_botocore_makes(servic
     assert fresh is not type(first)
     assert (fresh.__name__, fresh.__bases__) == (type(first).__name__, type(first).__bases__)
     assert set(vars(fresh)) == set(vars(type(first))), "the same methods, the handlers' additions among them"
+
+
+def operation_facts(model, name: str) -> tuple:
+    """What a client reads of an operation's model: its HTTP binding, flags and every shape it sends and reads."""
+    operation = model.operation_model(name)
+
+    def shape(s, depth=0):
+        if s is None or depth > 3:
+            return None if s is None else s.name
+        members = getattr(s, "members", None)
+        return (s.name, s.type_name, s.serialization, s.metadata, None if members is None else
+                tuple((key, shape(member, depth + 1)) for key, member in members.items()))
+
+    return (operation.http, operation.metadata, operation.endpoint_discovery, operation.is_endpoint_discovery_operation,
+            operation.auth_type, operation.context_parameters, operation.static_context_parameters,
+            shape(operation.input_shape), shape(operation.output_shape), [e.name for e in operation.error_shapes])
+
+
+CALLS = {"ec2": ("describe_instances", {}), "ecs": ("list_clusters", {}), "dynamodb": ("list_tables", {}),
+         "s3": ("list_buckets", {})}
+
+
+def model_as_shipped(service: str):
+    """The service's model as botocore ships it, read past every cache of the suite: its file, and the
+    extras botocore merges into it (service-2.sdk-extras.json)."""
+    import botocore.loaders
+    from botocore.model import ServiceModel
+
+    loader = botocore.loaders.Loader()
+    version = loader.determine_latest_version(service, "service-2")
+    base = Path(botocore.loaders.__file__).parent / "data" / service / version / "service-2"
+    model = botocore.loaders.JSONFileLoader().load_file(str(base))
+    botocore.loaders.ExtrasProcessor().process(model, list(loader._find_extras(service, "service-2", version)))
+    return ServiceModel(model, service_name=service)
+
+
+@pytest.mark.parametrize("service", ["ec2", "ecs", "dynamodb", "s3"])
+def test_a_service_s_model_is_made_once_and_is_what_botocore_ships(service):
+    """Also: moto's own extras to a model (moto/core/loaders.py; S3's PostObject among others) stay out of it,
+    whichever loaded the model first."""
+    import boto3.session
+
+    with mock_aws():  # moto loads its models, and clients call the service: neither changes the kept model
+        first, second = (boto3.session.Session().client(service, "us-east-1") for _ in range(2))
+        for client in (first, second):
+            getattr(client, CALLS[service][0])(**CALLS[service][1])
+    kept = first.meta.service_model
+    assert second.meta.service_model is kept, "each client of a service has the kept model"
+    shipped = model_as_shipped(service)
+    assert (shipped.metadata, shipped.operation_names, shipped.signature_version) == \
+        (kept.metadata, kept.operation_names, kept.signature_version)
+    assert getattr(shipped.endpoint_discovery_operation, "name", None) == \
+        getattr(kept.endpoint_discovery_operation, "name", None)
+    for name in shipped.operation_names:
+        assert operation_facts(shipped, name) == operation_facts(kept, name), name
