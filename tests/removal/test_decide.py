@@ -237,16 +237,19 @@ def test_a_refused_terminate_re_activates_unless_the_instance_is_gone(code, mess
 
 # Properties over random cluster states.
 
+# cluster's strategies, made once: hypothesis works out a new strategy's properties on its first draw, and
+# cluster made one per member. This file: 7.1 s -> 6.2 s user CPU (medians of 26 runs, each way).
+MEMBER_STATES = st.sampled_from(["InService"] * 6 + ["Pending", "Terminating", "Terminating:Wait", "Standby"])
+REMOVING_MARKS = st.sampled_from(["idle@2026-11-22T11:00:00+00:00", "release@2026-11-22T11:59:00+00:00", "?"])
+
+
 @st.composite
 def cluster(draw):
     n = draw(st.integers(0, 30))
     min_size = draw(st.integers(0, n))
     desired = draw(st.integers(min_size, n))
-    states = {f"i-{k:03d}": draw(st.sampled_from(["InService"] * 6 + ["Pending", "Terminating", "Terminating:Wait",
-                                                                     "Standby"]))
-              for k in range(n)}
-    removing = {i: draw(st.sampled_from(["idle@2026-11-22T11:00:00+00:00", "release@2026-11-22T11:59:00+00:00", "?"]))
-                for i in states if draw(st.integers(0, 9)) == 0}
+    states = {f"i-{k:03d}": draw(MEMBER_STATES) for k in range(n)}
+    removing = {i: draw(REMOVING_MARKS) for i in states if draw(st.integers(0, 9)) == 0}
     tags = {i: {"mlfleet:keep-alive": "true"} for i in states if draw(st.integers(0, 14)) == 0}
     g = group(n, desired=desired, min_size=min_size, removing=removing, states=states, tags=tags)
     proposed = draw(st.lists(st.integers(0, max(0, n + 2)), max_size=n + 3))
