@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 
-import boto3
 import pytest
-from conftest import CLUSTER, ENV, HOME, build_fleet, fleets_json, run_mlfleet, scheduler_settings
+from conftest import CLUSTER, ENV, HOME, aws_client, build_fleet, fleets_json, run_mlfleet, scheduler_settings
 
 from lambdas.job_events.handler import Settings as EventSettings
 from lambdas.job_events.handler import handle as job_event
@@ -27,7 +26,7 @@ def mlfleet(*argv) -> tuple[int, list[str]]:
 
 
 def ledger() -> L.Ledger:
-    return L.Ledger(boto3.client("dynamodb", HOME), f"mlfleet-{ENV}-jobs")
+    return L.Ledger(aws_client("dynamodb", HOME), f"mlfleet-{ENV}-jobs")
 
 
 def submit(*extra: str) -> list[L.JobRecord]:

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import boto3
 import pytest
-from conftest import linear_moto
+from conftest import aws_client, linear_moto
 from faults import resent_once
 
 from lambdas.common.catalog import load_catalog
@@ -23,7 +23,7 @@ PLACE = L.Placement("us-east-1", "gpu1", "mlfleet-dev", "arn:ci/1", "i-1", "g5.x
 
 @pytest.fixture
 def ledger(home):
-    led = L.Ledger(boto3.client("dynamodb", "us-east-1"), home["table"])
+    led = L.Ledger(aws_client("dynamodb", "us-east-1"), home["table"])
     for job in assign_ids("sub-20261122191103-0a1b2c", [SPEC] * 3):
         assert led.put_new(L.new_record(job, now=100.0 + job.index))
     return led

@@ -14,7 +14,7 @@ import json
 
 import boto3
 import pytest
-from conftest import ENV, HOME, create_notification_topics, job_service_value, open_admission, publish_job_service
+from conftest import ENV, HOME, aws_client, create_notification_topics, job_service_value, open_admission, publish_job_service
 from faults import KINDS
 
 from lambdas.common.aws import client
@@ -54,12 +54,12 @@ def inbox(topic: str, filter_policy: str | None = None) -> str:
 
 
 def received(url: str) -> list[str]:
-    return [m["Body"] for m in boto3.client("sqs", HOME).receive_message(QueueUrl=url, MaxNumberOfMessages=10)
+    return [m["Body"] for m in aws_client("sqs", HOME).receive_message(QueueUrl=url, MaxNumberOfMessages=10)
             .get("Messages", [])]
 
 
 def ledger() -> L.Ledger:
-    return L.Ledger(boto3.client("dynamodb", HOME), f"mlfleet-{ENV}-jobs")
+    return L.Ledger(aws_client("dynamodb", HOME), f"mlfleet-{ENV}-jobs")
 
 
 def submit(*notify_to: str, jobs: int = 2) -> str:

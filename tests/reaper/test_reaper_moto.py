@@ -36,7 +36,7 @@ SETTINGS = Settings(environment="dev", cluster_name=CLUSTER, fleet_asg_names=(AS
 def build_world(fleet_size: int = 5, standalone: int = 1, min_size: int = 0, region: str = REGION) -> dict:
     """An ASG of `fleet_size` registered GPU instances plus `standalone` tagged machines, the home region's
     job ledger (it holds the placement lease) and an alert topic with a queue subscribed; returns ids."""
-    ec2, asg, ecs, sns, sqs = (boto3.client(s, region) for s in ("ec2", "autoscaling", "ecs", "sns", "sqs"))
+    ec2, asg, ecs, sns, sqs = (aws(s, region) for s in ("ec2", "autoscaling", "ecs", "sns", "sqs"))
     topic = sns.create_topic(Name="mlfleet-dev-alerts")["TopicArn"]
     inbox = sqs.create_queue(QueueName="mlfleet-dev-inbox")["QueueUrl"]
     sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=sqs.get_queue_attributes(
@@ -65,22 +65,23 @@ def build_world(fleet_size: int = 5, standalone: int = 1, min_size: int = 0, reg
 
 def summaries(world: dict, region: str = REGION) -> list[str]:
     """The reaper summaries the alert topic delivered so far."""
-    sqs = boto3.client("sqs", region)
+    sqs = aws("sqs", region)
     messages = sqs.receive_message(QueueUrl=world["inbox"], MaxNumberOfMessages=10).get("Messages", [])
     return [json.loads(m["Body"])["Message"] for m in messages]
 
 
 @functools.lru_cache(maxsize=None)
-def _cloudwatch(region: str):
-    """put_utilisation's client, made once per region: it runs for every machine of every world built (the
-    fault-injection tests build hundreds), and boto3.client() makes a new client from moto's new default
-    session in each mock. A client holds no moto state: moto answers whichever mock is active."""
-    return boto3.session.Session().client("cloudwatch", region_name=region)
+def aws(service: str, region: str = REGION):
+    """The tests' own clients, made once per service and region: put_utilisation runs for every machine of
+    every world built (the fault-injection tests build hundreds), and boto3.client() makes a new client from
+    moto's new default session in each mock. A client holds no moto state: moto answers whichever mock is
+    active. A test that registers on a client's events makes its own."""
+    return boto3.session.Session().client(service, region_name=region)
 
 
 def put_utilisation(instance_id: str, now: datetime, *, cpu: float, gpu: float | None, asg: str | None = ASG,
                     gap: bool = False, minutes: int = 60, region: str = REGION) -> None:
-    cloudwatch = _cloudwatch(region)
+    cloudwatch = aws("cloudwatch", region)
     periods = window_periods(now, IdleSettings(minutes, 10, 5, 30))
     if gap:
         periods = periods[:-1]
@@ -95,7 +96,7 @@ def put_utilisation(instance_id: str, now: datetime, *, cpu: float, gpu: float |
 
 
 def start_task_on(instance_id: str, region: str = REGION) -> None:
-    ecs = boto3.client("ecs", region)
+    ecs = aws("ecs", region)
     ecs.register_task_definition(family="mlfleet-dev-gpu-job", containerDefinitions=[
         {"name": "job", "image": "nvidia/cuda", "memory": 1024}])
     arns = ecs.list_container_instances(cluster=CLUSTER)["containerInstanceArns"]
@@ -105,7 +106,7 @@ def start_task_on(instance_id: str, region: str = REGION) -> None:
 
 
 def tags_of(instance_id: str, region: str = REGION) -> dict[str, str]:
-    raw = boto3.client("ec2", region).describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
+    raw = aws("ec2", region).describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
     return {t["Key"]: t["Value"] for t in raw.get("Tags", [])}
 
 
@@ -122,7 +123,7 @@ def world(fleet_aws):
     put_utilisation(gap, now, cpu=1, gpu=0, gap=True)
     put_utilisation(loose, now, cpu=1, gpu=1, asg=None)
     start_task_on(busy_task)
-    boto3.client("ec2", REGION).create_tags(Resources=[kept], Tags=[{"Key": "mlfleet:keep-alive", "Value": "true"}])
+    aws("ec2", REGION).create_tags(Resources=[kept], Tags=[{"Key": "mlfleet:keep-alive", "Value": "true"}])
     return {"settings": settings, "now": now, "idle": idle, "busy": [busy_task, busy_cpu, gap], "kept": kept,
             "loose": loose, "inbox": world["inbox"]}
 
@@ -149,16 +150,16 @@ def test_run_after_grace_drains_and_terminates_the_idle_fleet_instance_and_stops
     assert result["decisions"]["stop-standalone"] == [world["loose"]]
     assert result["terminated"] == [world["idle"]]
 
-    group = boto3.client("autoscaling", REGION).describe_auto_scaling_groups()["AutoScalingGroups"][0]
+    group = aws("autoscaling", REGION).describe_auto_scaling_groups()["AutoScalingGroups"][0]
     assert group["DesiredCapacity"] == 4, "the group shrinks instead of replacing the reaped instance"
     assert world["idle"] not in {i["InstanceId"] for i in group["Instances"]}
-    ecs = boto3.client("ecs", REGION)
+    ecs = aws("ecs", REGION)
     arns = ecs.list_container_instances(cluster=CLUSTER)["containerInstanceArns"]
     states = {ci["ec2InstanceId"]: ci["status"] for ci in
               ecs.describe_container_instances(cluster=CLUSTER, containerInstances=arns)["containerInstances"]}
     assert states[world["idle"]] == "DRAINING"
     assert all(states[i] == "ACTIVE" for i in world["busy"])
-    ec2 = boto3.client("ec2", REGION)
+    ec2 = aws("ec2", REGION)
     state = ec2.describe_instances(InstanceIds=[world["loose"]])["Reservations"][0]["Instances"][0]["State"]["Name"]
     assert state in ("stopping", "stopped")
 
@@ -207,7 +208,7 @@ def test_busy_again_removes_the_mark(world):
 
 def test_lifecycle_and_reaper_counts_are_published(world):
     run(world["settings"], world["now"])
-    cloudwatch = boto3.client("cloudwatch", REGION)
+    cloudwatch = aws("cloudwatch", REGION)
     names = {m["MetricName"] for m in cloudwatch.list_metrics(Namespace="mlfleet")["Metrics"]}
     assert names == {"FleetInstances", "IdleMarkedInstances", "ReapedInstances"}
 
@@ -221,7 +222,7 @@ def test_a_machine_whose_gpu_a_sharing_job_holds_is_busy_while_the_job_runs(flee
     now = datetime.now(timezone.utc) + timedelta(hours=3)
     (instance_id,) = world["fleet"]
     put_utilisation(instance_id, now, cpu=1, gpu=0)
-    ecs = boto3.client("ecs", REGION)
+    ecs = aws("ecs", REGION)
     ecs.register_task_definition(family="mlfleet-dev-gpu-job", containerDefinitions=[
         {"name": "job", "image": "nvidia/cuda", "memory": 1024,
          "resourceRequirements": [{"type": "GPU", "sharingStrategy": {"nvidiaMps": {"memory": 4000}}}]}])
@@ -242,9 +243,9 @@ def test_a_removal_in_flight_of_a_machine_busy_again_by_its_utilisation_is_kept_
     busy, other = world["fleet"]
     put_utilisation(busy, now, cpu=55, gpu=0)
     put_utilisation(other, now, cpu=55, gpu=0)
-    boto3.client("ec2", REGION).create_tags(Resources=[busy], Tags=[
+    aws("ec2", REGION).create_tags(Resources=[busy], Tags=[
         {"Key": "mlfleet:removing", "Value": f"idle@{(now - timedelta(minutes=15)).isoformat(timespec='seconds')}"}])
-    ecs = boto3.client("ecs", REGION)
+    ecs = aws("ecs", REGION)
     arns = ecs.list_container_instances(cluster=CLUSTER)["containerInstanceArns"]
     arn = next(ci["containerInstanceArn"] for ci in ecs.describe_container_instances(
         cluster=CLUSTER, containerInstances=arns)["containerInstances"] if ci["ec2InstanceId"] == busy)
@@ -253,7 +254,7 @@ def test_a_removal_in_flight_of_a_machine_busy_again_by_its_utilisation_is_kept_
     result = run(settings, now)
     assert result["decisions"]["busy"] == sorted([busy, other]) and result["terminated"] == []
     assert busy in result["kept"] and "CPU peaked at 55.0%" in result["kept"][busy]
-    state = boto3.client("ec2", REGION).describe_instances(InstanceIds=[busy])["Reservations"][0]["Instances"][0]
+    state = aws("ec2", REGION).describe_instances(InstanceIds=[busy])["Reservations"][0]["Instances"][0]
     assert state["State"]["Name"] == "running" and "mlfleet:removing" not in tags_of(busy)
     assert ecs.describe_container_instances(cluster=CLUSTER, containerInstances=[arn])["containerInstances"][0][
         "status"] == "ACTIVE"
