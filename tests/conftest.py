@@ -19,13 +19,12 @@ settings.register_profile("ci", derandomize=True, print_blob=True, database=None
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
-# The suite's processes collect garbage less often: a young collection once 10,000 more container objects are
-# alive than at the last one, not 700. Their
-# heaps are large and grow through the run (moto's state and parsed models, the fault matrices' worlds, hypothesis's
-# caches, Pulumi renderings), and at Python's default thresholds (700, 10, 10) the collector took 95 s of the
-# CPU of the suite's tests, mostly in full collections (measured with gc.callbacks on both workers); at these, 42 s, and the
-# suite took 247 s instead of 302 s (run back to back). (50,000, 20, 20) and (100,000, 5, 10) took 41 s and 48 s.
-# Memory is not short (24 GiB), and nothing in the suite waits on the collector.
+# The suite's processes collect garbage less often: a young collection once 10,000 more container objects are alive
+# than at the last one, not 700. Their heaps are large and grow through the run (moto's state and parsed models, the
+# fault matrices' worlds, hypothesis's caches, Pulumi renderings), and at Python's default thresholds (700, 10, 10)
+# the collector took 95 s of the CPU of the suite's tests, mostly in full collections (measured with gc.callbacks on
+# both workers); at these, 42 s, and the suite took 247 s instead of 302 s (run back to back). (50,000, 20, 20) and
+# (100,000, 5, 10) took 41 s and 48 s. Memory is not short (24 GiB), and nothing in the suite waits on the collector.
 GC_THRESHOLDS = (10_000, 10, 10)
 
 
