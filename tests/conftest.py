@@ -99,8 +99,8 @@ def parsed_models_once():
 @pytest.fixture(autouse=True, scope="session")
 def moto_shortcuts():
     """moto writes DynamoDB's item values as they are, works out the names it looks a member up under once,
-    and finds an action's method without listing its class; botocore makes each service's client class once
-    (tests/moto_shortcuts.py, which says what each saves)."""
+    and finds an action's method without listing its class; botocore makes each service's client class and
+    model once (tests/moto_shortcuts.py, which says what each saves)."""
     import botocore.client
     import moto.core.responses
     from moto.core.serialize import AttributePicker, BaseJSONSerializer

@@ -1,11 +1,12 @@
 """Shortcuts through moto and botocore, for the suite's time (tests/conftest.py installs them).
 
-Four shortcuts, each compared with what moto or botocore does by tests/ci/test_moto_shortcuts.py:
+Five shortcuts, each compared with what moto or botocore does by tests/ci/test_moto_shortcuts.py:
 - DynamoDB item values, written as moto's backend holds them (below);
 - the names moto looks a member up under, worked out once per kind of member (`pick`);
 - whether a response class answers an action, asked of the class, not of a list of its members
   (`FunctionNames`);
-- a service's client class, made once (`create_client_class`, at the end).
+- a service's client class and its model, each made once (`create_client_class`, `load_service_model`, at the
+  end).
 
 moto writes each answer through the service model, member by member: every structure member is looked up
 under several names (moto/core/serialize.py, XFormedAttributePicker). A DynamoDB AttributeValue has ten
@@ -129,10 +130,10 @@ class FunctionNames:
 # botocore makes a class for every client it makes, a method per operation (ClientCreator._create_client_class;
 # EC2 has hundreds), and the functions and tests make their clients from a new session in each moto context:
 # tests/jobs/test_scheduler_run.py and test_degraded_machines.py took 27 s of CPU, 21.5 s with one class per
-# service. The class holds the operations' methods and what the
-# `creating-client-class` handlers add to it; those handlers are botocore's and boto3's defaults in every
-# session (neither the functions nor the tests register one), and a client's own state is on the instance.
-# So one class per service and API version serves every session.
+# service. The class holds the operations' methods and what the `creating-client-class` handlers add to it;
+# those handlers are botocore's and boto3's defaults in every session (neither the functions nor the tests
+# register one), and a client's own state is on the instance. So one class per service and API version serves
+# every session.
 ORIGINAL_CLIENT_CLASS = ClientCreator._create_client_class
 CLIENT_CLASSES: dict[tuple[str, str], type] = {}
 

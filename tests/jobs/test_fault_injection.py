@@ -5,7 +5,7 @@ handler calls (tests/jobs/faults.py), and every recorded operation is then faile
 (faults.KINDS: throttled after botocore's retries, validation error, response lost after the call took
 effect) during one run. To fit the suite's time, operations are failed GROUP at a time (spread over the
 run, from its first calls to its last): a group passes only if every operation in it was failed
-(one that an earlier failure kept from being called is failed again on its own), and a group that
+(those an earlier failure kept from being called are failed again, grouped among themselves), and a group that
 breaks an invariant is re-run one operation at a time, so the report names the operation.
 
 What must hold afterwards, once the next run (or Lambda's retry of the event) has gone clean:

@@ -3,6 +3,7 @@ guards against; tests/removal/world.py says where moto differs from AWS."""
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime, timedelta, timezone
 
 import moto_state
@@ -459,29 +460,25 @@ CASES = [(service, operation, skip, fault, applied) for service, operation, skip
          for applied in ((False, True) if operation in WRITES and fault == "timeout" else (False,))]
 
 
-MATRIX_WORLD: list = []
-
-
-def matrix_world():
+@functools.cache
+def kept_matrix_world() -> dict:
     """Every case's world, built in the first case and put back in the others (tests/moto_state.py): four
     Spot Instances in the group (as the fleets are: a re-activation reads the Spot requests); the first ran a
     job that has ended (its stopped task is listed and described, not stopping), the second runs a task, and
     a job is claimed on the third in the ledger."""
-    if not MATRIX_WORLD:
-        world = build(size=4, spot=True)
-        idle, busy, claimed = world.ids[:3]
-        aws("ecs").stop_task(cluster=CLUSTER, task=start_task_on(world, idle), reason="the job ended")
-        start_task_on(world, busy)
-        place_job_in_ledger("sub-20261122120000-abcdef-00001", claimed)
-        MATRIX_WORLD.append(moto_state.keep(world))
-    return moto_state.put_back(MATRIX_WORLD[0])
+    world = build(size=4, spot=True)
+    idle, busy, claimed = world.ids[:3]
+    aws("ecs").stop_task(cluster=CLUSTER, task=start_task_on(world, idle), reason="the job ended")
+    start_task_on(world, busy)
+    place_job_in_ledger("sub-20261122120000-abcdef-00001", claimed)
+    return moto_state.keep(world)
 
 
 @pytest.mark.parametrize("service, operation, skip, fault, applied", CASES,
                          ids=[f"{o}#{s}-{f}{'-applied' if a else ''}" for _, o, s, f, a in CASES])
 def test_fault_on_each_call_never_kills_work_and_the_next_run_settles_everything(fleet_aws, service, operation, skip,
                                                                                     fault, applied):
-    world = matrix_world()
+    world = moto_state.put_back(kept_matrix_world())
     idle, busy, claimed = world.ids[:3]
     # The busy machines look idle to the method (it read them before they got work): all three proposed.
     proposed = (idle, busy, claimed)
